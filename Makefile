@@ -1,0 +1,51 @@
+# dtr: top-level driver. `make demo` and `make test` work on a fresh Debian machine.
+BUILD    ?= build
+JOBS     ?= $(shell nproc)
+DATA     ?= $(abspath ../shared/data/dtr-logs)
+RESNET   := $(firstword $(wildcard $(DATA)/resnet32-*.log))
+# Debian packages the build needs; `make deps` installs the missing ones.
+APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev
+
+.PHONY: all deps configure build test test-sanitize demo bench docs clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(APT_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTR_DATA_DIR=$(DATA)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory test-sanitize
+
+# ASan/UBSan build of the library tests (engine stress test at DTR_DEBUG=3 included).
+test-sanitize: deps
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DDTR_SANITIZE=address,undefined -DDTR_DATA_DIR=$(DATA) >/dev/null
+	cmake --build $(BUILD)-asan -j $(JOBS) --target dtr_tests
+	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+demo: build
+	@echo "== budget sweep of the ResNet-32 log (DTR artifact), every policy =="
+	$(BUILD)/bin/dtr-sim sweep --trace $(RESNET) --policies dtr_eq,dtr,dtr_local,msps,lru,size,random \
+	  --budgets 0.1:0.9:0.1 --csv $(BUILD)/demo-sweep.csv --svg $(BUILD)/demo-sweep.svg
+	@echo "wrote $(BUILD)/demo-sweep.csv and $(BUILD)/demo-sweep.svg"
+
+bench: build
+	$(BUILD)/bin/dtr-bench --benchmark_counters_tabular=true
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan

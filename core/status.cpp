@@ -1,0 +1,49 @@
+// status.cpp: names and human-readable messages for Status.
+#include "dtr/core/status.h"
+
+#include <cstdio>
+
+namespace dtr {
+
+const char* Status::name() const {
+  switch (code) {
+    case StatusCode::ok: return "ok";
+    case StatusCode::oom: return "oom";
+    case StatusCode::thrash: return "thrash";
+  }
+  return "?";
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[64];
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", value, kUnits[unit]);
+  return buf;
+}
+
+std::string Status::message() const {
+  switch (code) {
+    case StatusCode::ok: return "ok";
+    case StatusCode::thrash:
+      return "dtr: rematerialization exceeded the overhead limit (max_overhead); "
+             "raise the budget or the limit";
+    case StatusCode::oom: break;
+  }
+  return "dtr: out of memory: a request of " + format_bytes(oom.requested_bytes) +
+         " does not fit the budget of " + format_bytes(oom.budget_bytes) + " (live " +
+         format_bytes(oom.live_bytes) + ", of which pinned " + format_bytes(oom.pinned_bytes) +
+         " and evictable " + format_bytes(oom.evictable_bytes) +
+         "); nothing more can be evicted. Raise the budget above the pinned bytes plus the "
+         "largest op's outputs, or reduce the batch size.";
+}
+
+}  // namespace dtr

@@ -1,0 +1,43 @@
+// candidate_search.h: how the engine picks the storage to evict.
+//
+// The heuristic scores; this chooses. `full_scan` scores every storage in the pool and
+// reproduces DTR's simulator's choice exactly (Note [Tie-breaking] in engine.cpp): the
+// least cost wins; among equal costs, the storage that entered the pool last; a zero cost
+// wins at once, the earliest such. `sample` scores k storages drawn uniformly with
+// replacement (k = ceil(sqrt(pool size)) unless configured), as DTR's prototype does, and
+// picks the best of them by the same rule. Private to the eviction layer.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "dtr/eviction/engine.h"
+
+namespace dtr {
+
+class CandidateSearch {
+ public:
+  CandidateSearch(const Engine& engine, Heuristic& heuristic, std::mt19937_64& rng,
+                  std::vector<std::pair<double, StorageId>>& scratch)
+      : engine_(engine), heuristic_(heuristic), rng_(rng), bounded_(scratch) {}
+
+  StorageId full_scan(uint64_t& scored);
+  StorageId sample(uint32_t sample_size, uint64_t& scored);
+
+ private:
+  struct Best {
+    StorageId id = kNoId;
+    double cost = 0;
+    uint64_t seq = 0;
+    void offer(StorageId s, double c, uint64_t q);
+  };
+
+  const Engine& engine_;
+  Heuristic& heuristic_;
+  std::mt19937_64& rng_;
+  std::vector<std::pair<double, StorageId>>& bounded_;  // reused between searches
+};
+
+}  // namespace dtr

@@ -1,0 +1,581 @@
+// engine.cpp: the DTR engine (see engine.h for the model and its invariants).
+//
+// Note [Faithful to simrd]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// The order of every step below follows DTR's simulator (simrd, RuntimeV2EagerOptimized),
+// because the order decides which storage is stalest, which is in the pool first, and so
+// which one a heuristic picks. To materialize tensor t:
+//   1. every parent's storage is marked accessed now;
+//   2. every defined parent is locked; then each parent that was undefined at that moment
+//      is materialized (unless an earlier one's op already made it) and locked;
+//   3. room is made for *all* of t's op's outputs (an op recomputes every output);
+//   4. the op runs: the clock advances by its cost, all its outputs are charged, outputs
+//      that were still material are discarded again (their duplicate bytes freed);
+//      storages that became material enter the pool, siblings first, t last;
+//   5. parents are unlocked in argument order (so they re-enter the pool in that order).
+// An alias tensor becomes undefined when its storage is evicted and is re-defined by
+// re-running its (view) op, whose cost is charged, as simrd does.
+// Where we deliberately differ (eager eviction is kept, but the budget check happens
+// before an op's outputs exist, as in simrd; the allocator's fragmentation is modelled by
+// the allocator layer), docs/simulator.md says so with numbers.
+//
+// Note [Explicit remat stack]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Rematerializing a storage may need its parents rematerialized first, and so on up a
+// chain as long as the model (thousands of ops for an LSTM). simrd recurses; we keep an
+// explicit stack of Frames so depth is bounded by memory, not by the C++ stack. A frame's
+// undefined parents are a slice [pending_begin, pending_end) of `pending_` and `cursor`
+// walks it; every lock a frame takes is also pushed on `held_` from `held_begin`, so an
+// out-of-memory or thrash status unwinds all frames and leaves no storage locked.
+//
+// Note [Tie-breaking]
+// ~~~~~~~~~~~~~~~~~~~
+// simrd keeps the pool as a Python list (appended when a storage becomes evictable) and
+// scans it with `cost <= best`, stopping at the first zero cost. So among equal costs the
+// storage that entered the pool *last* wins, and among zero costs the one that entered
+// *first*. We keep the pool as a vector with O(1) swap-removal and record `pool_seq` at
+// insertion; candidate_search.cpp reproduces that order from the sequence numbers.
+#include "dtr/eviction/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "dtr/core/check.h"
+#include "dtr/core/options.h"
+#include "eviction/candidate_search.h"
+
+namespace dtr {
+
+SearchMode parse_search_mode(const std::string& text) {
+  if (text == "full") return SearchMode::full;
+  if (text == "sample") return SearchMode::sample;
+  throw ConfigError("dtr: unknown search mode '" + text + "'; valid: full, sample");
+}
+
+const char* search_mode_name(SearchMode mode) {
+  return mode == SearchMode::full ? "full" : "sample";
+}
+
+std::string feature_names(uint32_t features) {
+  static const char* const kNames[] = {"staleness", "neighborhood", "eq_classes", "address_order"};
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    if (features & (1u << i)) {
+      if (!out.empty()) out += ", ";
+      out += kNames[i];
+    }
+  }
+  return out.empty() ? "none" : out;
+}
+
+// The features this engine provides. Address order needs an allocator's view of blocks,
+// which the engine alone does not have.
+static constexpr uint32_t kEngineFeatures =
+    kFeatureStaleness | kFeatureNeighborhood | kFeatureEqClasses;
+
+Engine::Engine(EngineConfig config, std::unique_ptr<Heuristic> heuristic, Clock& clock,
+               EngineHooks* hooks)
+    : config_(config),
+      heuristic_(std::move(heuristic)),
+      clock_(clock),
+      hooks_(hooks ? hooks : &default_hooks_),
+      rng_(config.seed) {
+  DTR_CHECK(heuristic_ != nullptr, "engine needs a heuristic");
+  uint32_t missing = heuristic_->needs() & ~kEngineFeatures;
+  if (missing) {
+    throw ConfigError("dtr: policy '" + std::string(heuristic_->name()) + "' needs " +
+                      feature_names(missing) + ", which this engine does not provide (" +
+                      feature_names(kEngineFeatures) +
+                      "); address order needs the caching allocator attached");
+  }
+  track_eq_ = (heuristic_->needs() & kFeatureEqClasses) != 0;
+}
+
+Engine::~Engine() = default;
+
+// --- the pool ---------------------------------------------------------------------------
+
+void Engine::pool_insert(StorageId s) {
+  StorageRec& rec = storages_[s];
+  DTR_ASSERT(rec.pool_index < 0 && rec.material && rec.locks == 0, "bad pool insert");
+  rec.pool_index = static_cast<int32_t>(pool_.size());
+  rec.pool_seq = pool_seq_next_++;
+  pool_.push_back(s);
+  pool_bytes_ += rec.size_bytes;
+}
+
+void Engine::pool_remove(StorageId s) {
+  StorageRec& rec = storages_[s];
+  DTR_ASSERT(rec.pool_index >= 0, "storage not in pool");
+  StorageId last = pool_.back();
+  pool_[rec.pool_index] = last;
+  storages_[last].pool_index = rec.pool_index;
+  pool_.pop_back();
+  rec.pool_index = -1;
+  pool_bytes_ -= rec.size_bytes;
+}
+
+void Engine::lock(StorageId s) {
+  StorageRec& rec = storages_[s];
+  DTR_ASSERT(rec.material, "cannot lock an evicted storage");
+  if (rec.locks == 0 && rec.pool_index >= 0) pool_remove(s);
+  ++rec.locks;
+}
+
+void Engine::unlock(StorageId s) {
+  StorageRec& rec = storages_[s];
+  DTR_ASSERT(rec.material && rec.locks > 0, "unlock without lock");
+  if (--rec.locks == 0) pool_insert(s);
+}
+
+// --- recording ----------------------------------------------------------------------------
+
+Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
+                    const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs) {
+  DTR_CHECK(!specs.empty(), "an op has at least one output");
+  const OpId op = static_cast<OpId>(ops_.size());
+  ops_.push_back(OpRec{});
+  OpRec& rec = ops_.back();
+  rec.compute_ns = compute_ns;
+  rec.inputs = inputs;
+  const size_t first_output = outputs.size();
+  for (const OutputSpec& spec : specs) {
+    const TensorId t = static_cast<TensorId>(tensors_.size());
+    tensors_.push_back(TensorRec{});
+    TensorRec& trec = tensors_.back();
+    trec.op = op;
+    trec.ext_refs = 1;
+    StorageId s;
+    if (spec.alias >= 0) {
+      DTR_CHECK(static_cast<size_t>(spec.alias) < inputs.size(), "alias index out of range");
+      s = tensors_[inputs[spec.alias]].storage;
+    } else {
+      s = static_cast<StorageId>(storages_.size());
+      storages_.push_back(StorageRec{});
+      storages_.back().size_bytes = spec.size_bytes;
+      rec.total_bytes += spec.size_bytes;
+    }
+    trec.storage = s;
+    StorageRec& srec = storages_[s];
+    // A storage's compute counts each distinct op among its tensors once.
+    bool op_seen = false;
+    for (TensorId other : srec.tensors) op_seen |= tensors_[other].op == op;
+    if (!op_seen) srec.compute_ns += compute_ns;
+    srec.tensors.push_back(t);
+    ++srec.ext_refs;
+    rec.outputs.push_back(t);
+    outputs.push_back(t);
+  }
+  for (TensorId in : inputs) {
+    auto& children = tensors_[in].children;
+    children.insert(children.end(), rec.outputs.begin(), rec.outputs.end());
+  }
+  ++stats_.num_ops;
+
+  Status status = run_materialize(rec.outputs[0], /*remat=*/false);
+  if (status.ok()) {
+    const Tick now = clock_.now();
+    for (size_t i = first_output; i < outputs.size(); ++i)
+      storages_[tensors_[outputs[i]].storage].last_access = now;
+  }
+  if (config_.debug >= 3) check_invariants();
+  return status;
+}
+
+Status Engine::constant(uint64_t size_bytes, TensorId& out) {
+  std::vector<TensorId> outs;
+  Status status = call(0, {}, {OutputSpec{size_bytes, -1}}, outs);
+  out = outs[0];
+  if (!status.ok()) return status;
+  return pin(out);
+}
+
+void Engine::retain(TensorId t) {
+  TensorRec& trec = tensors_[t];
+  DTR_CHECK(storages_[trec.storage].ext_refs > 0, "retain of a tensor with no references");
+  ++trec.ext_refs;
+  ++storages_[trec.storage].ext_refs;
+}
+
+void Engine::release(TensorId t) {
+  TensorRec& trec = tensors_[t];
+  StorageRec& srec = storages_[trec.storage];
+  DTR_CHECK(trec.ext_refs > 0 && srec.ext_refs > 0, "release of a tensor with no references");
+  --trec.ext_refs;
+  --srec.ext_refs;
+  // Eager eviction: nobody outside can reach a dead storage, so its memory goes now; its
+  // lineage stays, in case a live descendant must be rematerialized through it.
+  if (srec.ext_refs == 0 && srec.material && !srec.pinned) {
+    DTR_CHECK(srec.locks == 0, "a dead storage is locked");
+    evict(trec.storage, /*eager=*/true);
+  }
+  if (config_.debug >= 3) check_invariants();
+}
+
+Status Engine::materialize(TensorId t) {
+  if (tensors_[t].defined) return Status::success();
+  Status status = run_materialize(t, /*remat=*/true);
+  if (config_.debug >= 3) check_invariants();
+  return status;
+}
+
+Status Engine::pin(TensorId t) {
+  Status status = materialize(t);
+  if (!status.ok()) return status;
+  StorageRec& srec = storages_[tensors_[t].storage];
+  if (!srec.pinned) {
+    lock(tensors_[t].storage);
+    srec.pinned = true;
+    stats_.pinned_current += srec.size_bytes;
+  }
+  return status;
+}
+
+// --- eviction -----------------------------------------------------------------------------
+
+void Engine::evict(StorageId s, bool eager) {
+  StorageRec& rec = storages_[s];
+  DTR_ASSERT(rec.material && rec.locks == 0 && !rec.pinned, "cannot evict this storage");
+  pool_remove(s);
+  rec.material = false;
+  live_bytes_ -= rec.size_bytes;
+  stats_.allocated_current = live_bytes_;
+  stats_.freed_total += rec.size_bytes;
+  --stats_.allocation_current;
+  for (TensorId t : rec.tensors) tensors_[t].defined = false;
+  if (eager) {
+    ++stats_.num_eager_evictions;
+  } else {
+    ++stats_.num_evictions;
+    stats_.evicted_bytes += rec.size_bytes;
+  }
+  if (track_eq_) eq_on_evict(s);
+  hooks_->on_evict(s);
+}
+
+OomInfo Engine::oom_info(uint64_t requested) const {
+  OomInfo info;
+  info.budget_bytes = config_.budget_bytes;
+  info.live_bytes = live_bytes_;
+  info.evictable_bytes = pool_bytes_;
+  info.pinned_bytes = live_bytes_ - pool_bytes_;
+  info.requested_bytes = requested;
+  return info;
+}
+
+Status Engine::make_room(uint64_t bytes) {
+  while (live_bytes_ + bytes > config_.budget_bytes) {
+    if (pool_.empty() || bytes > config_.budget_bytes) {
+      ++stats_.num_ooms;
+      return Status::out_of_memory(oom_info(bytes));
+    }
+    evict(choose_victim(), /*eager=*/false);
+  }
+  return Status::success();
+}
+
+StorageId Engine::choose_victim() {
+  ++stats_.eviction_searches;
+  CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};
+  return config_.search == SearchMode::full
+             ? search.full_scan(stats_.candidates_scored)
+             : search.sample(config_.sample_size, stats_.candidates_scored);
+}
+
+// --- materialization ------------------------------------------------------------------------
+
+void Engine::enter_frame(TensorId t, bool remat) {
+  const Tick now = clock_.now();
+  const OpRec& op = ops_[tensors_[t].op];
+  Frame frame;
+  frame.tensor = t;
+  frame.remat = remat;
+  frame.held_begin = static_cast<uint32_t>(held_.size());
+  for (TensorId p : op.inputs) storages_[tensors_[p].storage].last_access = now;
+  for (TensorId p : op.inputs) {
+    if (tensors_[p].defined) {
+      lock(tensors_[p].storage);
+      held_.push_back(tensors_[p].storage);
+    }
+  }
+  frame.pending_begin = static_cast<uint32_t>(pending_.size());
+  for (TensorId p : op.inputs)
+    if (!tensors_[p].defined) pending_.push_back(p);
+  frame.pending_end = static_cast<uint32_t>(pending_.size());
+  frame.cursor = frame.pending_begin;
+  frames_.push_back(frame);
+  stats_.max_remat_depth = std::max<uint64_t>(stats_.max_remat_depth, frames_.size() - 1);
+}
+
+Status Engine::run_materialize(TensorId target, bool remat) {
+  DTR_ASSERT(!tensors_[target].defined, "materializing a defined tensor");
+  const size_t base_depth = frames_.size();
+  const size_t base_held = held_.size();
+  const size_t base_pending = pending_.size();
+  auto abandon = [&](Status status) {
+    // Release every lock taken by the frames of this call, newest first.
+    while (held_.size() > base_held) {
+      unlock(held_.back());
+      held_.pop_back();
+    }
+    frames_.resize(base_depth);
+    pending_.resize(base_pending);
+    return status;
+  };
+
+  enter_frame(target, remat);
+  while (frames_.size() > base_depth) {
+    Frame& frame = frames_.back();
+    if (frame.cursor < frame.pending_end) {
+      const TensorId p = pending_[frame.cursor];
+      if (!tensors_[p].defined) {
+        enter_frame(p, /*remat=*/true);  // `frame` may dangle from here on
+        continue;
+      }
+      lock(tensors_[p].storage);
+      held_.push_back(tensors_[p].storage);
+      ++frame.cursor;
+      continue;
+    }
+    // Every parent is defined and locked: make room for all outputs, then run the op.
+    const TensorId t = frame.tensor;
+    const bool is_remat = frame.remat;
+    const uint32_t held_begin = frame.held_begin;
+    const uint32_t pending_begin = frame.pending_begin;
+    const OpRec& op = ops_[tensors_[t].op];
+    Status status = make_room(op.total_bytes);
+    if (!status.ok()) return abandon(status);
+    compute(t, is_remat);
+    for (TensorId p : op.inputs) unlock(tensors_[p].storage);
+    held_.resize(held_begin);
+    pending_.resize(pending_begin);
+    frames_.pop_back();
+    if (config_.max_remat_ns != 0 && stats_.remat_compute_ns > config_.max_remat_ns)
+      return abandon(Status::thrashing());
+  }
+  return Status::success();
+}
+
+void Engine::compute(TensorId t, bool remat) {
+  const OpId op_id = tensors_[t].op;
+  const OpRec& op = ops_[op_id];
+  clock_.advance(op.compute_ns);
+  if (remat) {
+    stats_.remat_compute_ns += op.compute_ns;
+    ++stats_.num_remats;
+  } else {
+    stats_.model_compute_ns += op.compute_ns;
+  }
+  live_bytes_ += op.total_bytes;
+  stats_.allocated_total += op.total_bytes;
+  stats_.allocated_peak = std::max(stats_.allocated_peak, live_bytes_);
+  DTR_CHECK(live_bytes_ <= config_.budget_bytes, "budget exceeded");
+
+  // Outputs whose storage was evicted become material (siblings first, t last: the order
+  // they enter the pool, Note [Faithful to simrd]); outputs still material were computed
+  // twice and their duplicate bytes are dropped again.
+  StorageId newly_material[64];
+  size_t n_new = 0;
+  std::vector<StorageId> overflow;
+  auto note_new = [&](StorageId s) {
+    if (n_new < 64)
+      newly_material[n_new++] = s;
+    else
+      overflow.push_back(s);
+  };
+  uint64_t duplicate_bytes = 0;
+  for (TensorId u : op.outputs) {
+    if (u == t) continue;
+    TensorRec& urec = tensors_[u];
+    StorageRec& srec = storages_[urec.storage];
+    if (urec.defined) {
+      if (srec.tensors[0] == u) duplicate_bytes += srec.size_bytes;
+      continue;
+    }
+    if (!srec.material) {
+      srec.material = true;
+      note_new(urec.storage);
+    }
+    urec.defined = true;
+  }
+  {
+    TensorRec& trec = tensors_[t];
+    StorageRec& srec = storages_[trec.storage];
+    if (!srec.material) {
+      srec.material = true;
+      note_new(trec.storage);
+    }
+    trec.defined = true;
+  }
+  live_bytes_ -= duplicate_bytes;
+  stats_.freed_total += duplicate_bytes;
+  auto admit = [&](StorageId s) {
+    StorageRec& srec = storages_[s];
+    ++stats_.allocation_current;
+    if (srec.locks == 0 && srec.pool_index < 0) pool_insert(s);
+    if (track_eq_) eq_on_remat(s);
+  };
+  for (size_t i = 0; i < n_new; ++i) admit(newly_material[i]);
+  for (StorageId s : overflow) admit(s);
+  stats_.allocated_current = live_bytes_;
+  stats_.allocation_peak = std::max(stats_.allocation_peak, stats_.allocation_current);
+  hooks_->on_compute(op_id, remat);
+}
+
+// --- evicted neighbourhoods and eq classes --------------------------------------------------
+
+template <typename F>
+void Engine::for_each_evicted_neighbor(StorageId s, F&& f) const {
+  // Distinct evicted storages adjacent to s (through any of its tensors' parents or
+  // children), s itself excluded.
+  const uint32_t epoch = ++epoch_;
+  storages_[s].visit_epoch = epoch;
+  for (TensorId t : storages_[s].tensors) {
+    const TensorRec& trec = tensors_[t];
+    for (TensorId p : ops_[trec.op].inputs) {
+      const StorageRec& ps = storages_[tensors_[p].storage];
+      if (!ps.material && ps.visit_epoch != epoch) {
+        ps.visit_epoch = epoch;
+        f(tensors_[p].storage);
+      }
+    }
+    for (TensorId c : trec.children) {
+      const StorageRec& cs = storages_[tensors_[c].storage];
+      if (!cs.material && cs.visit_epoch != epoch) {
+        cs.visit_epoch = epoch;
+        f(tensors_[c].storage);
+      }
+    }
+  }
+}
+
+uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward) const {
+  const StorageRec& brec = storages_[base];
+  const uint32_t epoch = ++epoch_;
+  uint64_t compute = 0;
+  dfs_stack_.clear();
+  dfs_stack_.push_back(base);
+  brec.visit_epoch = epoch;
+  while (!dfs_stack_.empty()) {
+    const StorageId s = dfs_stack_.back();
+    dfs_stack_.pop_back();
+    for (TensorId t : storages_[s].tensors) {
+      const std::vector<TensorId>& next = forward ? tensors_[t].children : ops_[tensors_[t].op].inputs;
+      for (TensorId u : next) {
+        const StorageId us = tensors_[u].storage;
+        const StorageRec& urec = storages_[us];
+        if (urec.material || urec.visit_epoch == epoch) continue;
+        urec.visit_epoch = epoch;
+        compute += urec.compute_ns;
+        dfs_stack_.push_back(us);
+      }
+    }
+  }
+  return compute;
+}
+
+uint32_t Engine::eq_find(uint32_t node) const {
+  uint32_t root = node;
+  while (eq_nodes_[root].parent != root) root = eq_nodes_[root].parent;
+  while (eq_nodes_[node].parent != root) {  // path compression
+    uint32_t next = eq_nodes_[node].parent;
+    eq_nodes_[node].parent = root;
+    node = next;
+  }
+  return root;
+}
+
+void Engine::eq_on_evict(StorageId s) {
+  const uint32_t node = static_cast<uint32_t>(eq_nodes_.size());
+  eq_nodes_.push_back(EqNode{node, 1, static_cast<int64_t>(storages_[s].compute_ns)});
+  storages_[s].eq_node = node;
+  for_each_evicted_neighbor(s, [&](StorageId n) {
+    uint32_t a = eq_find(storages_[n].eq_node);
+    uint32_t b = eq_find(node);
+    if (a == b) return;
+    if (eq_nodes_[a].size > eq_nodes_[b].size) std::swap(a, b);
+    eq_nodes_[a].parent = b;
+    eq_nodes_[b].size += eq_nodes_[a].size;
+    eq_nodes_[b].compute_ns += eq_nodes_[a].compute_ns;
+  });
+}
+
+void Engine::eq_on_remat(StorageId s) {
+  StorageRec& rec = storages_[s];
+  if (rec.eq_node == kNoId) return;  // a new storage: never evicted
+  eq_nodes_[eq_find(rec.eq_node)].compute_ns -= static_cast<int64_t>(rec.compute_ns);
+  rec.eq_node = kNoId;
+}
+
+uint64_t Engine::eq_class_cost(StorageId s) const {
+  int64_t cost = static_cast<int64_t>(storages_[s].compute_ns);
+  // Distinct classes among the neighbours; a handful at most, so a small vector.
+  uint32_t roots[32];
+  size_t n_roots = 0;
+  std::vector<uint32_t> more;
+  for_each_evicted_neighbor(s, [&](StorageId n) {
+    const uint32_t r = eq_find(storages_[n].eq_node);
+    for (size_t i = 0; i < n_roots; ++i)
+      if (roots[i] == r) return;
+    if (std::find(more.begin(), more.end(), r) != more.end()) return;
+    if (n_roots < 32)
+      roots[n_roots++] = r;
+    else
+      more.push_back(r);
+    cost += eq_nodes_[r].compute_ns;
+  });
+  return cost < 0 ? 0 : static_cast<uint64_t>(cost);
+}
+
+// --- invariants -------------------------------------------------------------------------------
+
+void Engine::check_invariants() const {
+  std::string why;
+  if (!is_valid(&why)) {
+    std::fprintf(stderr, "dtr: engine invariant violated: %s\n", why.c_str());
+    std::abort();
+  }
+}
+
+bool Engine::is_valid(std::string* why) const {
+  auto fail = [&](const std::string& msg) {
+    if (why) *why = msg;
+    return false;
+  };
+  uint64_t live = 0, pool_bytes = 0;
+  size_t in_pool = 0;
+  for (StorageId s = 0; s < storages_.size(); ++s) {
+    const StorageRec& rec = storages_[s];
+    if (rec.material) live += rec.size_bytes;
+    const bool should_pool = rec.material && rec.locks == 0 && !rec.pinned;
+    if (should_pool != (rec.pool_index >= 0))
+      return fail("storage " + std::to_string(s) + " pool membership is wrong");
+    if (rec.pool_index >= 0) {
+      if (static_cast<size_t>(rec.pool_index) >= pool_.size() || pool_[rec.pool_index] != s)
+        return fail("storage " + std::to_string(s) + " pool index is stale");
+      pool_bytes += rec.size_bytes;
+      ++in_pool;
+    }
+    if (rec.pinned && rec.locks == 0) return fail("pinned storage without its lock");
+    if (!rec.material && rec.locks != 0) return fail("evicted storage is locked");
+    uint32_t refs = 0;
+    for (TensorId t : rec.tensors) {
+      refs += tensors_[t].ext_refs;
+      if (tensors_[t].storage != s) return fail("tensor/storage link broken");
+    }
+    if (refs != rec.ext_refs) return fail("storage " + std::to_string(s) + " ref count mismatch");
+    if (track_eq_ && rec.material && rec.eq_node != kNoId)
+      return fail("material storage still in an eq class");
+  }
+  for (TensorId t = 0; t < tensors_.size(); ++t)
+    if (tensors_[t].defined && !storages_[tensors_[t].storage].material)
+      return fail("defined tensor " + std::to_string(t) + " on an evicted storage");
+  if (live != live_bytes_) return fail("live bytes " + std::to_string(live_bytes_) + " != recount " + std::to_string(live));
+  if (live_bytes_ > config_.budget_bytes) return fail("live bytes exceed the budget");
+  if (pool_bytes != pool_bytes_ || in_pool != pool_.size()) return fail("pool bytes or size mismatch");
+  if (frames_.empty() && !held_.empty()) return fail("locks held outside a materialization");
+  return true;
+}
+
+}  // namespace dtr

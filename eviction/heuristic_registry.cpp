@@ -1,0 +1,58 @@
+// heuristic_registry.cpp: the registry and its table of built-in heuristics.
+#include "dtr/eviction/heuristic_registry.h"
+
+#include <limits>
+
+#include "dtr/core/options.h"
+#include "eviction/heuristics/builtin.h"
+
+namespace dtr {
+
+double dtr_ratio(double cost, double size_bytes, double staleness_ticks) {
+  const double denom = size_bytes * staleness_ticks;
+  return denom > 0 ? cost / denom : std::numeric_limits<double>::infinity();
+}
+
+void HeuristicRegistry::add(HeuristicInfo info) {
+  for (HeuristicInfo& e : entries_) {
+    if (e.name == info.name) {
+      e = std::move(info);
+      return;
+    }
+  }
+  entries_.push_back(std::move(info));
+}
+
+const HeuristicInfo* HeuristicRegistry::find(const std::string& name) const {
+  for (const HeuristicInfo& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+std::string HeuristicRegistry::names() const {
+  std::string out;
+  for (const HeuristicInfo& e : entries_) out += (out.empty() ? "" : ", ") + e.name;
+  return out;
+}
+
+std::unique_ptr<Heuristic> HeuristicRegistry::make(const std::string& name,
+                                                   const HeuristicParams& params) const {
+  const HeuristicInfo* info = find(name);
+  if (!info)
+    throw ConfigError("dtr: unknown policy '" + name + "'; valid policies: " + names());
+  return info->make(params);
+}
+
+const HeuristicRegistry& builtin_heuristics() {
+  static const HeuristicRegistry registry = [] {
+    HeuristicRegistry r;
+    for (auto info : {dtr_eq_heuristic_info, dtr_heuristic_info, dtr_local_heuristic_info,
+                      msps_heuristic_info, lru_heuristic_info, size_heuristic_info,
+                      random_heuristic_info})
+      r.add(info());
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace dtr

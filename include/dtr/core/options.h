@@ -1,0 +1,96 @@
+// options.h: every runtime option, in one table.
+//
+// Each option has a name (the key in DTR_CONF), a DTR_* environment variable, a default
+// and a one-line doc. The parser, --help texts and docs/config.md all come from the
+// table (DTR_OPTIONS below). Options reach the runtime as a Config value passed to
+// constructors; there is no global configuration in the libraries.
+//
+// Sources, later ones overriding earlier ones: defaults, then DTR_CONF="key:value,..."
+// (tokenized like PyTorch's PYTORCH_CUDA_ALLOC_CONF: `key:value` pairs separated by
+// commas, `key:[a:b]` bracketed values, True/False for booleans), then the individual
+// DTR_<NAME> variables. An unknown key or a bad value is a ConfigError that names the
+// problem and lists the valid keys.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtr {
+
+// A memory budget: unlimited, absolute bytes ("4G", "300M", "123456"), or a ratio of the
+// baseline peak ("0.4"), which only a simulator that knows the baseline can resolve.
+struct Budget {
+  enum class Kind : uint8_t { unlimited, bytes, ratio };
+  Kind kind = Kind::unlimited;
+  uint64_t bytes = 0;
+  double ratio = 0.0;
+
+  // Bytes for a run whose unconstrained peak is `baseline_peak_bytes` (UINT64_MAX if unlimited).
+  uint64_t resolve(uint64_t baseline_peak_bytes) const;
+  std::string to_string() const;
+  static Budget parse(std::string_view text);  // throws ConfigError
+};
+
+// X(member, type, "key", "DTR_ENV", "default", "doc")
+#define DTR_OPTIONS(X)                                                                             \
+  X(budget, Budget, "budget", "DTR_BUDGET", "0",                                                   \
+    "hard cap on live bytes: bytes with K/M/G suffix, or a ratio (0,1] of the baseline peak "      \
+    "(simulator only); 0 = unlimited")                                                            \
+  X(policy, std::string, "policy", "DTR_POLICY", "dtr_eq",                                         \
+    "eviction heuristic, by registry name (see `dtr-sim policies`)")                              \
+  X(search, std::string, "search", "DTR_SEARCH", "full",                                           \
+    "candidate search: `full` scans every evictable storage, `sample` scores a random subset")    \
+  X(sample, uint32_t, "sample", "DTR_SAMPLE", "0",                                                 \
+    "candidates scored per eviction when search=sample; 0 = ceil(sqrt(pool size))")               \
+  X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
+  X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
+    "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "        \
+    "0 = never")                                                                                  \
+  X(debug, uint32_t, "debug", "DTR_DEBUG", "0",                                                    \
+    "0..3; at 3 the engine checks all its invariants after every operation (slow)")              \
+  X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")            \
+  X(report, bool, "report", "DTR_REPORT", "False", "print a summary of the run at exit")
+
+struct Config {
+#define DTR_OPTIONS_MEMBER(member, type, key, env, def, doc) type member{};
+  DTR_OPTIONS(DTR_OPTIONS_MEMBER)
+#undef DTR_OPTIONS_MEMBER
+
+  Config();  // all defaults from the table
+
+  // Sets one option from its text form; throws ConfigError (unknown key lists the valid keys).
+  void set(std::string_view key, std::string_view value);
+  // Applies a DTR_CONF string: "budget:4G,policy:dtr_eq,sample:64".
+  void apply_conf(std::string_view conf);
+  // Applies DTR_CONF, then each DTR_<NAME> variable that is set. Uses getenv only, safe
+  // to call from a library initializer under LD_PRELOAD.
+  void apply_environment();
+  // Text form of one option's current value.
+  std::string get(std::string_view key) const;
+};
+
+struct OptionInfo {
+  const char* key;
+  const char* env;
+  const char* default_value;
+  const char* doc;
+};
+const std::vector<OptionInfo>& option_table();
+
+// Comma-separated list of valid keys, for error messages.
+std::string valid_option_keys();
+// The markdown page docs/config.md, generated from the table.
+std::string config_markdown();
+
+// "512", "4K", "300M", "2G", "1.5G" (binary multiples). Throws ConfigError.
+uint64_t parse_size(std::string_view text);
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace dtr

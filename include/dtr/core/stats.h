@@ -1,0 +1,52 @@
+// stats.h: the runtime's counters, from one X-macro list.
+//
+// Every counter is declared once in DTR_STATS below: its C++ member, its exported key
+// and a one-line description. Keys follow PyTorch's `torch.cuda.memory_stats()` where
+// PyTorch has one (`allocated_bytes.all.current`, `num_ooms`) and live under `dtr.`
+// otherwise. The struct, the JSON export and the docs all come from this list, so a
+// counter cannot be exported under two names or forgotten in one of them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dtr {
+
+// X(member, "exported.key", "description")
+#define DTR_STATS(X)                                                                              \
+  X(allocated_current, "allocated_bytes.all.current", "live bytes of material storages")            \
+  X(allocated_peak, "allocated_bytes.all.peak", "peak of allocated_bytes.all.current")              \
+  X(allocated_total, "allocated_bytes.all.allocated", "bytes ever made material (incl. remats)")   \
+  X(freed_total, "allocated_bytes.all.freed", "bytes ever freed (evictions and deaths)")           \
+  X(allocation_current, "allocation.all.current", "material storages now")                         \
+  X(allocation_peak, "allocation.all.peak", "peak of allocation.all.current")                      \
+  X(num_ooms, "num_ooms", "requests that failed with out-of-memory")                               \
+  X(num_ops, "dtr.num_ops", "ops recorded")                                                         \
+  X(num_evictions, "dtr.num_evictions", "storages evicted to make room (heuristic choices)")        \
+  X(num_eager_evictions, "dtr.num_eager_evictions", "storages evicted at their last release")      \
+  X(num_remats, "dtr.num_remats", "ops re-run to rematerialize a storage")                         \
+  X(num_banished, "dtr.num_banished", "dead storages forgotten for good")                          \
+  X(evicted_bytes, "dtr.evicted_bytes", "bytes freed by heuristic evictions")                      \
+  X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")             \
+  X(remat_compute_ns, "dtr.remat_compute_ns", "compute spent rematerializing")                    \
+  X(eviction_searches, "dtr.eviction_searches", "times the engine chose a storage to evict")      \
+  X(candidates_scored, "dtr.candidates_scored", "heuristic evaluations during those searches")    \
+  X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")  \
+  X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")
+
+struct Stats {
+#define DTR_STATS_MEMBER(member, key, doc) uint64_t member = 0;
+  DTR_STATS(DTR_STATS_MEMBER)
+#undef DTR_STATS_MEMBER
+
+  // Flat object {"allocated_bytes.all.current": 123, ...} in list order.
+  nlohmann::ordered_json to_json() const;
+  // Peaks restart from the current values (torch.cuda.reset_peak_memory_stats()).
+  void reset_peaks();
+  // One line per counter: key, description. For --help texts and docs.
+  static std::string describe();
+};
+
+}  // namespace dtr

@@ -1,0 +1,42 @@
+// status.h: the result of a runtime operation on a hot path (no exceptions there).
+//
+// `oom` carries the numbers a user needs to act on an infeasible budget: the budget,
+// what was live, how much of that was pinned (not evictable) and how much could still
+// be evicted, and what the failing request wanted. `thrash` means rematerialization
+// exceeded the configured overhead limit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtr {
+
+enum class StatusCode : uint8_t { ok, oom, thrash };
+
+struct OomInfo {
+  uint64_t budget_bytes = 0;
+  uint64_t live_bytes = 0;
+  uint64_t pinned_bytes = 0;     // live and locked or pinned: cannot be evicted now
+  uint64_t evictable_bytes = 0;  // live and in the eviction pool
+  uint64_t requested_bytes = 0;
+};
+
+struct Status {
+  StatusCode code = StatusCode::ok;
+  OomInfo oom;
+
+  bool ok() const { return code == StatusCode::ok; }
+  static Status success() { return {}; }
+  static Status out_of_memory(const OomInfo& info) { return Status{StatusCode::oom, info}; }
+  static Status thrashing() { return Status{StatusCode::thrash, {}}; }
+
+  // "ok", "oom" or "thrash": the names used in JSON results.
+  const char* name() const;
+  // A sentence for a human: numbers, and what to try.
+  std::string message() const;
+};
+
+// Human-readable byte count ("1.50 GiB").
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace dtr

@@ -1,0 +1,98 @@
+// trace.h: a recorded training step, as a list of runtime events.
+//
+// Two on-disk formats map to this one structure (docs/trace-format.md):
+//  - DTR's log format (JSON lines, uwsampl/dtr-prototype): CALL, MEMORY, ALIAS, MUTATE,
+//    CONSTANT, COPY, COPY_FROM, RELEASE, PIN, ANNOTATE. A CALL is followed by one MEMORY
+//    and one ALIAS line per result; a CONSTANT by one MEMORY line. The reader folds those
+//    into the CALL/CONSTANT event.
+//  - our own format: the same lines after a version header line
+//    {"INSTRUCTION":"DTR_TRACE","VERSION":1,...}. The writer emits this format.
+//
+// Names are interned: every tensor name becomes a dense NameId, so replay indexes arrays
+// instead of hashing strings. The reader validates as it goes (a name used before it is
+// defined, a result defined twice, a negative or non-numeric size, a MEMORY line that does
+// not match its CALL) and throws TraceError with file and line: a trace is input, and bad
+// input must never crash the runtime.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dtr {
+
+using NameId = uint32_t;
+
+enum class TraceEventKind : uint8_t {
+  annotate,   // annotation: "START" or "BACKWARD" (text in `op`)
+  call,       // op `op` on `args` produced `results`, taking `time_ns`
+  mutate,     // op `op` on `args` mutated args[mutated[i]], taking `time_ns`
+  constant,   // results[0] is a new constant (pinned) of results[0].size_bytes
+  copy,       // `dst` is a new name for the tensor `src` (one more external reference)
+  copy_from,  // `dst` now names the tensor `src`; the tensor `dst` named before is released
+  release,    // the external reference `dst` is dropped
+  pin,        // the tensor `dst` must stay material from now on
+};
+
+const char* trace_event_kind_name(TraceEventKind kind);
+
+struct TraceResult {
+  NameId name = 0;
+  uint64_t size_bytes = 0;  // as recorded in MEMORY (for an alias: the recorded size, unused)
+  int32_t alias = -1;       // index into args of the tensor this result is a view of, or -1
+};
+
+struct TraceEvent {
+  TraceEventKind kind = TraceEventKind::annotate;
+  std::string op;                   // CALL/MUTATE: op name; ANNOTATE: the annotation
+  std::vector<NameId> args;         // CALL/MUTATE
+  std::vector<TraceResult> results;  // CALL: results; CONSTANT: the one constant
+  std::vector<uint32_t> mutated;    // MUTATE: indices into args
+  NameId dst = 0;                   // COPY/COPY_FROM/RELEASE/PIN
+  NameId src = 0;                   // COPY/COPY_FROM
+  uint64_t time_ns = 0;             // CALL/MUTATE
+  uint32_t line = 0;                // 1-based line of the event's first line in its file
+};
+
+struct Trace {
+  std::string path;                // file it was read from ("" if built in memory)
+  uint32_t version = 0;            // 0: DTR log; >= 1: our format
+  std::vector<std::string> names;  // NameId -> tensor name
+  std::vector<TraceEvent> events;  // from the START annotation on (START itself kept)
+  uint32_t ignored_releases = 0;   // RELEASE of names never defined (DTR's simulator ignores these)
+
+  NameId intern(const std::string& name);  // for building traces in memory
+
+  // intern()'s lookup table, name -> NameId. A cache, not part of the trace's value: the
+  // reader leaves it empty and intern() rebuilds it from `names` whenever the two differ in
+  // size (Note [Interning] in core/trace_reader.cpp).
+  std::unordered_map<std::string, NameId> name_index_;
+};
+
+// Thrown for malformed input. what() is "FILE:LINE: problem; hint".
+class TraceError : public std::runtime_error {
+ public:
+  TraceError(const std::string& path, uint32_t line, const std::string& problem);
+  const std::string& path() const { return path_; }
+  uint32_t line() const { return line_; }
+
+ private:
+  std::string path_;
+  uint32_t line_;
+};
+
+constexpr uint32_t kTraceFormatVersion = 1;
+
+// Reads either format (detected from the first line). Events before the first
+// `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has none.
+Trace read_trace(const std::string& path);
+Trace read_trace(std::istream& in, const std::string& path_for_errors);
+
+// Writes our versioned format; read_trace(write_trace(t)) == t (events and names).
+void write_trace(const Trace& trace, std::ostream& out);
+void write_trace(const Trace& trace, const std::string& path);
+
+}  // namespace dtr

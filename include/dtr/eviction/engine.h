@@ -1,0 +1,228 @@
+// engine.h: the DTR engine: lineage, eviction and rematerialization under a hard budget.
+//
+// Vocabulary (docs/architecture.md): a *storage* is the unit of memory and of eviction; a
+// *tensor* is a view of a storage (the root tensor made it, alias tensors are views);
+// an *op* is one recorded call: its input tensors, its output tensors and its compute cost
+// (its *lineage*). *Evict* frees a storage but keeps its lineage; *remat* re-runs the op
+// that made it. *Pin* forbids eviction for good (constants, outputs); a *lock* forbids it
+// while an op that reads the storage runs.
+//
+// The engine knows nothing of PyTorch or files. The host (the simulator, or the torch
+// integration) records ops through `call`, references through `retain`/`release`, and
+// learns what to free and what to recompute through EngineHooks.
+//
+// Invariants (checked by is_valid(), after every operation at debug level 3):
+//  - live_bytes() == sum of sizes of material storages <= budget_bytes();
+//  - a storage is in the eviction pool iff it is material, unlocked and not pinned;
+//  - a defined tensor has a material storage;
+//  - a storage's external references are the sum of its tensors';
+//  - with eq classes on, an evicted storage has a class node and a material one has none.
+//
+// Semantics follow DTR's simulator (simrd, RuntimeV2EagerOptimized) so that results can be
+// compared with the paper's: see Note [Faithful to simrd] in engine.cpp.
+//
+// Thread safety: none. One engine is driven by one thread at a time (the torch
+// integration serialises calls under its own lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dtr/core/clock.h"
+#include "dtr/core/stats.h"
+#include "dtr/core/status.h"
+#include "dtr/eviction/heuristic.h"
+
+namespace dtr {
+
+using TensorId = uint32_t;
+using OpId = uint32_t;
+constexpr uint32_t kNoId = UINT32_MAX;
+
+enum class SearchMode : uint8_t {
+  full,    // score every evictable storage (exact; DTR's simulator does this)
+  sample,  // score a random subset of ceil(sqrt(n)) (or `sample_size`) storages
+};
+SearchMode parse_search_mode(const std::string& text);  // throws ConfigError
+const char* search_mode_name(SearchMode mode);
+
+struct EngineConfig {
+  uint64_t budget_bytes = UINT64_MAX;  // hard cap on live bytes
+  SearchMode search = SearchMode::full;
+  uint32_t sample_size = 0;  // 0: ceil(sqrt(pool size))
+  uint64_t seed = 0;
+  uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
+  uint32_t debug = 0;         // 3: check invariants after every operation
+};
+
+// What an op produces: one entry per output.
+struct OutputSpec {
+  uint64_t size_bytes = 0;  // ignored for an alias
+  int32_t alias = -1;       // index of the input this output is a view of, or -1
+};
+
+// How the host carries out the engine's decisions. Default: pure accounting (simulator).
+class EngineHooks {
+ public:
+  virtual ~EngineHooks() = default;
+  // `op` ran (remat: again); its outputs listed in `filled` became defined.
+  virtual void on_compute(OpId op, bool remat) {}
+  // Storage `s` lost its memory (heuristic eviction or eager eviction of a dead storage).
+  virtual void on_evict(StorageId s) {}
+};
+
+class Engine {
+ public:
+  // Throws ConfigError if `heuristic` needs a feature this engine lacks.
+  Engine(EngineConfig config, std::unique_ptr<Heuristic> heuristic, Clock& clock,
+         EngineHooks* hooks = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // --- driving the engine -------------------------------------------------------------
+  // Records an op on `inputs` and runs it (making room first); appends its output tensors
+  // to `outputs` (each with one external reference) even when the status is not ok.
+  Status call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
+              const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs);
+  // A constant: computed at no cost and pinned.
+  Status constant(uint64_t size_bytes, TensorId& out);
+  void retain(TensorId t);   // one more external reference
+  void release(TensorId t);  // one fewer; a dead storage is evicted at once (eager eviction)
+  Status materialize(TensorId t);  // make `t` defined, rematerializing as needed
+  Status pin(TensorId t);          // materialize and pin for good
+  // Frees storages until `bytes` more fit the budget (for an allocator under pressure).
+  Status make_room(uint64_t bytes);
+  // The storage the policy would evict now (the pool must not be empty); evicts nothing.
+  StorageId choose_victim();
+
+  // --- state, for hosts, heuristics and tests -------------------------------------------
+  uint64_t budget_bytes() const { return config_.budget_bytes; }
+  uint64_t live_bytes() const { return live_bytes_; }
+  uint64_t evictable_bytes() const { return pool_bytes_; }
+  Tick now() const { return clock_.now(); }
+  const Stats& stats() const { return stats_; }
+  Stats& stats() { return stats_; }
+  const EngineConfig& config() const { return config_; }
+  const Heuristic& heuristic() const { return *heuristic_; }
+
+  size_t num_storages() const { return storages_.size(); }
+  size_t num_tensors() const { return tensors_.size(); }
+  size_t num_ops() const { return ops_.size(); }
+  size_t pool_size() const { return pool_.size(); }
+
+  StorageId storage_of(TensorId t) const { return tensors_[t].storage; }
+  OpId op_of(TensorId t) const { return tensors_[t].op; }
+  bool is_defined(TensorId t) const { return tensors_[t].defined; }
+  uint32_t external_refs(TensorId t) const { return tensors_[t].ext_refs; }
+  const std::vector<TensorId>& op_inputs(OpId op) const { return ops_[op].inputs; }
+  const std::vector<TensorId>& op_outputs(OpId op) const { return ops_[op].outputs; }
+  uint64_t op_compute_ns(OpId op) const { return ops_[op].compute_ns; }
+
+  uint64_t storage_size(StorageId s) const { return storages_[s].size_bytes; }
+  uint64_t storage_compute(StorageId s) const { return storages_[s].compute_ns; }
+  bool is_material(StorageId s) const { return storages_[s].material; }
+  bool is_pinned(StorageId s) const { return storages_[s].pinned; }
+  bool is_evictable(StorageId s) const { return storages_[s].pool_index >= 0; }
+  uint64_t pool_seq(StorageId s) const { return storages_[s].pool_seq; }
+  const std::vector<StorageId>& pool() const { return pool_; }
+  Tick last_access(StorageId s) const { return storages_[s].last_access; }
+  Tick staleness(StorageId s) const { return clock_.now() - storages_[s].last_access; }
+  // Compute of the evicted storages reachable from `s` through evicted storages, along
+  // children (forward) or parents (backward). Needs kFeatureNeighborhood.
+  uint64_t evicted_neighborhood_compute(StorageId s, bool forward) const;
+  // s's compute plus the compute of every distinct eq class among s's evicted neighbours.
+  // Needs kFeatureEqClasses.
+  uint64_t eq_class_cost(StorageId s) const;
+
+  // All invariants; on failure `why` says which (debug level 3 calls this after every op).
+  bool is_valid(std::string* why = nullptr) const;
+
+ private:
+  struct StorageRec {
+    uint64_t size_bytes = 0;
+    uint64_t compute_ns = 0;  // sum over the distinct ops of its tensors
+    Tick last_access = 0;
+    std::vector<TensorId> tensors;  // root first, then aliases
+    uint32_t locks = 0;
+    uint32_t ext_refs = 0;
+    int32_t pool_index = -1;  // position in pool_, -1 if not evictable
+    uint64_t pool_seq = 0;    // when it last entered the pool: Note [Tie-breaking]
+    uint32_t eq_node = kNoId;
+    mutable uint32_t visit_epoch = 0;
+    bool material = false;
+    bool pinned = false;
+  };
+  struct TensorRec {
+    StorageId storage = kNoId;
+    OpId op = kNoId;
+    uint32_t ext_refs = 0;
+    bool defined = false;
+    std::vector<TensorId> children;  // outputs of ops that read this tensor
+  };
+  struct OpRec {
+    uint64_t compute_ns = 0;
+    uint64_t total_bytes = 0;  // sum of non-alias output sizes
+    std::vector<TensorId> inputs;
+    std::vector<TensorId> outputs;
+  };
+  struct EqNode {
+    uint32_t parent;
+    uint32_t size;
+    int64_t compute_ns;
+  };
+  struct Frame {  // one pending materialization: Note [Explicit remat stack]
+    TensorId tensor;
+    bool remat;
+    uint32_t pending_begin, pending_end, cursor;
+    uint32_t held_begin;
+  };
+
+  Status run_materialize(TensorId t, bool remat);
+  void enter_frame(TensorId t, bool remat);
+  void compute(TensorId t, bool remat);
+  void evict(StorageId s, bool eager);
+  void lock(StorageId s);
+  void unlock(StorageId s);
+  void pool_insert(StorageId s);
+  void pool_remove(StorageId s);
+  OomInfo oom_info(uint64_t requested) const;
+  void check_invariants() const;
+
+
+  uint32_t eq_find(uint32_t node) const;
+  void eq_on_evict(StorageId s);
+  void eq_on_remat(StorageId s);
+  template <typename F>
+  void for_each_evicted_neighbor(StorageId s, F&& f) const;
+
+  EngineConfig config_;
+  std::unique_ptr<Heuristic> heuristic_;
+  Clock& clock_;
+  EngineHooks default_hooks_;
+  EngineHooks* hooks_;
+  bool track_eq_ = false;
+
+  std::vector<StorageRec> storages_;
+  std::vector<TensorRec> tensors_;
+  std::vector<OpRec> ops_;
+  std::vector<StorageId> pool_;
+  uint64_t pool_bytes_ = 0;
+  uint64_t pool_seq_next_ = 0;
+  uint64_t live_bytes_ = 0;
+  mutable std::vector<EqNode> eq_nodes_;
+  mutable uint32_t epoch_ = 0;
+  mutable std::vector<StorageId> dfs_stack_;
+
+  std::vector<Frame> frames_;
+  std::vector<TensorId> pending_;
+  std::vector<StorageId> held_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<double, StorageId>> search_scratch_;
+  Stats stats_;
+};
+
+}  // namespace dtr

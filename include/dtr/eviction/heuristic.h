@@ -1,0 +1,49 @@
+// heuristic.h: what an eviction heuristic is.
+//
+// A heuristic only scores: given a material, unlocked storage it returns a cost, and the
+// engine evicts the storage of least cost (see candidate_search.h for how candidates are
+// picked and ties broken). A heuristic declares the engine features it reads; the engine
+// refuses, at construction, a heuristic that needs a feature it does not provide (for
+// example address order without an allocator), so a mismatch never shows up as silently
+// wrong scores.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace dtr {
+
+class Engine;
+using StorageId = uint32_t;
+
+// Engine features a heuristic may read (bit flags).
+enum Feature : uint32_t {
+  kFeatureStaleness = 1u << 0,     // ticks since the storage was last accessed
+  kFeatureNeighborhood = 1u << 1,  // exact evicted neighbourhoods (graph search per score)
+  kFeatureEqClasses = 1u << 2,     // union-find classes of evicted storages, kept up to date
+  kFeatureAddressOrder = 1u << 3,  // evictable blocks in address order (needs an allocator)
+};
+
+std::string feature_names(uint32_t features);  // "staleness, eq_classes"
+
+class Heuristic {
+ public:
+  virtual ~Heuristic() = default;
+  virtual std::string_view name() const = 0;
+  virtual uint32_t needs() const = 0;
+  // Cost of evicting `s`; lower is evicted first. May be +inf, never NaN.
+  virtual double score(const Engine& engine, StorageId s) = 0;
+  // Optional: a cheap value that score() never goes below. A full scan then scores in
+  // order of bound and stops once the bound exceeds the best cost found, with the same
+  // result as scoring everything (Note [Bounded full scan] in candidate_search.cpp).
+  virtual bool has_lower_bound() const { return false; }
+  virtual double lower_bound(const Engine& engine, StorageId s) { return 0.0; }
+};
+
+struct HeuristicParams {
+  uint64_t seed = 0;  // for heuristics with randomness
+};
+
+}  // namespace dtr

@@ -1,0 +1,40 @@
+// heuristic_registry.h: every heuristic, reachable by name.
+//
+// The built-in registry is an immutable table (one line per heuristic in
+// heuristic_registry.cpp; the heuristic itself is one file under eviction/heuristics/).
+// Tests and tools may build their own registry value and add to it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtr/eviction/heuristic.h"
+
+namespace dtr {
+
+struct HeuristicInfo {
+  std::string name;
+  std::string summary;  // one line, for `dtr-sim policies`
+  uint32_t needs = 0;
+  std::function<std::unique_ptr<Heuristic>(const HeuristicParams&)> make;
+};
+
+class HeuristicRegistry {
+ public:
+  void add(HeuristicInfo info);  // replaces an entry of the same name
+  const HeuristicInfo* find(const std::string& name) const;
+  // Throws ConfigError naming the unknown policy and listing the known ones.
+  std::unique_ptr<Heuristic> make(const std::string& name, const HeuristicParams& params) const;
+  const std::vector<HeuristicInfo>& entries() const { return entries_; }
+  std::string names() const;  // "dtr, dtr_eq, ..."
+
+ private:
+  std::vector<HeuristicInfo> entries_;
+};
+
+// The registry of built-in heuristics (immutable; built on first use).
+const HeuristicRegistry& builtin_heuristics();
+
+}  // namespace dtr

@@ -1,0 +1,20 @@
+// synthetic_trace.h: traces made in memory, for tests, benchmarks and theory checks.
+#pragma once
+
+#include <cstdint>
+
+#include "dtr/core/trace.h"
+
+namespace dtr {
+
+// A linear network of n unit ops: forward x_i = f(x_{i-1}) for i = 1..n, then backward
+// g_{i-1} = f'(g_i, x_{i-1}) for i = n..1, releasing x_{i-1} and g_i as autograd would.
+// Every op costs `unit_ns` and every tensor takes `unit_bytes`.
+Trace make_linear_chain_trace(uint32_t n, uint64_t unit_bytes = 1, uint64_t unit_ns = 1);
+
+// A seeded random program of about `n_events` events using every instruction: calls with
+// several inputs and outputs, views (aliases), constants, copies, copy_from, mutation and
+// releases. Every name is used only while it holds a reference, as in a real program.
+Trace make_random_trace(uint64_t seed, uint32_t n_events);
+
+}  // namespace dtr

@@ -1,0 +1,249 @@
+// replay.cpp: trace events -> engine calls.
+//
+// Note [Trace to engine]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// Each trace name maps to an engine tensor. CALL records an op (outputs that alias an
+// input take no memory); CONSTANT makes a pinned constant; COPY retains the tensor under
+// a new name; COPY_FROM re-points a name (release the old tensor, retain the new one);
+// RELEASE drops a reference; PIN pins. MUTATE is copy-on-write, as in DTR's simulator:
+// the op produces a fresh storage per mutated argument (of that argument's storage size),
+// the argument's name moves to it, and the old version is released, so lineages that read
+// the old value keep reading it. At the end every tensor still referenced is
+// rematerialized if needed and pinned: the step's results must exist when it returns.
+#include "dtr/sim/replay.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "dtr/core/check.h"
+
+namespace dtr {
+
+Baseline compute_baseline(const Trace& trace) {
+  // Storage-level reference counting with unlimited memory: memory is charged when an op
+  // runs and freed at a storage's last release (constants included).
+  std::vector<uint32_t> storage_of(trace.names.size(), kNoId);
+  std::vector<uint64_t> size;
+  std::vector<uint32_t> refs;
+  uint64_t live = 0;
+  Baseline b;
+  auto fresh = [&](uint64_t bytes) {
+    size.push_back(bytes);
+    refs.push_back(1);
+    live += bytes;
+    return static_cast<uint32_t>(size.size() - 1);
+  };
+  auto drop = [&](uint32_t s) {
+    if (s == kNoId || refs[s] == 0) return;
+    if (--refs[s] == 0) live -= size[s];
+  };
+  for (const TraceEvent& ev : trace.events) {
+    switch (ev.kind) {
+      case TraceEventKind::annotate: break;
+      case TraceEventKind::constant:
+        storage_of[ev.results[0].name] = fresh(ev.results[0].size_bytes);
+        b.peak_bytes = std::max(b.peak_bytes, live);
+        break;
+      case TraceEventKind::call:
+        b.compute_ns += ev.time_ns;
+        for (const TraceResult& r : ev.results) {
+          if (r.alias >= 0) {
+            const uint32_t s = storage_of[ev.args[r.alias]];
+            storage_of[r.name] = s;
+            if (s != kNoId) ++refs[s];
+          } else {
+            storage_of[r.name] = fresh(r.size_bytes);
+          }
+        }
+        b.peak_bytes = std::max(b.peak_bytes, live);
+        break;
+      case TraceEventKind::mutate: {
+        b.compute_ns += ev.time_ns;
+        std::vector<uint32_t> fresh_ids;
+        for (uint32_t m : ev.mutated) {
+          const uint32_t old = storage_of[ev.args[m]];
+          fresh_ids.push_back(fresh(old == kNoId ? 0 : size[old]));
+        }
+        b.peak_bytes = std::max(b.peak_bytes, live);
+        for (size_t i = 0; i < ev.mutated.size(); ++i) {
+          const NameId name = ev.args[ev.mutated[i]];
+          const uint32_t old = storage_of[name];
+          storage_of[name] = fresh_ids[i];
+          drop(old);
+        }
+        break;
+      }
+      case TraceEventKind::copy: {
+        const uint32_t s = storage_of[ev.src];
+        storage_of[ev.dst] = s;
+        if (s != kNoId) ++refs[s];
+        break;
+      }
+      case TraceEventKind::copy_from: {
+        const uint32_t old = storage_of[ev.dst];
+        const uint32_t s = storage_of[ev.src];
+        storage_of[ev.dst] = s;
+        drop(old);
+        if (s != kNoId) ++refs[s];
+        break;
+      }
+      case TraceEventKind::release: drop(storage_of[ev.dst]); break;
+      case TraceEventKind::pin: break;
+    }
+  }
+  return b;
+}
+
+ReplayOptions ReplayOptions::from_config(const Config& config) {
+  ReplayOptions o;
+  o.budget = config.budget;
+  o.policy = config.policy;
+  o.search = parse_search_mode(config.search);
+  o.sample = config.sample;
+  o.seed = config.seed;
+  o.max_overhead = config.max_overhead;
+  o.debug = config.debug;
+  return o;
+}
+
+namespace {
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Runs the events; returns the first failure.
+Status run_events(const Trace& trace, Engine& engine) {
+  std::vector<TensorId> tensor_of(trace.names.size(), kNoId);
+  std::vector<TensorId> inputs, outputs;
+  std::vector<OutputSpec> specs;
+  Status status;
+  for (const TraceEvent& ev : trace.events) {
+    switch (ev.kind) {
+      case TraceEventKind::annotate: break;
+      case TraceEventKind::constant: {
+        TensorId t;
+        status = engine.constant(ev.results[0].size_bytes, t);
+        tensor_of[ev.results[0].name] = t;
+        break;
+      }
+      case TraceEventKind::call: {
+        inputs.clear(), outputs.clear(), specs.clear();
+        for (NameId a : ev.args) inputs.push_back(tensor_of[a]);
+        for (const TraceResult& r : ev.results)
+          specs.push_back(OutputSpec{r.alias >= 0 ? 0 : r.size_bytes, r.alias});
+        status = engine.call(ev.time_ns, inputs, specs, outputs);
+        for (size_t i = 0; i < ev.results.size(); ++i) tensor_of[ev.results[i].name] = outputs[i];
+        break;
+      }
+      case TraceEventKind::mutate: {
+        inputs.clear(), outputs.clear(), specs.clear();
+        for (NameId a : ev.args) inputs.push_back(tensor_of[a]);
+        for (uint32_t m : ev.mutated)
+          specs.push_back(OutputSpec{engine.storage_size(engine.storage_of(inputs[m])), -1});
+        status = engine.call(ev.time_ns, inputs, specs, outputs);
+        if (!status.ok()) break;
+        for (size_t i = 0; i < ev.mutated.size(); ++i) {
+          const NameId name = ev.args[ev.mutated[i]];
+          const TensorId old = tensor_of[name];
+          tensor_of[name] = outputs[i];
+          engine.release(old);
+        }
+        break;
+      }
+      case TraceEventKind::copy:
+        tensor_of[ev.dst] = tensor_of[ev.src];
+        engine.retain(tensor_of[ev.src]);
+        break;
+      case TraceEventKind::copy_from: {
+        const TensorId old = tensor_of[ev.dst];
+        tensor_of[ev.dst] = tensor_of[ev.src];
+        engine.release(old);
+        engine.retain(tensor_of[ev.src]);
+        break;
+      }
+      case TraceEventKind::release:
+        if (tensor_of[ev.dst] != kNoId && engine.external_refs(tensor_of[ev.dst]) > 0)
+          engine.release(tensor_of[ev.dst]);
+        break;
+      case TraceEventKind::pin: status = engine.pin(tensor_of[ev.dst]); break;
+    }
+    if (!status.ok()) return status;
+  }
+  // The step's results: everything still referenced must be material at the end.
+  for (NameId n = 0; n < tensor_of.size(); ++n) {
+    const TensorId t = tensor_of[n];
+    if (t == kNoId || engine.external_refs(t) == 0) continue;
+    status = engine.pin(t);
+    if (!status.ok()) return status;
+  }
+  return status;
+}
+
+}  // namespace
+
+ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOptions& options,
+                    const HeuristicRegistry& registry) {
+  const auto start = std::chrono::steady_clock::now();
+  ReplayResult result;
+  result.trace = base_name(trace.path);
+  result.policy = options.policy;
+  result.search = search_mode_name(options.search);
+  result.baseline_peak_bytes = baseline.peak_bytes;
+  result.baseline_compute_ns = baseline.compute_ns;
+  result.budget_bytes = options.budget.resolve(baseline.peak_bytes);
+  result.budget_ratio = options.budget.kind == Budget::Kind::ratio
+                            ? options.budget.ratio
+                            : (baseline.peak_bytes ? double(result.budget_bytes) / double(baseline.peak_bytes) : 0.0);
+
+  EngineConfig config;
+  config.budget_bytes = result.budget_bytes;
+  config.search = options.search;
+  config.sample_size = options.sample;
+  config.seed = options.seed;
+  config.debug = options.debug;
+  if (options.max_overhead > 0) {
+    const double limit = double(baseline.compute_ns) * (options.max_overhead - 1.0);
+    config.max_remat_ns = limit < 1.0 ? 1 : static_cast<uint64_t>(limit);
+  }
+  HeuristicParams params;
+  params.seed = options.seed;
+  LogicalClock clock(0);
+  Engine engine(config, registry.make(options.policy, params), clock);
+
+  result.status = run_events(trace, engine);
+  result.status_name = result.status.name();
+  result.stats = engine.stats();
+  result.peak_bytes = result.stats.allocated_peak;
+  result.compute_ns = result.stats.model_compute_ns + result.stats.remat_compute_ns;
+  result.overhead = baseline.compute_ns ? double(result.compute_ns) / double(baseline.compute_ns) : 1.0;
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+nlohmann::ordered_json to_json(const ReplayResult& r) {
+  nlohmann::ordered_json j;
+  j["trace"] = r.trace;
+  j["policy"] = r.policy;
+  j["budget_ratio"] = r.budget_ratio;
+  j["budget_bytes"] = r.budget_bytes;
+  j["baseline_peak_bytes"] = r.baseline_peak_bytes;
+  j["peak_bytes"] = r.peak_bytes;
+  j["baseline_compute_ns"] = r.baseline_compute_ns;
+  j["compute_ns"] = r.compute_ns;
+  j["overhead"] = r.overhead;
+  j["evictions"] = r.stats.num_evictions;
+  j["remats"] = r.stats.num_remats;
+  j["status"] = r.status_name;
+  j["search"] = r.search;
+  j["eager_evictions"] = r.stats.num_eager_evictions;
+  j["remat_compute_ns"] = r.stats.remat_compute_ns;
+  j["wall_seconds"] = r.wall_seconds;
+  return j;
+}
+
+}  // namespace dtr

@@ -1,0 +1,199 @@
+// sweep.cpp: the replay grid, its CSV, SVG and terminal table.
+#include "dtr/sim/sweep.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "dtr/sim/progress_bar.h"
+#include "dtr/sim/svg_plot.h"
+
+namespace dtr {
+
+std::vector<double> parse_ratio_list(const std::string& text) {
+  auto number = [&](const std::string& s) {
+    try {
+      size_t used = 0;
+      const double v = std::stod(s, &used);
+      if (used != s.size()) throw std::invalid_argument(s);
+      return v;
+    } catch (const std::exception&) {
+      throw ConfigError("dtr: bad budget list '" + text + "': '" + s +
+                        "' is not a number; expected e.g. 0.1:0.9:0.1 or 0.2,0.5");
+    }
+  };
+  std::vector<double> out;
+  if (text.find(':') != std::string::npos) {
+    std::vector<std::string> parts;
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ':')) parts.push_back(part);
+    if (parts.size() != 3)
+      throw ConfigError("dtr: bad budget range '" + text + "'; expected START:STOP:STEP, e.g. 0.1:0.9:0.1");
+    const double start = number(parts[0]), stop = number(parts[1]), step = number(parts[2]);
+    if (step <= 0 || stop < start)
+      throw ConfigError("dtr: bad budget range '" + text + "'; need START <= STOP and STEP > 0");
+    const int n = static_cast<int>(std::floor((stop - start) / step + 1e-9)) + 1;
+    for (int i = 0; i < n; ++i) out.push_back(std::round((start + i * step) * 1e6) / 1e6);
+  } else {
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ',')) out.push_back(number(part));
+  }
+  if (out.empty()) throw ConfigError("dtr: empty budget list");
+  for (double r : out)
+    if (!(r > 0 && r <= 1.0))
+      throw ConfigError("dtr: budget ratio " + std::to_string(r) + " is outside (0, 1]");
+  return out;
+}
+
+std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
+  // Read every trace and check every policy name before any work starts.
+  std::vector<Trace> traces;
+  std::vector<Baseline> baselines;
+  for (const std::string& path : spec.trace_paths) {
+    traces.push_back(read_trace(path));
+    baselines.push_back(compute_baseline(traces.back()));
+  }
+  for (const std::string& policy : spec.policies) builtin_heuristics().make(policy, {});
+
+  struct Cell {
+    size_t trace;
+    std::string policy;
+    double ratio;
+  };
+  std::vector<Cell> cells;
+  for (size_t t = 0; t < traces.size(); ++t)
+    for (const std::string& p : spec.policies)
+      for (double r : spec.ratios) cells.push_back({t, p, r});
+
+  std::vector<ReplayResult> results(cells.size());
+  std::atomic<size_t> next{0};
+  ProgressBar bar(cells.size(), "sweep");
+  if (!spec.progress) bar.finish();
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < cells.size();) {
+      ReplayOptions o = spec.base;
+      o.policy = cells[i].policy;
+      o.budget.kind = Budget::Kind::ratio;
+      o.budget.ratio = cells[i].ratio;
+      results[i] = replay(traces[cells[i].trace], baselines[cells[i].trace], o);
+      if (spec.progress) bar.tick();
+    }
+  };
+  unsigned n_threads = spec.threads ? spec.threads : std::max(1u, std::thread::hardware_concurrency());
+  n_threads = std::min<unsigned>(n_threads, static_cast<unsigned>(cells.size()));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < n_threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  bar.finish();
+  return results;
+}
+
+void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& results) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("dtr: cannot write CSV to '" + path + "'");
+  out << "trace,policy,search,budget_ratio,budget_bytes,baseline_peak_bytes,peak_bytes,"
+         "baseline_compute_ns,compute_ns,overhead,evictions,remats,status,wall_seconds\n";
+  for (const ReplayResult& r : results) {
+    char line[1024];
+    std::snprintf(line, sizeof line, "%s,%s,%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f\n",
+                  r.trace.c_str(), r.policy.c_str(), r.search.c_str(), r.budget_ratio,
+                  (unsigned long long)r.budget_bytes, (unsigned long long)r.baseline_peak_bytes,
+                  (unsigned long long)r.peak_bytes, (unsigned long long)r.baseline_compute_ns,
+                  (unsigned long long)r.compute_ns, r.overhead,
+                  (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_remats,
+                  r.status_name.c_str(), r.wall_seconds);
+    out << line;
+  }
+}
+
+namespace {
+// Traces and policies in first-seen order.
+template <typename Key>
+std::vector<std::string> distinct(const std::vector<ReplayResult>& results, Key key) {
+  std::vector<std::string> out;
+  for (const ReplayResult& r : results)
+    if (std::find(out.begin(), out.end(), key(r)) == out.end()) out.push_back(key(r));
+  return out;
+}
+}  // namespace
+
+void write_sweep_svg(const std::string& path, const std::vector<ReplayResult>& results) {
+  const auto traces = distinct(results, [](const ReplayResult& r) { return r.trace; });
+  const auto policies = distinct(results, [](const ReplayResult& r) { return r.policy; });
+  std::vector<PlotPanel> panels;
+  for (const std::string& trace : traces) {
+    PlotPanel panel;
+    panel.title = trace.substr(0, trace.find('-'));
+    panel.x_label = "budget (fraction of baseline peak)";
+    panel.y_label = "compute overhead (x)";
+    panel.x_min = 0.0;
+    panel.x_max = 1.0;
+    panel.y_min = 1.0;
+    for (const std::string& policy : policies) {
+      PlotSeries series;
+      series.label = policy;
+      for (const ReplayResult& r : results) {
+        if (r.trace != trace || r.policy != policy) continue;
+        series.points.push_back({r.budget_ratio, r.status.ok() ? r.overhead : std::nan("")});
+      }
+      panel.series.push_back(std::move(series));
+    }
+    panels.push_back(std::move(panel));
+  }
+  PlotOptions options;
+  options.title = "Compute overhead against memory budget (gaps: out of memory or thrashing)";
+  options.columns = static_cast<int>(std::min<size_t>(3, std::max<size_t>(1, panels.size())));
+  write_svg(path, panels, options);
+}
+
+std::string format_sweep_table(const std::vector<ReplayResult>& results) {
+  const auto traces = distinct(results, [](const ReplayResult& r) { return r.trace; });
+  const auto policies = distinct(results, [](const ReplayResult& r) { return r.policy; });
+  std::vector<double> ratios;
+  for (const ReplayResult& r : results)
+    if (std::find(ratios.begin(), ratios.end(), r.budget_ratio) == ratios.end()) ratios.push_back(r.budget_ratio);
+  std::sort(ratios.begin(), ratios.end());
+  std::ostringstream out;
+  char cell[64];
+  for (const std::string& trace : traces) {
+    out << trace << "\n";
+    std::snprintf(cell, sizeof cell, "  %-10s", "policy");
+    out << cell;
+    for (double ratio : ratios) {
+      std::snprintf(cell, sizeof cell, " %7.2f", ratio);
+      out << cell;
+    }
+    out << "\n";
+    for (const std::string& policy : policies) {
+      std::snprintf(cell, sizeof cell, "  %-10s", policy.c_str());
+      out << cell;
+      for (double ratio : ratios) {
+        std::string text = "-";
+        for (const ReplayResult& r : results) {
+          if (r.trace != trace || r.policy != policy || r.budget_ratio != ratio) continue;
+          if (r.status.ok()) {
+            std::snprintf(cell, sizeof cell, "%.3f", r.overhead);
+            text = cell;
+          } else {
+            text = r.status.code == StatusCode::oom ? "OOM" : ">lim";
+          }
+        }
+        std::snprintf(cell, sizeof cell, " %7s", text.c_str());
+        out << cell;
+      }
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace dtr

@@ -1,0 +1,480 @@
+// test_options.cpp: the option table, its parsers, DTR_CONF, the environment and the
+// generated docs/config.md.
+//
+// Tests that touch the environment save and restore every variable they set (see
+// EnvGuard), so they leave the process as they found it.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dtr/core/options.h"
+
+namespace {
+
+using dtr::Budget;
+using dtr::Config;
+using dtr::ConfigError;
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kGiB = 1024 * kMiB;
+
+// The message of the ConfigError that `fn` throws ("" if it throws none).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Sets (or unsets, with nullopt) environment variables for one scope, then restores them.
+class EnvGuard {
+ public:
+  void set(const char* name, std::optional<std::string> value) {
+    const char* old = std::getenv(name);
+    saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+    if (value) {
+      ::setenv(name, value->c_str(), 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~EnvGuard() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->value) {
+        ::setenv(it->name.c_str(), it->value->c_str(), 1);
+      } else {
+        ::unsetenv(it->name.c_str());
+      }
+    }
+  }
+
+ private:
+  struct Saved {
+    std::string name;
+    std::optional<std::string> value;
+  };
+  std::vector<Saved> saved_;
+};
+
+// Clears DTR_CONF and every DTR_<NAME>, so a developer's own settings cannot leak in.
+void clear_dtr_environment(EnvGuard& env) {
+  env.set("DTR_CONF", std::nullopt);
+  for (const dtr::OptionInfo& option : dtr::option_table()) env.set(option.env, std::nullopt);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("option table lists every option in order", "[core][options]") {
+  const auto& table = dtr::option_table();
+  REQUIRE(table.size() == 9);
+  CHECK(std::string(table[0].key) == "budget");
+  CHECK(std::string(table[0].env) == "DTR_BUDGET");
+  CHECK(std::string(table[1].key) == "policy");
+  CHECK(std::string(table.back().key) == "report");
+  CHECK(dtr::valid_option_keys() ==
+        "budget, policy, search, sample, seed, max_overhead, debug, trace, report");
+  for (const auto& option : table) {
+    CHECK(std::string(option.env) != "");
+    CHECK(std::string(option.doc) != "");
+  }
+}
+
+TEST_CASE("defaults come from the table", "[core][options]") {
+  const Config config;
+  CHECK(config.budget.kind == Budget::Kind::unlimited);
+  CHECK(config.policy == "dtr_eq");
+  CHECK(config.search == "full");
+  CHECK(config.sample == 0u);
+  CHECK(config.seed == 0u);
+  CHECK(config.max_overhead == 2.0);
+  CHECK(config.debug == 0u);
+  CHECK(config.trace == "");
+  CHECK(config.report == false);
+  for (const auto& option : dtr::option_table()) {
+    Config reparsed;
+    reparsed.set(option.key, option.default_value);
+    CHECK(reparsed.get(option.key) == config.get(option.key));
+  }
+}
+
+TEST_CASE("parse_size reads binary suffixes", "[core][options]") {
+  CHECK(dtr::parse_size("512") == 512u);
+  CHECK(dtr::parse_size("0") == 0u);
+  CHECK(dtr::parse_size("4K") == 4 * kKiB);
+  CHECK(dtr::parse_size("4k") == 4 * kKiB);
+  CHECK(dtr::parse_size("4KB") == 4 * kKiB);
+  CHECK(dtr::parse_size("4KiB") == 4 * kKiB);
+  CHECK(dtr::parse_size("4kib") == 4 * kKiB);
+  CHECK(dtr::parse_size("300M") == 300 * kMiB);
+  CHECK(dtr::parse_size("300MB") == 300 * kMiB);
+  CHECK(dtr::parse_size("300 MiB") == 300 * kMiB);
+  CHECK(dtr::parse_size("2G") == 2 * kGiB);
+  CHECK(dtr::parse_size("2gb") == 2 * kGiB);
+  CHECK(dtr::parse_size("2GiB") == 2 * kGiB);
+  CHECK(dtr::parse_size("1.5G") == 3 * kGiB / 2);
+  CHECK(dtr::parse_size("0.5K") == 512u);
+  CHECK(dtr::parse_size("0.1K") == 102u);  // truncated
+  CHECK(dtr::parse_size("  64M  ") == 64 * kMiB);
+  CHECK(dtr::parse_size("1T") == 1024 * kGiB);
+  CHECK(dtr::parse_size("18446744073709551615") == std::numeric_limits<uint64_t>::max());
+
+  for (const char* bad : {"", "  ", "abc", "-1", "-4K", "4Q", "4KK", "1.5", "M", ".", "1e5",
+                          "+4K", "18446744073709551616", "16777216T"}) {
+    INFO("text: '" << bad << "'");
+    CHECK_THROWS_AS(dtr::parse_size(bad), ConfigError);
+  }
+  CHECK_THAT(error_of([] { dtr::parse_size("4Q"); }), Catch::Contains("4Q") && Catch::Contains("suffix"));
+}
+
+TEST_CASE("Budget::parse tells unlimited, bytes and ratios apart", "[core][options]") {
+  for (const char* text : {"", "0", "0.0", "0M", "unlimited", "  0  ", "0x"}) {
+    INFO("text: '" << text << "'");
+    CHECK(Budget::parse(text).kind == Budget::Kind::unlimited);
+  }
+
+  const Budget bytes = Budget::parse("300M");
+  CHECK(bytes.kind == Budget::Kind::bytes);
+  CHECK(bytes.bytes == 300 * kMiB);
+  CHECK(Budget::parse("4G").bytes == 4 * kGiB);
+  CHECK(Budget::parse("4gib").bytes == 4 * kGiB);
+  CHECK(Budget::parse("1.5G").bytes == 3 * kGiB / 2);
+  CHECK(Budget::parse("123456").kind == Budget::Kind::bytes);
+  CHECK(Budget::parse("123456").bytes == 123456u);
+  CHECK(Budget::parse("1").kind == Budget::Kind::bytes);  // a plain integer is bytes
+  CHECK(Budget::parse("1").bytes == 1u);
+
+  const Budget ratio = Budget::parse("0.4");
+  CHECK(ratio.kind == Budget::Kind::ratio);
+  CHECK(ratio.ratio == 0.4);
+  CHECK(Budget::parse("1.0").kind == Budget::Kind::ratio);
+  CHECK(Budget::parse("1.0").ratio == 1.0);
+  CHECK(Budget::parse(".25").ratio == 0.25);
+  CHECK(Budget::parse("0.4x").kind == Budget::Kind::ratio);
+  CHECK(Budget::parse("0.4x").ratio == 0.4);
+  CHECK(Budget::parse("1x").kind == Budget::Kind::ratio);
+
+  for (const char* bad : {"-1", "-0.4", "1.5", "2.0", "abc", "4Q", "1.5x", "x", "0.4.1", "nan", "inf", "G"}) {
+    INFO("text: '" << bad << "'");
+    CHECK_THROWS_AS(Budget::parse(bad), ConfigError);
+  }
+  const std::string ambiguous = error_of([] { Budget::parse("1.5"); });
+  CHECK_THAT(ambiguous, Catch::Contains("1.5G") && Catch::Contains("ambiguous"));
+  CHECK_THAT(error_of([] { Budget::parse("-1"); }), Catch::Contains("negative"));
+}
+
+TEST_CASE("Budget::resolve", "[core][options]") {
+  CHECK(Budget{}.resolve(1000) == std::numeric_limits<uint64_t>::max());
+  CHECK(Budget::parse("300M").resolve(1) == 300 * kMiB);
+  CHECK(Budget::parse("0.4").resolve(1000) == 400u);
+  CHECK(Budget::parse("1.0").resolve(12345) == 12345u);
+  // int(baseline * ratio): a double product, truncated.
+  CHECK(Budget::parse("0.3").resolve(10) == static_cast<uint64_t>(10 * 0.3));
+  CHECK(Budget::parse("0.5").resolve(3) == 1u);
+  CHECK(Budget::parse("0.5").resolve(0) == 0u);
+}
+
+TEST_CASE("Budget::to_string is readable and parses back", "[core][options]") {
+  CHECK(Budget{}.to_string() == "unlimited");
+  CHECK(Budget::parse("300M").to_string() == "300 MiB");
+  CHECK(Budget::parse("4G").to_string() == "4 GiB");
+  CHECK(Budget::parse("1.5G").to_string() == "1536 MiB");
+  CHECK(Budget::parse("512K").to_string() == "512 KiB");
+  CHECK(Budget::parse("123456").to_string() == "123456 B");
+  CHECK(Budget::parse("0.4").to_string() == "0.4x");
+  CHECK(Budget::parse("1.0").to_string() == "1.0x");
+  for (const char* text : {"", "300M", "4G", "1.5G", "123456", "1", "0.4", "1.0", "0.123456789", "0.00001"}) {
+    INFO("text: '" << text << "'");
+    const Budget once = Budget::parse(text);
+    const Budget twice = Budget::parse(once.to_string());
+    CHECK(twice.kind == once.kind);
+    CHECK(twice.bytes == once.bytes);
+    CHECK(twice.ratio == once.ratio);
+  }
+}
+
+TEST_CASE("set parses each type", "[core][options]") {
+  Config config;
+
+  SECTION("strings are taken as is") {
+    config.set("policy", "dtr_local");
+    CHECK(config.policy == "dtr_local");
+    config.set("trace", " /tmp/a b.trace ");
+    CHECK(config.trace == " /tmp/a b.trace ");
+    config.set("trace", "");
+    CHECK(config.trace == "");
+  }
+
+  SECTION("uint32_t") {
+    config.set("sample", "64");
+    CHECK(config.sample == 64u);
+    config.set("sample", "4294967295");
+    CHECK(config.sample == 4294967295u);
+    for (const char* bad : {"-1", "abc", "", "4294967296", "1.5", "+3", "0x10", "12abc"}) {
+      INFO("text: '" << bad << "'");
+      CHECK_THROWS_AS(config.set("sample", bad), ConfigError);
+    }
+    CHECK(config.sample == 4294967295u);  // unchanged by the failures
+  }
+
+  SECTION("uint64_t") {
+    config.set("seed", "18446744073709551615");
+    CHECK(config.seed == std::numeric_limits<uint64_t>::max());
+    config.set("seed", "42");
+    CHECK(config.seed == 42u);
+    for (const char* bad : {"-1", "abc", "", "18446744073709551616", "4K"}) {
+      INFO("text: '" << bad << "'");
+      CHECK_THROWS_AS(config.set("seed", bad), ConfigError);
+    }
+  }
+
+  SECTION("double") {
+    config.set("max_overhead", "1.5");
+    CHECK(config.max_overhead == 1.5);
+    config.set("max_overhead", "0");
+    CHECK(config.max_overhead == 0.0);
+    config.set("max_overhead", "3");
+    CHECK(config.max_overhead == 3.0);
+    config.set("max_overhead", "1e3");
+    CHECK(config.max_overhead == 1000.0);
+    for (const char* bad : {"-1", "-0.5", "abc", "", "inf", "nan", "1.5x", "+2", "1e999"}) {
+      INFO("text: '" << bad << "'");
+      CHECK_THROWS_AS(config.set("max_overhead", bad), ConfigError);
+    }
+  }
+
+  SECTION("bool") {
+    for (const char* yes : {"True", "true", "1"}) {
+      config.report = false;
+      config.set("report", yes);
+      CHECK(config.report);
+    }
+    for (const char* no : {"False", "false", "0"}) {
+      config.report = true;
+      config.set("report", no);
+      CHECK_FALSE(config.report);
+    }
+    for (const char* bad : {"yes", "TRUE", "2", "", "on"}) {
+      INFO("text: '" << bad << "'");
+      CHECK_THROWS_AS(config.set("report", bad), ConfigError);
+    }
+  }
+
+  SECTION("budget") {
+    config.set("budget", "4G");
+    CHECK(config.budget.kind == Budget::Kind::bytes);
+    CHECK(config.budget.bytes == 4 * kGiB);
+    config.set("budget", "0.4");
+    CHECK(config.budget.kind == Budget::Kind::ratio);
+    config.set("budget", "0");
+    CHECK(config.budget.kind == Budget::Kind::unlimited);
+    CHECK_THROWS_AS(config.set("budget", "1.5"), ConfigError);
+  }
+}
+
+TEST_CASE("a bad value names the key, the value and the expected form", "[core][options]") {
+  Config config;
+  const std::string sample = error_of([&] { config.set("sample", "-1"); });
+  CHECK_THAT(sample, Catch::Contains("'sample'") && Catch::Contains("'-1'") && Catch::Contains("expected"));
+
+  const std::string budget = error_of([&] { config.set("budget", "lots"); });
+  CHECK_THAT(budget, Catch::Contains("'budget'") && Catch::Contains("'lots'") &&
+                         Catch::Contains("a size such as 512, 300M, 4G"));
+
+  const std::string report = error_of([&] { config.set("report", "yes"); });
+  CHECK_THAT(report, Catch::Contains("'report'") && Catch::Contains("True or False"));
+
+  const std::string overhead = error_of([&] { config.set("max_overhead", "-2"); });
+  CHECK_THAT(overhead, Catch::Contains("'max_overhead'") && Catch::Contains("negative"));
+}
+
+TEST_CASE("an unknown key lists the valid keys", "[core][options]") {
+  Config config;
+  const std::string direct = error_of([&] { config.set("budgt", "4G"); });
+  CHECK_THAT(direct, Catch::Contains("unknown option 'budgt'") && Catch::Contains("budget") &&
+                         Catch::Contains("policy") && Catch::Contains(dtr::valid_option_keys()));
+
+  const std::string from_conf = error_of([&] { config.apply_conf("budgt:4G"); });
+  CHECK(from_conf == "dtr: unknown option 'budgt' in DTR_CONF; valid keys: " + dtr::valid_option_keys());
+
+  CHECK_THAT(error_of([&] { (void)config.get("nope"); }),
+             Catch::Contains("unknown option 'nope'") && Catch::Contains("policy"));
+}
+
+TEST_CASE("DTR_CONF tokenizing", "[core][options]") {
+  Config config;
+
+  SECTION("pairs, in order") {
+    config.apply_conf("budget:300M,policy:dtr_eq,search:sample");
+    CHECK(config.budget.bytes == 300 * kMiB);
+    CHECK(config.policy == "dtr_eq");
+    CHECK(config.search == "sample");
+    config.apply_conf("sample:8,sample:16");  // the later one wins
+    CHECK(config.sample == 16u);
+  }
+
+  SECTION("whitespace around tokens is ignored") {
+    config.apply_conf("  budget : 4G ,\tpolicy:  dtr_local  , report:True ");
+    CHECK(config.budget.bytes == 4 * kGiB);
+    CHECK(config.policy == "dtr_local");
+    CHECK(config.report);
+  }
+
+  SECTION("bracketed values keep their commas") {
+    config.apply_conf("trace:[a:b,c:d],sample:3");
+    CHECK(config.trace == "a:b,c:d");
+    CHECK(config.sample == 3u);
+    config.apply_conf("policy: [ x,[y,z] ] ");
+    CHECK(config.policy == "x,[y,z]");
+    CHECK_THROWS_AS(config.apply_conf("trace:[a,b"), ConfigError);
+    CHECK_THROWS_AS(config.apply_conf("trace:[a]b,sample:1"), ConfigError);
+  }
+
+  SECTION("an unbracketed value may hold ':'") {
+    config.apply_conf("trace:/tmp/a:b.trace,seed:7");
+    CHECK(config.trace == "/tmp/a:b.trace");
+    CHECK(config.seed == 7u);
+  }
+
+  SECTION("empty string and empty entries do nothing") {
+    const Config before;
+    config.apply_conf("");
+    config.apply_conf("   ");
+    config.apply_conf(",, ,");
+    for (const auto& option : dtr::option_table()) CHECK(config.get(option.key) == before.get(option.key));
+    config.apply_conf("sample:5,");
+    CHECK(config.sample == 5u);
+  }
+
+  SECTION("an entry without ':' is an error") {
+    CHECK_THAT(error_of([&] { config.apply_conf("budget"); }), Catch::Contains("expected key:value"));
+    CHECK_THAT(error_of([&] { config.apply_conf("budget:4G,policy"); }),
+               Catch::Contains("expected key:value") && Catch::Contains("policy"));
+    CHECK_THROWS_AS(config.apply_conf(":4G"), ConfigError);
+  }
+
+  SECTION("bad values name the key and DTR_CONF") {
+    const std::string message = error_of([&] { config.apply_conf("policy:x,sample:many"); });
+    CHECK_THAT(message, Catch::Contains("'sample'") && Catch::Contains("'many'") && Catch::Contains("DTR_CONF"));
+  }
+}
+
+TEST_CASE("environment: defaults < DTR_CONF < DTR_<NAME>", "[core][options]") {
+  EnvGuard env;
+  clear_dtr_environment(env);
+
+  SECTION("nothing set leaves the defaults") {
+    Config config;
+    config.apply_environment();
+    const Config defaults;
+    for (const auto& option : dtr::option_table()) CHECK(config.get(option.key) == defaults.get(option.key));
+  }
+
+  SECTION("DTR_CONF over defaults, DTR_<NAME> over DTR_CONF") {
+    env.set("DTR_CONF", "budget:300M,policy:dtr_eq,search:sample,sample:8");
+    env.set("DTR_POLICY", "dtr_local");
+    env.set("DTR_SAMPLE", "");  // empty counts as unset
+    env.set("DTR_REPORT", "True");
+    Config config;
+    config.apply_environment();
+    CHECK(config.budget.bytes == 300 * kMiB);
+    CHECK(config.search == "sample");
+    CHECK(config.policy == "dtr_local");
+    CHECK(config.sample == 8u);
+    CHECK(config.report);
+    CHECK(config.seed == 0u);
+  }
+
+  SECTION("errors name the variable") {
+    env.set("DTR_DEBUG", "loud");
+    Config config;
+    CHECK_THAT(error_of([&] { config.apply_environment(); }),
+               Catch::Contains("'debug'") && Catch::Contains("DTR_DEBUG") && Catch::Contains("'loud'"));
+  }
+
+  SECTION("an unknown key in DTR_CONF lists the valid keys") {
+    env.set("DTR_CONF", "sampel:8");
+    Config config;
+    CHECK_THAT(error_of([&] { config.apply_environment(); }),
+               Catch::Contains("unknown option 'sampel' in DTR_CONF") && Catch::Contains("budget, policy"));
+  }
+}
+
+TEST_CASE("set(k, get(k)) round-trips every option", "[core][options]") {
+  Config config;
+  config.set("budget", "1.5G");
+  config.set("policy", "dtr_local");
+  config.set("search", "sample");
+  config.set("sample", "4294967295");
+  config.set("seed", "18446744073709551615");
+  config.set("max_overhead", "0.1");
+  config.set("debug", "3");
+  config.set("trace", " /tmp/x,y:z.trace");
+  config.set("report", "True");
+
+  const Config defaults;
+  for (const Config* source : {&defaults, static_cast<const Config*>(&config)}) {
+    for (const auto& option : dtr::option_table()) {
+      INFO("option: " << option.key << " = '" << source->get(option.key) << "'");
+      Config copy;
+      copy.set(option.key, source->get(option.key));
+      CHECK(copy.get(option.key) == source->get(option.key));
+    }
+  }
+
+  // Values that do not print exactly as written still come back the same.
+  Config ratio;
+  ratio.set("budget", "0.1");
+  ratio.set("max_overhead", "0.30000000000000004");
+  Config copy;
+  copy.set("budget", ratio.get("budget"));
+  copy.set("max_overhead", ratio.get("max_overhead"));
+  CHECK(copy.budget.kind == Budget::Kind::ratio);
+  CHECK(copy.budget.ratio == ratio.budget.ratio);
+  CHECK(copy.max_overhead == ratio.max_overhead);
+  CHECK(defaults.get("max_overhead") == "2.0");
+  CHECK(defaults.get("report") == "False");
+  CHECK(defaults.get("budget") == "unlimited");
+}
+
+TEST_CASE("config_markdown documents every option", "[core][options]") {
+  const std::string page = dtr::config_markdown();
+  CHECK(page.rfind("# Configuration\n", 0) == 0);
+  CHECK_THAT(page, Catch::Contains("DTR_CONF=\"budget:300M,policy:dtr_eq,search:sample\""));
+  CHECK_THAT(page, Catch::Contains("| key | environment | default | description |"));
+  for (const auto& option : dtr::option_table()) {
+    INFO("option: " << option.key);
+    CHECK_THAT(page, Catch::Contains(std::string("| `") + option.key + "` | `" + option.env + "` |"));
+  }
+}
+
+TEST_CASE("docs/config.md matches config_markdown()", "[core][options]") {
+  const std::string path = std::string(DTR_SOURCE_DIR) + "/docs/config.md";
+  const std::string generated = dtr::config_markdown();
+  // Note [Regenerating docs/config.md]: DTR_UPDATE_DOCS=1 makes this test write the page
+  // instead of checking it; run it once after changing the table, then review the diff.
+  if (const char* update = std::getenv("DTR_UPDATE_DOCS"); update && std::string(update) == "1") {
+    std::ofstream(path, std::ios::binary) << generated;
+  }
+  const std::string on_disk = read_text(path);
+  INFO(path << " is out of date with the DTR_OPTIONS table in include/dtr/core/options.h. "
+            "Regenerate it: DTR_UPDATE_DOCS=1 dtr_tests \"docs/config.md matches config_markdown()\"");
+  CHECK(on_disk == generated);
+}

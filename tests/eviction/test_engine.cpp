@@ -1,0 +1,265 @@
+// test_engine.cpp: the engine's semantics on small hand-built programs.
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "dtr/core/clock.h"
+#include "dtr/core/options.h"
+#include "dtr/eviction/engine.h"
+#include "dtr/eviction/heuristic_registry.h"
+
+using namespace dtr;
+
+namespace {
+
+// Counts what the engine asks the host to do, and checks the budget at every compute.
+struct RecordingHooks : EngineHooks {
+  const Engine* engine = nullptr;
+  std::vector<std::pair<OpId, bool>> computes;
+  std::vector<StorageId> evictions;
+  uint64_t max_live = 0;
+  void on_compute(OpId op, bool remat) override {
+    computes.push_back({op, remat});
+    max_live = std::max(max_live, engine->live_bytes());
+    REQUIRE(engine->live_bytes() <= engine->budget_bytes());
+  }
+  void on_evict(StorageId s) override { evictions.push_back(s); }
+};
+
+struct Fixture {
+  LogicalClock clock{1};
+  RecordingHooks hooks;
+  std::unique_ptr<Engine> engine;
+
+  explicit Fixture(uint64_t budget, const std::string& policy = "dtr_eq") {
+    EngineConfig config;
+    config.budget_bytes = budget;
+    config.debug = 3;
+    engine = std::make_unique<Engine>(config, builtin_heuristics().make(policy, {}), clock, &hooks);
+    hooks.engine = engine.get();
+  }
+  TensorId op(uint64_t ns, std::vector<TensorId> in, uint64_t bytes, Status* status = nullptr) {
+    std::vector<TensorId> out;
+    Status s = engine->call(ns, in, {{bytes, -1}}, out);
+    if (status) *status = s;
+    else REQUIRE(s.ok());
+    return out[0];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an unconstrained engine computes once and never evicts", "[eviction]") {
+  Fixture f(UINT64_MAX);
+  TensorId a = f.op(10, {}, 100);
+  TensorId b = f.op(20, {a}, 200);
+  TensorId c = f.op(30, {a, b}, 300);
+  CHECK(f.engine->live_bytes() == 600);
+  CHECK(f.engine->stats().model_compute_ns == 60);
+  CHECK(f.engine->stats().num_evictions == 0);
+  CHECK(f.clock.now() == 61);
+  CHECK(f.engine->is_defined(c));
+}
+
+TEST_CASE("the budget is hard: outputs are made room for before they exist", "[eviction]") {
+  Fixture f(1000);
+  TensorId a = f.op(10, {}, 400);
+  TensorId b = f.op(10, {a}, 400);
+  TensorId c = f.op(10, {b}, 400);  // needs 400 more: must evict a (b is locked as input)
+  CHECK(f.engine->live_bytes() <= 1000);
+  CHECK(!f.engine->is_defined(a));
+  CHECK(f.engine->is_defined(b));
+  CHECK(f.engine->is_defined(c));
+  CHECK(f.hooks.max_live <= 1000);
+  CHECK(f.engine->stats().num_evictions == 1);
+  CHECK(f.hooks.evictions.size() == 1);
+}
+
+TEST_CASE("an evicted storage is rematerialized through its lineage, parents first", "[eviction]") {
+  Fixture f(1000);
+  TensorId a = f.op(5, {}, 300);
+  TensorId b = f.op(7, {a}, 300);
+  TensorId c = f.op(11, {b}, 300);
+  f.engine->release(c);  // eager eviction of a dead storage
+  CHECK(f.engine->stats().num_eager_evictions == 1);
+  TensorId d = f.op(13, {b}, 600);  // room for 600: evicts a (the cheaper, staler storage)
+  CHECK(!f.engine->is_defined(a));
+  f.engine->release(d);
+  f.engine->release(b);
+  // b is dead and evicted; a needed again: a is rematerialized (cost 5)
+  REQUIRE(f.engine->materialize(a).ok());
+  CHECK(f.engine->stats().remat_compute_ns == 5);
+  CHECK(f.engine->stats().num_remats == 1);
+}
+
+TEST_CASE("a nested rematerialization re-runs a chain bottom-up with an explicit stack", "[eviction]") {
+  // A chain of 5000 ops with room for 6 tensors: asking for the last one after evicting
+  // everything rematerializes the whole chain, 5000 frames deep, with no recursion.
+  const uint64_t unit = 8;
+  Fixture f(6 * unit, "lru");
+  std::vector<TensorId> chain{f.op(1, {}, unit)};
+  for (int i = 1; i < 5000; ++i) chain.push_back(f.op(1, {chain.back()}, unit));
+  const TensorId last = chain.back();
+  REQUIRE(f.engine->make_room(f.engine->budget_bytes()).ok());  // evicts everything
+  CHECK(f.engine->pool_size() == 0);
+  CHECK(f.engine->live_bytes() == 0);
+  CHECK(!f.engine->is_defined(last));
+  REQUIRE(f.engine->materialize(last).ok());
+  CHECK(f.engine->is_defined(last));
+  CHECK(f.engine->stats().max_remat_depth >= 4999);
+  CHECK(f.engine->stats().num_remats == 5000);
+}
+
+TEST_CASE("multi-output ops are recomputed once and refill every evicted output", "[eviction]") {
+  Fixture f(10000);
+  TensorId in = f.op(1, {}, 100);
+  std::vector<TensorId> outs;
+  REQUIRE(f.engine->call(50, {in}, {{100, -1}, {200, -1}}, outs).ok());
+  REQUIRE(f.engine->make_room(10000).ok());  // evicts everything evictable
+  CHECK(f.engine->live_bytes() == 0);
+  CHECK(!f.engine->is_defined(outs[0]));
+  CHECK(!f.engine->is_defined(outs[1]));
+  const size_t computes = f.hooks.computes.size();
+  REQUIRE(f.engine->materialize(outs[1]).ok());
+  CHECK(f.engine->is_defined(outs[0]));
+  CHECK(f.engine->is_defined(outs[1]));
+  // the input (1 op) and the two-output op (1 op): two computes, not three
+  CHECK(f.hooks.computes.size() - computes == 2);
+  CHECK(f.engine->live_bytes() == 400);
+}
+
+TEST_CASE("a view shares its base's storage and is evicted with it", "[eviction]") {
+  Fixture f(10000);
+  TensorId base = f.op(10, {}, 1000);
+  std::vector<TensorId> outs;
+  REQUIRE(f.engine->call(1, {base}, {{0, 0}}, outs).ok());
+  const TensorId view = outs[0];
+  CHECK(f.engine->storage_of(view) == f.engine->storage_of(base));
+  CHECK(f.engine->live_bytes() == 1000);
+  f.engine->release(base);  // the view still holds the storage
+  CHECK(f.engine->is_defined(view));
+  f.engine->release(view);  // now the storage is dead
+  CHECK(f.engine->live_bytes() == 0);
+  CHECK(f.engine->stats().num_eager_evictions == 1);
+}
+
+TEST_CASE("pinned storages are never evicted; an infeasible budget is a typed OOM", "[eviction]") {
+  Fixture f(1000);
+  TensorId k;
+  REQUIRE(f.engine->constant(600, k).ok());
+  TensorId a = f.op(1, {k}, 300);
+  Status s;
+  f.op(1, {a}, 500, &s);  // 600 pinned + 300 locked input + 500 > 1000
+  REQUIRE(s.code == StatusCode::oom);
+  CHECK(s.oom.budget_bytes == 1000);
+  CHECK(s.oom.requested_bytes == 500);
+  CHECK(s.oom.live_bytes == 900);
+  CHECK(s.oom.pinned_bytes == 900);  // the constant, and `a` locked as the op's input
+  CHECK(s.oom.evictable_bytes == 0);
+  CHECK(f.engine->evictable_bytes() == 300);  // the failed op let go of `a`
+  CHECK(s.message().find("pinned") != std::string::npos);
+  CHECK(f.engine->is_defined(k));
+  CHECK(f.engine->stats().num_ooms == 1);
+  // The engine stays consistent after the failure.
+  std::string why;
+  CHECK(f.engine->is_valid(&why));
+}
+
+TEST_CASE("thrashing past the remat limit is reported", "[eviction]") {
+  LogicalClock clock{1};
+  EngineConfig config;
+  config.budget_bytes = 3 * 100;
+  config.max_remat_ns = 50;
+  config.debug = 3;
+  Engine engine(config, builtin_heuristics().make("lru", {}), clock);
+  std::vector<TensorId> chain;
+  for (int i = 0; i < 31; ++i) {
+    std::vector<TensorId> in, out;
+    if (!chain.empty()) in.push_back(chain.back());
+    REQUIRE(engine.call(10, in, {{100, -1}}, out).ok());
+    chain.push_back(out[0]);
+  }
+  CHECK(!engine.is_defined(chain[20]));
+  // chain[20] needs chain[0..19] again: 210 ns of remat > 50 ns.
+  Status s = engine.materialize(chain[20]);
+  CHECK(s.code == StatusCode::thrash);
+  CHECK(std::string(s.message()).find("overhead") != std::string::npos);
+  std::string why;
+  CHECK(engine.is_valid(&why));
+  CHECK(why.empty());
+}
+
+TEST_CASE("the registry lists every built-in policy and refuses unknown names", "[eviction][registry]") {
+  const HeuristicRegistry& r = builtin_heuristics();
+  for (const char* name : {"dtr", "dtr_eq", "dtr_local", "lru", "size", "msps", "random"})
+    CHECK(r.find(name) != nullptr);
+  try {
+    r.make("dtr_eqq", {});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("dtr_eqq") != std::string::npos);
+    CHECK(std::string(e.what()).find("dtr_eq") != std::string::npos);
+  }
+}
+
+TEST_CASE("the engine refuses a heuristic whose needs it cannot meet", "[eviction][registry]") {
+  struct NeedsAddresses : Heuristic {
+    std::string_view name() const override { return "needs_addresses"; }
+    uint32_t needs() const override { return kFeatureAddressOrder | kFeatureStaleness; }
+    double score(const Engine&, StorageId) override { return 0; }
+  };
+  HeuristicRegistry registry;
+  registry.add({"needs_addresses", "test", kFeatureAddressOrder,
+                [](const HeuristicParams&) { return std::make_unique<NeedsAddresses>(); }});
+  LogicalClock clock;
+  try {
+    Engine engine(EngineConfig{}, registry.make("needs_addresses", {}), clock);
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("address_order") != std::string::npos);
+  }
+}
+
+TEST_CASE("each heuristic picks the victim its formula says", "[eviction][heuristics]") {
+  // Three unrelated storages. Clock: 11, 511, 611, then +5 = 616, so staleness is 605,
+  // 105 and 5 ticks.
+  auto victim = [](const std::string& policy) {
+    LogicalClock clock{1};
+    Engine engine(EngineConfig{}, builtin_heuristics().make(policy, {}), clock);
+    std::vector<TensorId> out;
+    engine.call(10, {}, {{100, -1}}, out);     // 0: cheap, small, stalest
+    engine.call(500, {}, {{10000, -1}}, out);  // 1: expensive, biggest
+    engine.call(100, {}, {{1000, -1}}, out);   // 2: freshest
+    clock.advance(5);
+    return engine.choose_victim();
+  };
+  CHECK(victim("lru") == 0);
+  CHECK(victim("size") == 1);
+  CHECK(victim("dtr_local") == 0);  // 10/(100*605) < 500/(10000*105) < 100/(1000*5)
+  CHECK(victim("dtr") == 0);        // no evicted neighbours: same as dtr_local
+  CHECK(victim("dtr_eq") == 0);
+  CHECK(victim("msps") == 1);  // 500/10000 < 10/100 = 100/1000
+}
+
+TEST_CASE("ties go to the storage that entered the pool last; zero costs to the first", "[eviction][heuristics]") {
+  // Note [Tie-breaking]: DTR's simulator scans its pool list with `cost <= best` and stops at
+  // the first zero cost.
+  auto victim = [](const std::string& policy, uint64_t compute_ns) {
+    LogicalClock clock{1};
+    Engine engine(EngineConfig{}, builtin_heuristics().make(policy, {}), clock);
+    std::vector<TensorId> out;
+    for (int i = 0; i < 4; ++i) engine.call(compute_ns, {}, {{256, -1}}, out);
+    clock.advance(3);
+    return engine.choose_victim();
+  };
+  CHECK(victim("size", 7) == 3);       // equal sizes: the last to enter the pool
+  CHECK(victim("dtr_local", 0) == 0);  // zero costs: the first
+  LogicalClock clock{1};
+  EngineConfig sampled;
+  sampled.search = SearchMode::sample;
+  Engine engine(sampled, builtin_heuristics().make("size", {}), clock);
+  std::vector<TensorId> out;
+  for (int i = 0; i < 100; ++i) engine.call(1, {}, {{uint64_t(64 + i), -1}}, out);
+  engine.choose_victim();
+  CHECK(engine.stats().candidates_scored == 10);  // ceil(sqrt(100))
+}

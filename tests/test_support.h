@@ -1,0 +1,50 @@
+// test_support.h: helpers shared by the tests.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace dtr::test {
+
+inline std::string log_path(const std::string& prefix) {
+  // The three DTR logs live in ../shared/data/dtr-logs; pick the file starting with prefix.
+  std::string cmd = std::string("ls ") + DTR_LOG_DIR + "/" + prefix + "*.log 2>/dev/null | head -n 1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  std::string full = cmd + " 2>&1";
+  if (FILE* p = popen(full.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+    int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  return r;
+}
+
+}  // namespace dtr::test
