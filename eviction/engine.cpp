@@ -475,6 +475,13 @@ uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward) cons
   return compute;
 }
 
+// Note [Pending outputs]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// While an op waits for its parents, its outputs exist in the graph but are not material.
+// A parent that is a view whose storage is material is not locked until its own turn, so
+// it can be scored (or evicted) while its children include those pending outputs. Such a
+// neighbour was never evicted and has no eq class: it counts as zero cost (simrd gives it
+// a class of value 0, which is the same for scoring) and is never merged.
 uint32_t Engine::eq_find(uint32_t node) const {
   uint32_t root = node;
   while (eq_nodes_[root].parent != root) root = eq_nodes_[root].parent;
@@ -491,6 +498,9 @@ void Engine::eq_on_evict(StorageId s) {
   eq_nodes_.push_back(EqNode{node, 1, static_cast<int64_t>(storages_[s].compute_ns)});
   storages_[s].eq_node = node;
   for_each_evicted_neighbor(s, [&](StorageId n) {
+    // Note [Pending outputs]: a neighbour that is not material but was never evicted is an
+    // output of an op still waiting to run; it has no class and adds nothing.
+    if (storages_[n].eq_node == kNoId) return;
     uint32_t a = eq_find(storages_[n].eq_node);
     uint32_t b = eq_find(node);
     if (a == b) return;
@@ -515,6 +525,7 @@ uint64_t Engine::eq_class_cost(StorageId s) const {
   size_t n_roots = 0;
   std::vector<uint32_t> more;
   for_each_evicted_neighbor(s, [&](StorageId n) {
+    if (storages_[n].eq_node == kNoId) return;  // Note [Pending outputs]
     const uint32_t r = eq_find(storages_[n].eq_node);
     for (size_t i = 0; i < n_roots; ++i)
       if (roots[i] == r) return;

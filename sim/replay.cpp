@@ -85,8 +85,8 @@ Baseline compute_baseline(const Trace& trace) {
         const uint32_t old = storage_of[ev.dst];
         const uint32_t s = storage_of[ev.src];
         storage_of[ev.dst] = s;
-        drop(old);
         if (s != kNoId) ++refs[s];
+        drop(old);
         break;
       }
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
@@ -135,8 +135,12 @@ Status run_events(const Trace& trace, Engine& engine) {
         for (NameId a : ev.args) inputs.push_back(tensor_of[a]);
         for (const TraceResult& r : ev.results)
           specs.push_back(OutputSpec{r.alias >= 0 ? 0 : r.size_bytes, r.alias});
+        // An op that returns nothing still runs on its inputs: give the engine one empty
+        // output (an op has at least one) and drop it at once.
+        if (specs.empty()) specs.push_back(OutputSpec{0, -1});
         status = engine.call(ev.time_ns, inputs, specs, outputs);
         for (size_t i = 0; i < ev.results.size(); ++i) tensor_of[ev.results[i].name] = outputs[i];
+        if (ev.results.empty() && status.ok()) engine.release(outputs[0]);
         break;
       }
       case TraceEventKind::mutate: {
@@ -159,10 +163,12 @@ Status run_events(const Trace& trace, Engine& engine) {
         engine.retain(tensor_of[ev.src]);
         break;
       case TraceEventKind::copy_from: {
+        // Retain before releasing, so `x = x` (or a view of the same storage) does not
+        // evict the storage in between; otherwise the order does not matter.
         const TensorId old = tensor_of[ev.dst];
         tensor_of[ev.dst] = tensor_of[ev.src];
-        engine.release(old);
         engine.retain(tensor_of[ev.src]);
+        engine.release(old);
         break;
       }
       case TraceEventKind::release:

@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtr-sim: %s\n", e.what());
     return kExitBadInput;
   } catch (const dtr::ConfigError& e) {
-    std::fprintf(stderr, "dtr-sim: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());  // already prefixed "dtr: "
     return kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtr-sim: %s\n", e.what());

@@ -1,0 +1,118 @@
+// test_dtr_sim_cli.cpp: the dtr-sim tool as a user meets it: help, JSON, bad input.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+using dtr::test::run_command;
+
+namespace {
+std::string sim() { return DTR_SIM_BIN; }
+std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
+}  // namespace
+
+TEST_CASE("every dtr-sim command has --help", "[sim][cli]") {
+  for (const char* cmd : {"", " run", " sweep", " policies", " options"}) {
+    const auto r = run_command(sim() + cmd + " --help");
+    INFO(cmd << ": " << r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("Usage") != std::string::npos);
+  }
+}
+
+TEST_CASE("dtr-sim run --json prints the documented fields", "[sim][cli]") {
+  const auto r = run_command(sim() + " run --trace " + data("golden/small.log") +
+                             " --policy dtr_eq --budget 1400 --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  for (const char* key : {"trace", "policy", "budget_ratio", "budget_bytes", "baseline_peak_bytes",
+                          "peak_bytes", "baseline_compute_ns", "compute_ns", "overhead", "evictions",
+                          "remats", "status"})
+    CHECK(j.contains(key));
+  CHECK(j["status"] == "ok");
+  CHECK(j["peak_bytes"] == 1400);
+  CHECK(j["remats"] == 6);
+  CHECK(j["baseline_peak_bytes"] == 1900);
+}
+
+TEST_CASE("dtr-sim reports oom and thrash as statuses", "[sim][cli]") {
+  auto status = [](const std::string& args) {
+    const auto r = run_command(sim() + " run --trace " + data("golden/small.log") + args + " --json");
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.output)["status"].get<std::string>();
+  };
+  CHECK(status(" --budget 900") == "oom");
+  CHECK(status(" --budget 1400 --max-overhead 1.2") == "thrash");
+  CHECK(status(" --budget 1400 --max-overhead 0") == "ok");
+}
+
+TEST_CASE("dtr-sim policies lists every policy with one line each", "[sim][cli]") {
+  const auto r = run_command(sim() + " policies");
+  REQUIRE(r.exit_code == 0);
+  const std::string listing = "\n" + r.output;
+  for (const char* name : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random"})
+    CHECK(listing.find(std::string("\n") + name + " ") != std::string::npos);
+}
+
+TEST_CASE("malformed traces exit with code 2 and name the file and line", "[sim][cli]") {
+  DIR* dir = opendir(data("traces").c_str());
+  REQUIRE(dir != nullptr);
+  int checked = 0;
+  while (dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name[0] == '.' || name.rfind("good", 0) == 0 || name == "no_start.log") continue;
+    const auto r = run_command(sim() + " run --trace " + data("traces/" + name) + " --budget 0.5");
+    INFO(name << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(name + ":") != std::string::npos);  // FILE:LINE: problem
+    CHECK(r.output.find("internal check failed") == std::string::npos);
+    ++checked;
+  }
+  closedir(dir);
+  CHECK(checked >= 30);
+}
+
+TEST_CASE("bad options exit with code 2 and list what is valid", "[sim][cli]") {
+  const std::string trace = data("golden/small.log");
+  struct Case {
+    std::string args, env, expect;
+  };
+  const Case cases[] = {
+      {" run --trace " + trace + " --policy nope", "", "valid policies: dtr_eq"},
+      {" run --trace " + trace + " --budget -3", "", "budget"},
+      {" run --trace " + trace + " --budget 1.5", "", "1.5G"},
+      {" run --trace " + trace + " --search deep", "", "full, sample"},
+      {" run --trace " + trace, "DTR_CONF=budgt:3 ", "valid keys: budget"},
+      {" run --trace /nonexistent/x.log", "", "/nonexistent/x.log"},
+      {" sweep --trace " + trace + " --budgets 0:2", "", "START:STOP:STEP"},
+      {" sweep --trace " + trace + " --budgets 0.1:0.9:0.1 --policies dtr,nope", "", "nope"},
+      {" run --trace " + trace + " --bogus-flag", "", "bogus"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_command(c.env + sim() + c.args);
+    INFO(c.args << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("dtr-sim sweep writes a CSV and an SVG", "[sim][cli]") {
+  const std::string dir = "/tmp/dtr-sim-cli-test";
+  run_command("rm -rf " + dir + " && mkdir -p " + dir);
+  const auto r = run_command(sim() + " sweep --trace " + data("golden/small.log") +
+                             " --policies dtr_eq,lru --budgets 0.6,0.8,1.0 --csv " + dir +
+                             "/out.csv --svg " + dir + "/out.svg");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string csv = dtr::test::read_file(dir + "/out.csv");
+  const auto lines = std::count(csv.begin(), csv.end(), '\n');
+  CHECK(lines == 7);  // header + 2 policies x 3 budgets
+  const std::string svg = dtr::test::read_file(dir + "/out.svg");
+  CHECK(svg.find("data-label=\"dtr_eq\"") != std::string::npos);
+  CHECK(svg.find("data-label=\"lru\"") != std::string::npos);
+}

@@ -1,0 +1,219 @@
+// test_replay.cpp: the simulator against hand-checked results, DTR's published numbers,
+// random programs under invariant checks, and the sqrt(N) theory bound.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "dtr/core/trace.h"
+#include "dtr/sim/replay.h"
+#include "dtr/sim/sweep.h"
+#include "dtr/sim/synthetic_trace.h"
+#include "test_support.h"
+
+using namespace dtr;
+
+namespace {
+
+ReplayResult run(const Trace& trace, const std::string& policy, const std::string& budget,
+                 uint32_t debug = 0, SearchMode search = SearchMode::full) {
+  ReplayOptions o;
+  o.policy = policy;
+  o.budget = Budget::parse(budget);
+  o.debug = debug;
+  o.search = search;
+  return replay(trace, compute_baseline(trace), o);
+}
+
+}  // namespace
+
+TEST_CASE("golden: the small hand-written trace", "[sim][golden]") {
+  const Trace trace = read_trace(std::string(DTR_TEST_DATA_DIR) + "/golden/small.log");
+  const Baseline b = compute_baseline(trace);
+  // Constants 200 B; conv 400, relu 400, linear 200, ones 200, then linear_backward's 500
+  // and relu_backward's 400 with gc and c gone: 200+400+400+500-200+400-... peaks at 1900.
+  CHECK(b.peak_bytes == 1900);
+  CHECK(b.compute_ns == 232);  // 40+10+1+30+1+60+10+80
+
+  SECTION("unlimited: nothing evicted but the 7 dead storages") {
+    ReplayResult r = run(trace, "dtr_eq", "2000", 3);
+    CHECK(r.status.ok());
+    CHECK(r.overhead == 1.0);
+    CHECK(r.stats.num_evictions == 0);
+    CHECK(r.stats.num_eager_evictions == 7);
+    CHECK(r.peak_bytes == 1900);
+  }
+  SECTION("1400 B: gw is evicted and recomputed through a six-op chain at the end") {
+    // a and gw make room for the backward ops; at the end gw is still referenced but
+    // evicted, and its lineage (conv, relu, view, linear, ones_like, linear_backward) was
+    // evicted with it: 40+10+1+30+1+60 = 142 ns of recompute.
+    ReplayResult r = run(trace, "dtr_eq", "1400", 3);
+    CHECK(r.status.ok());
+    CHECK(r.peak_bytes == 1400);
+    CHECK(r.stats.num_evictions == 4);
+    CHECK(r.stats.num_remats == 6);
+    CHECK(r.stats.remat_compute_ns == 142);
+    CHECK(r.compute_ns == 374);
+    CHECK(r.overhead == Approx(374.0 / 232.0));
+  }
+  SECTION("900 B: relu cannot run next to its locked input") {
+    ReplayResult r = run(trace, "dtr_eq", "900", 3);
+    CHECK(r.status.code == StatusCode::oom);
+    CHECK(r.status.oom.requested_bytes == 400);
+    CHECK(r.status.oom.pinned_bytes == 600);  // two constants and conv's output, locked
+    CHECK(r.status.oom.evictable_bytes == 0);
+    CHECK(r.peak_bytes == 600);
+  }
+}
+
+namespace {
+// DTR's simulator's overheads (../shared/data/dtr-logs/README.md); 0 = ">2x", -1 = not
+// compared (a documented deviation).
+struct Reference {
+  const char* log;
+  const char* policy;
+  double overhead[8];  // budgets 0.2 .. 0.9
+};
+const Reference kReference[] = {
+    {"resnet32", "dtr_eq", {1.332, 1.179, 1.140, 1.107, 1.074, 1.046, 1.025, 1.013}},
+    {"resnet32", "dtr", {1.371, 1.178, 1.140, 1.107, 1.074, 1.046, 1.025, 1.013}},
+    {"resnet32", "dtr_local", {0, 0, 0, 1.197, 1.133, 1.067, 1.041, 1.013}},
+    {"resnet32", "lru", {0, 0, 0, 0, 1.130, 1.095, 1.067, 1.032}},
+    {"resnet32", "size", {0, 0, 1.738, 1.452, 1.234, 1.092, 1.065, 1.030}},
+    {"resnet32", "msps", {1.431, 1.209, 1.146, 1.106, 1.063, 1.037, 1.024, 1.013}},
+    {"transformer", "dtr_eq", {1.545, 1.124, 1.091, 1.058, 1.044, 1.031, 1.020, 1.009}},
+    {"transformer", "dtr", {1.352, 1.123, 1.083, 1.058, 1.044, 1.031, 1.020, 1.009}},
+    {"transformer", "dtr_local", {1.642, 1.505, 1.161, 1.112, 1.060, 1.037, 1.022, 1.010}},
+    {"transformer", "lru", {0, 0, 0, 0, 1.134, 1.098, 1.065, 1.033}},
+    // Documented deviation (docs/simulator.md): at 0.3-0.7 our `size` row reads like the
+    // published one shifted by a column (we get 1.135 1.080 1.066 1.053 1.046); not compared.
+    {"transformer", "size", {0, -1, -1, -1, -1, -1, 1.028, 1.016}},
+    {"transformer", "msps", {1.333, 1.113, 1.089, 1.067, 1.048, 1.035, 1.018, 1.009}},
+    {"lstm", "dtr_eq", {1.550, 1.365, 1.159, 1.071, 1.042, 1.031, 1.027, 1.017}},
+    {"lstm", "msps", {0, 1.382, 1.121, 1.071, 1.057, 1.041, 1.031, 1.023}},
+};
+}  // namespace
+
+TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
+  for (const char* log : {"resnet32", "transformer", "lstm"}) {
+    const std::string path = test::log_path(log);
+    if (path.empty()) {
+      WARN("skipped: DTR log '" << log << "' not found in " << DTR_LOG_DIR);
+      continue;
+    }
+    const Trace trace = read_trace(path);
+    const Baseline baseline = compute_baseline(trace);
+    for (const Reference& ref : kReference) {
+      if (std::string(ref.log) != log) continue;
+      for (int i = 0; i < 8; ++i) {
+        const double ratio = 0.2 + 0.1 * i;
+        ReplayOptions o;
+        o.policy = ref.policy;
+        o.budget.kind = Budget::Kind::ratio;
+        o.budget.ratio = std::round(ratio * 10) / 10;
+        const ReplayResult r = replay(trace, baseline, o);
+        INFO(log << " " << ref.policy << " at " << o.budget.ratio << ": " << r.status_name << " "
+                 << r.overhead << " (DTR: " << ref.overhead[i] << ")");
+        if (ref.overhead[i] < 0) continue;
+        if (ref.overhead[i] == 0) {
+          CHECK(!r.status.ok());  // DTR's simulator failed or thrashed here
+        } else {
+          REQUIRE(r.status.ok());
+          // Issue #2 asks for +-0.03 on dtr_eq, dtr and msps at 0.3-0.9; we hold every
+          // published cell to it.
+          CHECK(std::abs(r.overhead - ref.overhead[i]) <= 0.03);
+        }
+        CHECK(r.peak_bytes <= r.budget_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3", "[sim][stress]") {
+  // Invariants are checked after every event (debug 3) and the hard budget at every
+  // allocation (an always-on check in the engine); any violation aborts the test binary.
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    const Trace trace = make_random_trace(seed, 600);
+    const Baseline baseline = compute_baseline(trace);
+    REQUIRE(baseline.peak_bytes > 0);
+    for (const char* policy : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random"}) {
+      for (const char* budget : {"1.0", "0.7", "0.5", "0.35", "0.2"}) {
+        for (SearchMode mode : {SearchMode::full, SearchMode::sample}) {
+          ReplayOptions o;
+          o.policy = policy;
+          o.budget = Budget::parse(budget);
+          o.debug = 3;
+          o.search = mode;
+          o.seed = seed;
+          o.max_overhead = 0;
+          const ReplayResult r = replay(trace, baseline, o);
+          INFO("seed " << seed << " " << policy << " " << budget << " " << r.status_name);
+          CHECK(r.peak_bytes <= r.budget_bytes);
+          CHECK(r.status.code != StatusCode::thrash);  // no limit set
+          if (r.status.ok()) CHECK(r.overhead >= 1.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("stress: an unlimited budget reproduces the program exactly", "[sim][stress]") {
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    const Trace trace = make_random_trace(seed, 2000);
+    const ReplayResult r = run(trace, "dtr_eq", "0", 3);
+    CHECK(r.status.ok());
+    CHECK(r.overhead == 1.0);
+    CHECK(r.stats.num_evictions == 0);
+    CHECK(r.stats.num_remats == 0);
+  }
+}
+
+TEST_CASE("a written trace replays exactly like the original", "[sim][trace]") {
+  const Trace original = make_random_trace(7, 1500);
+  std::stringstream buffer;
+  write_trace(original, buffer);
+  const Trace copy = read_trace(buffer, "copy.trace");
+  for (const char* budget : {"0.6", "0.3"}) {
+    const ReplayResult a = run(original, "dtr_eq", budget);
+    const ReplayResult b = run(copy, "dtr_eq", budget);
+    CHECK(a.status_name == b.status_name);
+    CHECK(a.compute_ns == b.compute_ns);
+    CHECK(a.peak_bytes == b.peak_bytes);
+    CHECK(a.stats.num_evictions == b.stats.num_evictions);
+  }
+}
+
+TEST_CASE("theory: dtr_eq on a linear chain with c*sqrt(N) memory does O(N) work", "[sim][theory]") {
+  // Kirisame et al. (ICLR 2021), Theorem 3.1: for a linear feedforward network of N unit
+  // ops, DTR with Omega(sqrt(N)) memory performs O(N) operations. So the overhead (total
+  // ops / 2N+1 baseline ops) must stay bounded as N grows 16x.
+  double overheads[3];
+  const uint32_t sizes[3] = {100, 400, 1600};
+  for (int i = 0; i < 3; ++i) {
+    const uint32_t n = sizes[i];
+    const Trace trace = make_linear_chain_trace(n);
+    const Baseline b = compute_baseline(trace);
+    CHECK(b.compute_ns == 2 * n + 1);
+    ReplayOptions o;
+    o.policy = "dtr_eq";
+    o.max_overhead = 0;
+    o.budget.kind = Budget::Kind::bytes;
+    o.budget.bytes = static_cast<uint64_t>(std::ceil(2.0 * std::sqrt(double(n)))) + 3;
+    const ReplayResult r = replay(trace, b, o);
+    INFO("N=" << n << " budget=" << o.budget.bytes << " overhead=" << r.overhead);
+    REQUIRE(r.status.ok());
+    CHECK(r.peak_bytes <= o.budget.bytes);
+    overheads[i] = r.overhead;
+  }
+  INFO("overheads " << overheads[0] << " " << overheads[1] << " " << overheads[2]);
+  CHECK(overheads[2] < 4.0);
+  CHECK(overheads[2] <= overheads[0] * 1.5);
+}
+
+TEST_CASE("budget lists parse ranges and reject nonsense", "[sim]") {
+  CHECK(parse_ratio_list("0.1:0.9:0.1").size() == 9);
+  CHECK(parse_ratio_list("0.2,0.5") == std::vector<double>{0.2, 0.5});
+  CHECK_THROWS_AS(parse_ratio_list("0.1:0.9"), ConfigError);
+  CHECK_THROWS_AS(parse_ratio_list("abc"), ConfigError);
+  CHECK_THROWS_AS(parse_ratio_list("1.5"), ConfigError);
+}
