@@ -249,6 +249,7 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["eager_evictions"] = r.stats.num_eager_evictions;
   j["remat_compute_ns"] = r.stats.remat_compute_ns;
   j["wall_seconds"] = r.wall_seconds;
+  j["stats"] = r.stats.to_json();
   return j;
 }
 

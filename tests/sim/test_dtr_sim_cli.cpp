@@ -17,7 +17,7 @@ std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR)
 }  // namespace
 
 TEST_CASE("every dtr-sim command has --help", "[sim][cli]") {
-  for (const char* cmd : {"", " run", " sweep", " policies", " options"}) {
+  for (const char* cmd : {"", " run", " sweep", " convert", " policies", " options"}) {
     const auto r = run_command(sim() + cmd + " --help");
     INFO(cmd << ": " << r.output);
     CHECK(r.exit_code == 0);
@@ -115,4 +115,19 @@ TEST_CASE("dtr-sim sweep writes a CSV and an SVG", "[sim][cli]") {
   const std::string svg = dtr::test::read_file(dir + "/out.svg");
   CHECK(svg.find("data-label=\"dtr_eq\"") != std::string::npos);
   CHECK(svg.find("data-label=\"lru\"") != std::string::npos);
+}
+
+TEST_CASE("dtr-sim convert writes a versioned trace that replays identically", "[sim][cli]") {
+  const std::string out = "/tmp/dtr-sim-cli-convert.trace";
+  const auto c = run_command(sim() + " convert --trace " + data("golden/small.log") + " --out " + out);
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  CHECK(dtr::test::read_file(out).rfind("{\"INSTRUCTION\":\"DTR_TRACE\"", 0) == 0);
+  auto json_of = [&](const std::string& trace) {
+    const auto r = run_command(sim() + " run --trace " + trace + " --budget 1400 --json");
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.output);
+    return std::make_tuple(j["compute_ns"], j["peak_bytes"], j["evictions"], j["status"]);
+  };
+  CHECK(json_of(out) == json_of(data("golden/small.log")));
 }

@@ -1,7 +1,8 @@
 // dtr-sim: replay training traces under a memory budget with any eviction policy.
 //
 // A thin main over the sim library: `run` (one replay), `sweep` (a grid of replays on all
-// cores, CSV + SVG), `policies` (the heuristic registry), `options` (the options table).
+// cores, CSV + SVG), `convert` (a trace to our versioned format), `policies` (the
+// heuristic registry), `options` (the options table).
 // Options come from DTR_CONF / DTR_* first, then from the flags. Bad input (a malformed
 // trace, an unknown policy or option, a bad budget) exits with code 2 and a message that
 // names the file and line or the valid values; it never crashes.
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
   sweep->add_flag("--quiet", sweep_quiet, "no progress bar and no table");
   sweep_flags.add_to(*sweep);
 
+  std::string convert_in, convert_out;
+  CLI::App* convert = app.add_subcommand("convert", "rewrite a trace (e.g. a DTR log) in dtr's versioned format");
+  convert->add_option("--trace", convert_in, "input trace")->required();
+  convert->add_option("--out", convert_out, "output file")->required();
+
   CLI::App* policies = app.add_subcommand("policies", "list the eviction policies");
   bool options_markdown = false;
   CLI::App* options = app.add_subcommand("options", "list the runtime options (DTR_CONF keys)");
@@ -127,6 +133,13 @@ int main(int argc, char** argv) {
         for (const dtr::OptionInfo& o : dtr::option_table())
           std::printf("%-13s %-17s default %-7s %s\n", o.key, o.env, o.default_value, o.doc);
       }
+      return 0;
+    }
+    if (*convert) {
+      const dtr::Trace trace = dtr::read_trace(convert_in);
+      dtr::write_trace(trace, convert_out);
+      std::printf("%s: %zu events, %zu names -> %s (format version %u)\n", convert_in.c_str(),
+                  trace.events.size(), trace.names.size(), convert_out.c_str(), dtr::kTraceFormatVersion);
       return 0;
     }
     if (*run) {
