@@ -20,9 +20,10 @@ struct Pool {
   dtr::LogicalClock clock{1};
   std::unique_ptr<dtr::Engine> engine;
 
-  Pool(size_t n, dtr::SearchMode mode, const char* policy) {
+  Pool(size_t n, dtr::SearchMode mode, const char* policy, uint32_t sample_size = 0) {
     dtr::EngineConfig config;
     config.search = mode;
+    config.sample_size = sample_size;
     engine = std::make_unique<dtr::Engine>(config, dtr::builtin_heuristics().make(policy, {}), clock);
     std::mt19937_64 rng(42);
     std::vector<dtr::TensorId> outs;
@@ -33,8 +34,9 @@ struct Pool {
   }
 };
 
-void choose(benchmark::State& state, dtr::SearchMode mode, const char* policy) {
-  Pool pool(static_cast<size_t>(state.range(0)), mode, policy);
+void choose(benchmark::State& state, dtr::SearchMode mode, const char* policy,
+            uint32_t sample_size = 0) {
+  Pool pool(static_cast<size_t>(state.range(0)), mode, policy, sample_size);
   for (auto _ : state) benchmark::DoNotOptimize(pool.engine->choose_victim());
   state.counters["pool"] = static_cast<double>(pool.engine->pool_size());
   state.counters["scored_per_choice"] = static_cast<double>(pool.engine->stats().candidates_scored) /
@@ -43,8 +45,11 @@ void choose(benchmark::State& state, dtr::SearchMode mode, const char* policy) {
 
 void BM_ChooseFullScan(benchmark::State& state) { choose(state, dtr::SearchMode::full, "dtr_eq"); }
 void BM_ChooseSampled(benchmark::State& state) { choose(state, dtr::SearchMode::sample, "dtr_eq"); }
+// A fixed sample of 32 (DTR_CONF="search:sample,sample:32"): constant work per choice.
+void BM_ChooseSampled32(benchmark::State& state) { choose(state, dtr::SearchMode::sample, "dtr_eq", 32); }
 
 BENCHMARK(BM_ChooseFullScan)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ChooseSampled)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ChooseSampled32)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -59,10 +59,12 @@ StorageId CandidateSearch::sample(uint32_t sample_size, uint64_t& scored) {
   const size_t n = pool.size();
   size_t k = sample_size ? sample_size : static_cast<size_t>(std::ceil(std::sqrt(double(n))));
   if (k >= n) return full_scan(scored);
-  std::uniform_int_distribution<size_t> pick(0, n - 1);
   Best best;
   for (size_t i = 0; i < k; ++i) {
-    const StorageId s = pool[pick(rng_)];
+    // Uniform index by multiply-shift (Lemire): no division on the hot path; the bias is
+    // below n / 2^64.
+    const size_t index = static_cast<size_t>((static_cast<unsigned __int128>(rng_()) * n) >> 64);
+    const StorageId s = pool[index];
     best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
   }
   scored += k;

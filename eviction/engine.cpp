@@ -171,6 +171,11 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
     auto& children = tensors_[in].children;
     children.insert(children.end(), rec.outputs.begin(), rec.outputs.end());
   }
+  if (track_eq_) {
+    // New edges may join storages to evicted inputs: Note [Evicted neighbour count].
+    for (TensorId in : inputs) recount_evicted_neighbors(tensors_[in].storage);
+    for (TensorId out : rec.outputs) recount_evicted_neighbors(tensors_[out].storage);
+  }
   ++stats_.num_ops;
 
   Status status = run_materialize(rec.outputs[0], /*remat=*/false);
@@ -426,27 +431,20 @@ void Engine::compute(TensorId t, bool remat) {
 // --- evicted neighbourhoods and eq classes --------------------------------------------------
 
 template <typename F>
-void Engine::for_each_evicted_neighbor(StorageId s, F&& f) const {
-  // Distinct evicted storages adjacent to s (through any of its tensors' parents or
-  // children), s itself excluded.
+void Engine::for_each_neighbor(StorageId s, F&& f) const {
+  // Distinct storages adjacent to s (through any of its tensors' parents or children),
+  // s itself excluded. Adjacency is symmetric: n is s's neighbour iff s is n's.
   const uint32_t epoch = ++epoch_;
   storages_[s].visit_epoch = epoch;
+  auto visit = [&](TensorId u) {
+    const StorageId us = tensors_[u].storage;
+    if (storages_[us].visit_epoch == epoch) return;
+    storages_[us].visit_epoch = epoch;
+    f(us);
+  };
   for (TensorId t : storages_[s].tensors) {
-    const TensorRec& trec = tensors_[t];
-    for (TensorId p : ops_[trec.op].inputs) {
-      const StorageRec& ps = storages_[tensors_[p].storage];
-      if (!ps.material && ps.visit_epoch != epoch) {
-        ps.visit_epoch = epoch;
-        f(tensors_[p].storage);
-      }
-    }
-    for (TensorId c : trec.children) {
-      const StorageRec& cs = storages_[tensors_[c].storage];
-      if (!cs.material && cs.visit_epoch != epoch) {
-        cs.visit_epoch = epoch;
-        f(tensors_[c].storage);
-      }
-    }
+    for (TensorId p : ops_[tensors_[t].op].inputs) visit(p);
+    for (TensorId c : tensors_[t].children) visit(c);
   }
 }
 
@@ -497,10 +495,11 @@ void Engine::eq_on_evict(StorageId s) {
   const uint32_t node = static_cast<uint32_t>(eq_nodes_.size());
   eq_nodes_.push_back(EqNode{node, 1, static_cast<int64_t>(storages_[s].compute_ns)});
   storages_[s].eq_node = node;
-  for_each_evicted_neighbor(s, [&](StorageId n) {
+  for_each_neighbor(s, [&](StorageId n) {
+    ++storages_[n].evicted_neighbors;  // Note [Evicted neighbour count]
     // Note [Pending outputs]: a neighbour that is not material but was never evicted is an
     // output of an op still waiting to run; it has no class and adds nothing.
-    if (storages_[n].eq_node == kNoId) return;
+    if (storages_[n].material || storages_[n].eq_node == kNoId) return;
     uint32_t a = eq_find(storages_[n].eq_node);
     uint32_t b = eq_find(node);
     if (a == b) return;
@@ -516,16 +515,35 @@ void Engine::eq_on_remat(StorageId s) {
   if (rec.eq_node == kNoId) return;  // a new storage: never evicted
   eq_nodes_[eq_find(rec.eq_node)].compute_ns -= static_cast<int64_t>(rec.compute_ns);
   rec.eq_node = kNoId;
+  for_each_neighbor(s, [&](StorageId n) { --storages_[n].evicted_neighbors; });
+}
+
+// Note [Evicted neighbour count]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Most candidates have no evicted neighbour, and walking a storage's neighbours costs a
+// chain of dependent loads (storage -> tensor -> op -> inputs -> storage). With eq classes
+// on, each storage counts its distinct neighbours that are evicted (with a class): +1 for
+// each neighbour when a storage is evicted, -1 when it is rematerialized. Edges appear when
+// an op is recorded, possibly on inputs that are evicted at that moment (DTR's whole
+// point), so `call` recounts the storages its new edges touch. is_valid() recounts all.
+// A zero count lets eq_class_cost answer from the storage record alone.
+void Engine::recount_evicted_neighbors(StorageId s) {
+  uint32_t evicted = 0;
+  for_each_neighbor(s, [&](StorageId n) {
+    evicted += !storages_[n].material && storages_[n].eq_node != kNoId;
+  });
+  storages_[s].evicted_neighbors = evicted;
 }
 
 uint64_t Engine::eq_class_cost(StorageId s) const {
   int64_t cost = static_cast<int64_t>(storages_[s].compute_ns);
+  if (storages_[s].evicted_neighbors == 0) return static_cast<uint64_t>(cost);
   // Distinct classes among the neighbours; a handful at most, so a small vector.
   uint32_t roots[32];
   size_t n_roots = 0;
   std::vector<uint32_t> more;
-  for_each_evicted_neighbor(s, [&](StorageId n) {
-    if (storages_[n].eq_node == kNoId) return;  // Note [Pending outputs]
+  for_each_neighbor(s, [&](StorageId n) {
+    if (storages_[n].material || storages_[n].eq_node == kNoId) return;  // Note [Pending outputs]
     const uint32_t r = eq_find(storages_[n].eq_node);
     for (size_t i = 0; i < n_roots; ++i)
       if (roots[i] == r) return;
@@ -578,6 +596,14 @@ bool Engine::is_valid(std::string* why) const {
     if (refs != rec.ext_refs) return fail("storage " + std::to_string(s) + " ref count mismatch");
     if (track_eq_ && rec.material && rec.eq_node != kNoId)
       return fail("material storage still in an eq class");
+    if (track_eq_) {
+      uint32_t evicted = 0;
+      for_each_neighbor(s, [&](StorageId n) {
+        evicted += !storages_[n].material && storages_[n].eq_node != kNoId;
+      });
+      if (evicted != rec.evicted_neighbors)
+        return fail("storage " + std::to_string(s) + " evicted-neighbour count is stale");
+    }
   }
   for (TensorId t = 0; t < tensors_.size(); ++t)
     if (tensors_[t].defined && !storages_[tensors_[t].storage].material)

@@ -68,7 +68,7 @@ struct OutputSpec {
 class EngineHooks {
  public:
   virtual ~EngineHooks() = default;
-  // `op` ran (remat: again); its outputs listed in `filled` became defined.
+  // `op` ran (remat: again); its outputs that were evicted are material again.
   virtual void on_compute(OpId op, bool remat) {}
   // Storage `s` lost its memory (heuristic eviction or eager eviction of a dead storage).
   virtual void on_evict(StorageId s) {}
@@ -143,18 +143,21 @@ class Engine {
 
  private:
   struct StorageRec {
+    // What scoring reads comes first, in one cache line: a sampled search touches one
+    // random record per candidate.
     uint64_t size_bytes = 0;
     uint64_t compute_ns = 0;  // sum over the distinct ops of its tensors
     Tick last_access = 0;
-    std::vector<TensorId> tensors;  // root first, then aliases
+    uint64_t pool_seq = 0;           // when it last entered the pool: Note [Tie-breaking]
+    uint32_t evicted_neighbors = 0;  // Note [Evicted neighbour count]
+    uint32_t eq_node = kNoId;
+    int32_t pool_index = -1;  // position in pool_, -1 if not evictable
     uint32_t locks = 0;
     uint32_t ext_refs = 0;
-    int32_t pool_index = -1;  // position in pool_, -1 if not evictable
-    uint64_t pool_seq = 0;    // when it last entered the pool: Note [Tie-breaking]
-    uint32_t eq_node = kNoId;
     mutable uint32_t visit_epoch = 0;
     bool material = false;
     bool pinned = false;
+    std::vector<TensorId> tensors;  // root first, then aliases
   };
   struct TensorRec {
     StorageId storage = kNoId;
@@ -196,8 +199,9 @@ class Engine {
   uint32_t eq_find(uint32_t node) const;
   void eq_on_evict(StorageId s);
   void eq_on_remat(StorageId s);
+  void recount_evicted_neighbors(StorageId s);
   template <typename F>
-  void for_each_evicted_neighbor(StorageId s, F&& f) const;
+  void for_each_neighbor(StorageId s, F&& f) const;
 
   EngineConfig config_;
   std::unique_ptr<Heuristic> heuristic_;
