@@ -57,20 +57,20 @@ TraceError::TraceError(const std::string& path, uint32_t line, const std::string
 
 // Note [Interning]
 // ~~~~~~~~~~~~~~~~
-// Trace::intern keeps `name_index_` as a cache of `names`. Code may fill `names` directly
+// Trace::intern keeps `name_index` as a cache of `names`. Code may fill `names` directly
 // (the reader does, and so may tests), so intern() first checks that the cache has as many
 // entries as there are names and rebuilds it if not. A `names` vector holding the same
 // string twice never matches its cache in size, so intern() stays correct but rebuilds on
 // every call; only the reader and intern() add names, and neither adds duplicates.
 NameId Trace::intern(const std::string& name) {
-  if (name_index_.size() != names.size()) {
-    name_index_.clear();
-    name_index_.reserve(names.size());
+  if (name_index.size() != names.size()) {
+    name_index.clear();
+    name_index.reserve(names.size());
     for (size_t id = 0; id < names.size(); ++id) {
-      name_index_.emplace(names[id], static_cast<NameId>(id));
+      name_index.emplace(names[id], static_cast<NameId>(id));
     }
   }
-  auto [it, inserted] = name_index_.emplace(name, static_cast<NameId>(names.size()));
+  auto [it, inserted] = name_index.emplace(name, static_cast<NameId>(names.size()));
   if (inserted) names.push_back(name);
   return it->second;
 }

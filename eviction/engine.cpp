@@ -15,9 +15,8 @@
 //   5. parents are unlocked in argument order (so they re-enter the pool in that order).
 // An alias tensor becomes undefined when its storage is evicted and is re-defined by
 // re-running its (view) op, whose cost is charged, as simrd does.
-// Where we deliberately differ (eager eviction is kept, but the budget check happens
-// before an op's outputs exist, as in simrd; the allocator's fragmentation is modelled by
-// the allocator layer), docs/simulator.md says so with numbers.
+// Where we deliberately differ, docs/simulator.md says so with numbers. Fragmentation is
+// not modelled here: that is the caching allocator's job (not yet built, issue #3).
 //
 // Note [Explicit remat stack]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -202,6 +202,16 @@ TEST_CASE("the registry lists every built-in policy and refuses unknown names", 
   }
 }
 
+TEST_CASE("each registry entry declares the needs its heuristic reports", "[eviction][registry]") {
+  for (const HeuristicInfo& info : builtin_heuristics().entries()) {
+    INFO(info.name);
+    const auto h = info.make({});
+    CHECK(h->needs() == info.needs);
+    CHECK(std::string(h->name()) == info.name);
+    CHECK(!info.summary.empty());
+  }
+}
+
 TEST_CASE("the engine refuses a heuristic whose needs it cannot meet", "[eviction][registry]") {
   struct NeedsAddresses : Heuristic {
     std::string_view name() const override { return "needs_addresses"; }

@@ -27,7 +27,6 @@ namespace dtr {
   X(num_evictions, "dtr.num_evictions", "storages evicted to make room (heuristic choices)")        \
   X(num_eager_evictions, "dtr.num_eager_evictions", "storages evicted at their last release")      \
   X(num_remats, "dtr.num_remats", "ops re-run to rematerialize a storage")                         \
-  X(num_banished, "dtr.num_banished", "dead storages forgotten for good")                          \
   X(evicted_bytes, "dtr.evicted_bytes", "bytes freed by heuristic evictions")                      \
   X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")             \
   X(remat_compute_ns, "dtr.remat_compute_ns", "compute spent rematerializing")                    \

@@ -69,7 +69,7 @@ struct Trace {
   // intern()'s lookup table, name -> NameId. A cache, not part of the trace's value: the
   // reader leaves it empty and intern() rebuilds it from `names` whenever the two differ in
   // size (Note [Interning] in core/trace_reader.cpp).
-  std::unordered_map<std::string, NameId> name_index_;
+  std::unordered_map<std::string, NameId> name_index;
 };
 
 // Thrown for malformed input. what() is "FILE:LINE: problem; hint".
