@@ -4,9 +4,9 @@ JOBS     ?= $(shell nproc)
 DATA     ?= $(abspath ../shared/data/dtr-logs)
 RESNET   := $(firstword $(wildcard $(DATA)/resnet32-*.log))
 # Debian packages the build needs; `make deps` installs the missing ones.
-APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev
+APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev libmimalloc-dev
 
-.PHONY: all deps configure build test test-sanitize demo bench docs clean
+.PHONY: all deps configure build test test-sanitize test-tsan demo bench docs clean
 
 all: build
 
@@ -31,12 +31,19 @@ build: deps configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) --no-print-directory test-sanitize
+	$(MAKE) --no-print-directory test-tsan
 
 # ASan/UBSan build of the library tests (engine stress test at DTR_DEBUG=3 included).
 test-sanitize: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DDTR_SANITIZE=address,undefined -DDTR_DATA_DIR=$(DATA) >/dev/null
 	cmake --build $(BUILD)-asan -j $(JOBS) --target dtr_tests
 	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+# TSan build of the multi-threaded tests only (their ctest names start with "allocator threads").
+test-tsan: deps
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DDTR_SANITIZE=thread -DDTR_DATA_DIR=$(DATA) >/dev/null
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target dtr_tests
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -R "allocator threads"
 
 demo: build
 	@echo "== budget sweep of the ResNet-32 log (DTR artifact), every policy =="
@@ -48,4 +55,4 @@ bench: build
 	$(BUILD)/bin/dtr-bench --benchmark_counters_tabular=true
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

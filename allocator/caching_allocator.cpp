@@ -1,0 +1,593 @@
+// caching_allocator.cpp: the caching allocator (the model and its invariants are in
+// include/dtr/allocator/caching_allocator.h; the plain data in allocator/block_pool.h).
+//
+// CachingAllocator is a thin shell: every public method forwards to Impl, which holds the
+// one mutex. Impl's methods named *_locked expect the mutex held; the others take it.
+//
+// Note [Lock rules]
+// ~~~~~~~~~~~~~~~~~
+// One std::mutex, deliberately not recursive, guards all state. Three rules follow:
+//  1. The Backend is called only under the mutex. Backends are then free to be
+//     single-threaded (the fake backend's bump pointer, the host backend's bookkeeping),
+//     and a cudaMalloc that blocks only blocks other allocations, which would wait anyway.
+//  2. The EvictionCallback is called only with the mutex released, at a point where every
+//     invariant holds (the failed attempt changed nothing). The engine's make_room frees
+//     storages, and freeing a storage calls free(), which takes the mutex: with the mutex
+//     held this would deadlock (or need a recursive mutex, which would let free() run in
+//     the middle of allocate()'s bookkeeping). So allocate() unlocks, calls, relocks, and
+//     starts its attempt again from scratch: nothing it saw before the call is trusted.
+//  3. No public method calls another public method while holding the mutex, and nothing
+//     returns a reference into the state (views and stats are copies). A callback may thus
+//     use the whole API, allocate() included; tests/allocator prove free() does not deadlock.
+// Several threads may run the out-of-memory chain, and so the callback, at the same time.
+//
+// Note [Out-of-memory chain]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// allocate() tries, in order, each step named in the code:
+//  (1) cached_block_or_segment: the best-fitting cached free block, or a fresh segment
+//      from the backend; both only while allocated + request <= budget and reserved +
+//      segment <= reserved limit. This is the fast path, and the only step when memory is
+//      plentiful.
+//  (2) evict: EvictionCallback::make_room. If the budget was the shortfall it is asked for
+//      allocated + request - budget bytes (any bytes will do); otherwise the budget is fine
+//      but no block fits and no segment can be added, and it is asked for a contiguous
+//      range of the request's size (contiguous_request = true). After every call that freed
+//      something (the allocator counts its own frees, so a callback cannot claim progress
+//      it did not make) step (1) runs again.
+//  (3) release_cache: give every fully free cached segment back to the backend and run (1)
+//      again. Skipped when the budget is the shortfall: releasing segments lowers reserved
+//      bytes, never allocated bytes. It comes after eviction because on a real device
+//      freeing and re-allocating segments synchronizes the device, and because with a
+//      contiguity-aware heuristic eviction is the step meant to fix fragmentation.
+//  (4) out_of_memory: an AllocatorOom with the numbers. It is returned exactly when the
+//      callback freed nothing and no cached segment could be released.
+// A request larger than the budget or the reserved limit goes straight to (4): nothing
+// can make it fit, so nothing is evicted for it. Every repeat of (1) after (2) or (3)
+// counts in num_alloc_retries.
+//
+// Note [Allocated vs active]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A block is not split when the remainder would be too small to be worth keeping (< 512 B
+// in the small pool, <= 1 MiB in the large pool), so an allocated block can be larger than
+// its rounded request. allocated_bytes counts the rounded request (what the program holds,
+// the same number the engine counts for a storage, and what the budget caps); active_bytes
+// counts the block's size, which is what PyTorch calls allocated_bytes. The difference is
+// the unsplit tails; reserved - active is the free memory inside segments.
+//
+// Note [Small path]
+// ~~~~~~~~~~~~~~~~~
+// A backend that serves small requests itself (Backend::serves_small, the host backend's
+// mimalloc heap) does better on them than 2 MiB segments: no internal fragmentation, size
+// classes, thread-local pages. Such a block has no segment; it counts in the small pool's
+// allocated, active and reserved bytes (by its rounded size) and in allocation, but not in
+// segment, and it is not listed by blocks_in_address_order: it is not part of any range a
+// contiguous eviction could free. The fake backend does not serve small requests, so a
+// simulated replay sends everything through segments and sees their fragmentation.
+#include "dtr/allocator/caching_allocator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "allocator/block_pool.h"
+#include "dtr/core/check.h"
+#include "dtr/core/status.h"
+
+namespace dtr {
+
+size_t round_block_size(size_t bytes) {
+  if (bytes < kMinBlockSize) return kMinBlockSize;
+  return kMinBlockSize * ((bytes + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segment_size_for(size_t bytes) {
+  if (bytes <= kSmallSize) return kSmallBuffer;
+  if (bytes < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((bytes + kRoundLarge - 1) / kRoundLarge);
+}
+
+std::string AllocatorOom::message() const {
+  std::string out =
+      "dtr: allocator out of memory: tried to allocate " + format_bytes(requested_bytes) +
+      " with a budget of " +
+      (budget_bytes == kUnlimitedBytes ? std::string("unlimited") : format_bytes(budget_bytes)) +
+      " (allocated " + format_bytes(allocated_bytes) + ", reserved " + format_bytes(reserved_bytes);
+  if (reserved_limit_bytes != kUnlimitedBytes)
+    out += " of a reserved limit of " + format_bytes(reserved_limit_bytes);
+  out += "; pinned " + format_bytes(pinned_bytes) + ", evictable " + format_bytes(evictable_bytes) +
+         "; largest free block " + format_bytes(largest_free_block_bytes) + "). ";
+  if (requested_bytes > budget_bytes || requested_bytes > reserved_limit_bytes) {
+    out += "The request alone exceeds the budget or the reserved limit: raise it above " +
+           format_bytes(requested_bytes) + ".";
+    return out;
+  }
+  out +=
+      "Nothing more could be evicted and releasing cached segments did not help. Try: "
+      "raise the budget above the pinned bytes plus this request, or reduce the batch size";
+  if (reserved_limit_bytes != kUnlimitedBytes && largest_free_block_bytes < requested_bytes)
+    out += ", or raise the reserved limit (free memory is fragmented: no free block fits)";
+  out += ".";
+  return out;
+}
+
+namespace {
+
+enum class Shortfall : uint8_t { none, budget, reserved_limit, backend };
+
+struct Attempt {
+  Block* block = nullptr;
+  Shortfall shortfall = Shortfall::none;
+};
+
+}  // namespace
+
+class CachingAllocator::Impl {
+ public:
+  Impl(const AllocatorConfig& config, Backend& backend, EvictionCallback* callback)
+      : config_(config),
+        backend_(backend),
+        callback_(callback),
+        small_path_(config.use_backend_small_path && backend.serves_small()) {
+    DTR_CHECK(backend.alignment() > 0 && kSmallBuffer % backend.alignment() == 0,
+              "backend alignment must divide the 2 MiB segment size");
+  }
+
+  ~Impl() {
+    for (auto& entry : allocated_) {
+      Block* block = entry.second;
+      if (!block->segment) backend_.free_small(reinterpret_cast<void*>(block->ptr), block->size);
+    }
+    for (auto& entry : segments_)
+      backend_.free_segment(reinterpret_cast<void*>(entry.second->ptr), entry.second->size);
+  }
+
+  AllocResult allocate(size_t bytes, uint64_t owner) {
+    const size_t need = round_block_size(bytes);
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Note [Out-of-memory chain]
+    const bool can_ever_fit = need <= config_.budget_bytes && need <= config_.reserved_limit_bytes;
+    while (can_ever_fit) {
+      // (1) cached_block_or_segment
+      const Attempt attempt = cached_block_or_segment_locked(need, bytes, owner);
+      if (attempt.block) {
+        debug_check_locked("allocate");
+        return AllocResult{reinterpret_cast<void*>(attempt.block->ptr), {}};
+      }
+      // (2) evict, with the mutex released (Note [Lock rules])
+      if (callback_) {
+        const bool contiguous = attempt.shortfall != Shortfall::budget;
+        const uint64_t bytes_needed =
+            contiguous ? need : stats_.allocated_bytes.all.current + need - config_.budget_bytes;
+        EvictionCallback* callback = callback_;
+        const uint64_t frees_before = num_frees_;
+        ++stats_.num_eviction_calls;
+        lock.unlock();
+        callback->make_room(bytes_needed, contiguous);
+        lock.lock();
+        if (num_frees_ != frees_before) {
+          ++stats_.num_alloc_retries;
+          continue;
+        }
+      }
+      // (3) release_cache
+      if (attempt.shortfall != Shortfall::budget && release_cached_segments_locked() > 0) {
+        ++stats_.num_cache_releases;
+        ++stats_.num_alloc_retries;
+        continue;
+      }
+      break;
+    }
+    // (4) out_of_memory
+    ++stats_.num_ooms;
+    AllocatorOom oom;
+    oom.requested_bytes = need;
+    oom.budget_bytes = config_.budget_bytes;
+    oom.reserved_limit_bytes = config_.reserved_limit_bytes;
+    oom.allocated_bytes = stats_.allocated_bytes.all.current;
+    oom.reserved_bytes = stats_.reserved_bytes.all.current;
+    oom.largest_free_block_bytes = largest_free_block_locked();
+    EvictionCallback* callback = callback_;
+    lock.unlock();
+    if (callback) {
+      oom.pinned_bytes = callback->pinned_bytes();
+      oom.evictable_bytes = callback->evictable_bytes();
+    }
+    return AllocResult{nullptr, oom};
+  }
+
+  void free(void* ptr) {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = allocated_.find(reinterpret_cast<uintptr_t>(ptr));
+    DTR_CHECK(it != allocated_.end(),
+              "free() of a pointer this allocator did not hand out, or a double free");
+    Block* block = it->second;
+    allocated_.erase(it);
+    free_block_locked(block);
+    debug_check_locked("free");
+  }
+
+  bool set_owner(void* ptr, uint64_t owner) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Block* block = find_allocated_locked(ptr);
+    if (block) block->owner = owner;
+    return block != nullptr;
+  }
+
+  bool set_evictable(void* ptr, bool evictable) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Block* block = find_allocated_locked(ptr);
+    if (block) block->evictable = evictable;
+    return block != nullptr;
+  }
+
+  uint64_t empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t released = release_cached_segments_locked();
+    debug_check_locked("empty_cache");
+    return released;
+  }
+
+  std::vector<BlockView> blocks_in_address_order() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<BlockView> out;
+    for (const auto& entry : segments_) {
+      for (const Block* b = entry.second->first; b; b = b->next) {
+        out.push_back(BlockView{b->ptr, b->size, b->requested_size, entry.second->id, b->allocated,
+                                b->evictable, b->owner});
+      }
+    }
+    return out;
+  }
+
+  size_t largest_free_block() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return largest_free_block_locked();
+  }
+
+  AllocatorStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    AllocatorStats out = stats_;
+    out.largest_free_block_bytes = largest_free_block_locked();
+    out.fragmentation_free_bytes =
+        stats_.reserved_bytes.all.current - stats_.active_bytes.all.current;
+    return out;
+  }
+
+  void reset_peaks() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.reset_peaks();
+  }
+
+  bool is_valid(std::string* why) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return is_valid_locked(why);
+  }
+
+  void set_eviction_callback(EvictionCallback* callback) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    callback_ = callback;
+  }
+
+ private:
+  BlockPool& pool_for(StatPool pool) {
+    return pool == StatPool::small_pool ? small_blocks_ : large_blocks_;
+  }
+  const BlockPool& pool_for(StatPool pool) const {
+    return pool == StatPool::small_pool ? small_blocks_ : large_blocks_;
+  }
+
+  size_t largest_free_block_locked() const {
+    return std::max(small_blocks_.largest(), large_blocks_.largest());
+  }
+
+  Block* find_allocated_locked(void* ptr) const {
+    auto it = allocated_.find(reinterpret_cast<uintptr_t>(ptr));
+    return it == allocated_.end() ? nullptr : it->second;
+  }
+
+  bool fits_reserved_locked(size_t bytes) const {
+    return bytes <= config_.reserved_limit_bytes - stats_.reserved_bytes.all.current;
+  }
+
+  // Step (1) of Note [Out-of-memory chain]. Changes nothing unless it succeeds.
+  Attempt cached_block_or_segment_locked(size_t need, size_t requested, uint64_t owner) {
+    if (need > config_.budget_bytes - stats_.allocated_bytes.all.current)
+      return {nullptr, Shortfall::budget};
+    const StatPool pool = is_small_request(need) ? StatPool::small_pool : StatPool::large_pool;
+    if (pool == StatPool::small_pool && small_path_) {  // Note [Small path]
+      if (!fits_reserved_locked(need)) return {nullptr, Shortfall::reserved_limit};
+      void* ptr = backend_.allocate_small(need);
+      if (!ptr) return {nullptr, Shortfall::backend};
+      Block* block = arena_.make();
+      block->ptr = reinterpret_cast<uintptr_t>(ptr);
+      block->size = need;
+      block->pool = pool;
+      stats_.reserved_bytes.increase(pool, need);
+      return {mark_allocated_locked(block, requested, owner), Shortfall::none};
+    }
+    BlockPool& free_blocks = pool_for(pool);
+    Block* block = free_blocks.best_fit(need);
+    if (block) {
+      free_blocks.erase(block);
+    } else {
+      Shortfall shortfall = Shortfall::none;
+      block = add_segment_locked(pool, segment_size_for(need), &shortfall);
+      if (!block) return {nullptr, shortfall};
+    }
+    if (should_split(*block, need)) split_locked(block, need);
+    return {mark_allocated_locked(block, requested, owner), Shortfall::none};
+  }
+
+  // A fresh segment as one free block that is in no pool yet, or null with the reason.
+  Block* add_segment_locked(StatPool pool, size_t bytes, Shortfall* shortfall) {
+    if (!fits_reserved_locked(bytes)) {
+      *shortfall = Shortfall::reserved_limit;
+      return nullptr;
+    }
+    void* ptr = backend_.allocate_segment(bytes);
+    if (!ptr) {
+      *shortfall = Shortfall::backend;
+      return nullptr;
+    }
+    DTR_CHECK(reinterpret_cast<uintptr_t>(ptr) % backend_.alignment() == 0,
+              "backend returned a misaligned segment");
+    auto segment = std::make_unique<Segment>();
+    segment->id = next_segment_id_++;
+    segment->ptr = reinterpret_cast<uintptr_t>(ptr);
+    segment->size = bytes;
+    segment->pool = pool;
+    Block* block = arena_.make();
+    block->ptr = segment->ptr;
+    block->size = bytes;
+    block->segment = segment.get();
+    block->pool = pool;
+    segment->first = block;
+    segments_.emplace(segment->ptr, std::move(segment));
+    stats_.reserved_bytes.increase(pool, bytes);
+    stats_.segment.increase(pool, 1);
+    ++stats_.num_device_alloc;
+    return block;
+  }
+
+  // Note [Allocated vs active]: a remainder is kept only when it is worth a block.
+  static bool should_split(const Block& block, size_t need) {
+    const size_t remaining = block.size - need;
+    return block.pool == StatPool::small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  }
+
+  void split_locked(Block* block, size_t need) {
+    Block* rest = arena_.make();
+    rest->ptr = block->ptr + need;
+    rest->size = block->size - need;
+    rest->segment = block->segment;
+    rest->pool = block->pool;
+    rest->prev = block;
+    rest->next = block->next;
+    if (block->next) block->next->prev = rest;
+    block->next = rest;
+    block->size = need;
+    pool_for(rest->pool).insert(rest);
+  }
+
+  Block* mark_allocated_locked(Block* block, size_t requested, uint64_t owner) {
+    block->allocated = true;
+    block->requested_size = requested;
+    block->owner = owner;
+    block->evictable = false;
+    allocated_.emplace(block->ptr, block);
+    stats_.allocated_bytes.increase(block->pool, round_block_size(requested));
+    stats_.active_bytes.increase(block->pool, block->size);
+    stats_.allocation.increase(block->pool, 1);
+    return block;
+  }
+
+  // `block` is already out of allocated_.
+  void free_block_locked(Block* block) {
+    ++num_frees_;
+    stats_.allocated_bytes.decrease(block->pool, round_block_size(block->requested_size));
+    stats_.active_bytes.decrease(block->pool, block->size);
+    stats_.allocation.decrease(block->pool, 1);
+    if (!block->segment) {  // Note [Small path]
+      backend_.free_small(reinterpret_cast<void*>(block->ptr), block->size);
+      stats_.reserved_bytes.decrease(block->pool, block->size);
+      arena_.recycle(block);
+      return;
+    }
+    block->allocated = false;
+    block->requested_size = 0;
+    block->owner = 0;
+    block->evictable = false;
+    merge_locked(block, block->prev);
+    merge_locked(block, block->next);
+    pool_for(block->pool).insert(block);
+  }
+
+  // Absorbs `neighbour` into `block` if it is free.
+  void merge_locked(Block* block, Block* neighbour) {
+    if (!neighbour || neighbour->allocated) return;
+    pool_for(neighbour->pool).erase(neighbour);
+    if (neighbour == block->prev) {
+      block->ptr = neighbour->ptr;
+      block->prev = neighbour->prev;
+      if (block->prev)
+        block->prev->next = block;
+      else
+        block->segment->first = block;
+    } else {
+      block->next = neighbour->next;
+      if (block->next) block->next->prev = block;
+    }
+    block->size += neighbour->size;
+    arena_.recycle(neighbour);
+  }
+
+  // Step (3) of Note [Out-of-memory chain], and empty_cache().
+  uint64_t release_cached_segments_locked() {
+    uint64_t released = 0;
+    for (auto it = segments_.begin(); it != segments_.end();) {
+      Segment& segment = *it->second;
+      Block* block = segment.first;
+      if (block->allocated || block->next) {
+        ++it;
+        continue;
+      }
+      pool_for(segment.pool).erase(block);
+      arena_.recycle(block);
+      backend_.free_segment(reinterpret_cast<void*>(segment.ptr), segment.size);
+      stats_.reserved_bytes.decrease(segment.pool, segment.size);
+      stats_.segment.decrease(segment.pool, 1);
+      ++stats_.num_device_free;
+      released += segment.size;
+      it = segments_.erase(it);
+    }
+    return released;
+  }
+
+  void debug_check_locked(const char* after) const {
+    if (config_.debug < 3) return;
+    std::string why;
+    if (!is_valid_locked(&why)) {
+      std::fprintf(stderr, "dtr: allocator invariant broken after %s: %s\n", after, why.c_str());
+      DTR_CHECK(false, "CachingAllocator::is_valid (debug 3)");
+    }
+  }
+
+  bool is_valid_locked(std::string* why) const {
+    auto fail = [why](const std::string& message) {
+      if (why) *why = message;
+      return false;
+    };
+    AllocatorStats recount;
+    size_t free_seen[2] = {0, 0};  // small, large
+    size_t allocated_seen = 0;
+    uintptr_t previous_end = 0;
+    for (const auto& entry : segments_) {
+      const Segment& segment = *entry.second;
+      const std::string where = "segment " + std::to_string(segment.id);
+      if (entry.first != segment.ptr) return fail(where + ": keyed under the wrong address");
+      if (segment.ptr < previous_end) return fail(where + ": overlaps the previous segment");
+      if (!segment.first || segment.first->prev) return fail(where + ": bad first block");
+      uintptr_t expected = segment.ptr;
+      size_t steps = 0;
+      for (const Block* b = segment.first; b; b = b->next) {
+        if (++steps > segment.size / kMinBlockSize) return fail(where + ": block list cycles");
+        if (b->segment != &segment) return fail(where + ": block points at another segment");
+        if (b->pool != segment.pool) return fail(where + ": block in the wrong pool");
+        if (b->ptr != expected) return fail(where + ": blocks not contiguous");
+        if (b->size == 0 || b->size % kMinBlockSize != 0) return fail(where + ": bad block size");
+        if (b->next && b->next->prev != b) return fail(where + ": broken prev/next link");
+        expected += b->size;
+        if (b->allocated) {
+          auto it = allocated_.find(b->ptr);
+          if (it == allocated_.end() || it->second != b)
+            return fail(where + ": allocated block missing from the allocated map");
+          if (round_block_size(b->requested_size) > b->size)
+            return fail(where + ": block smaller than its request");
+          ++allocated_seen;
+          recount.allocated_bytes.increase(b->pool, round_block_size(b->requested_size));
+          recount.active_bytes.increase(b->pool, b->size);
+          recount.allocation.increase(b->pool, 1);
+        } else {
+          if (b->next && !b->next->allocated) return fail(where + ": two neighbouring free blocks");
+          if (!pool_for(b->pool).contains(const_cast<Block*>(b)))
+            return fail(where + ": free block missing from its pool");
+          if (b->owner || b->evictable || b->requested_size)
+            return fail(where + ": free block carries allocation data");
+          ++free_seen[b->pool == StatPool::small_pool ? 0 : 1];
+        }
+      }
+      if (expected != segment.ptr + segment.size) return fail(where + ": blocks do not tile it");
+      recount.reserved_bytes.increase(segment.pool, segment.size);
+      recount.segment.increase(segment.pool, 1);
+      previous_end = segment.ptr + segment.size;
+    }
+    for (const auto& entry : allocated_) {
+      const Block* b = entry.second;
+      if (b->segment) continue;
+      if (!small_path_ || !b->allocated || b->ptr != entry.first)
+        return fail("bad small-path block");
+      ++allocated_seen;
+      recount.allocated_bytes.increase(b->pool, round_block_size(b->requested_size));
+      recount.active_bytes.increase(b->pool, b->size);
+      recount.reserved_bytes.increase(b->pool, b->size);
+      recount.allocation.increase(b->pool, 1);
+    }
+    if (allocated_seen != allocated_.size()) return fail("allocated map holds unknown blocks");
+    if (small_blocks_.blocks().size() != free_seen[0]) return fail("small pool holds extra blocks");
+    if (large_blocks_.blocks().size() != free_seen[1]) return fail("large pool holds extra blocks");
+
+#define DTR_ALLOCATOR_CHECK_POOL(family, pool_name)                                                \
+  {                                                                                                \
+    const AllocatorStat& have = stats_.family.pool_name;                                           \
+    if (have.current != recount.family.pool_name.current)                                          \
+      return fail(std::string(#family "." #pool_name ".current is ") +                             \
+                  std::to_string(have.current) + ", a recount gives " +                            \
+                  std::to_string(recount.family.pool_name.current));                               \
+    if (have.peak < have.current || have.allocated - have.freed != have.current)                   \
+      return fail(#family "." #pool_name ": peak/allocated/freed inconsistent");                   \
+  }
+#define DTR_ALLOCATOR_CHECK_FAMILY(family, key, doc)                                               \
+  DTR_ALLOCATOR_CHECK_POOL(family, all)                                                            \
+  DTR_ALLOCATOR_CHECK_POOL(family, small_pool)                                                     \
+  DTR_ALLOCATOR_CHECK_POOL(family, large_pool)
+#define DTR_ALLOCATOR_CHECK_SCALAR(member, key, doc)
+    DTR_ALLOCATOR_STATS(DTR_ALLOCATOR_CHECK_FAMILY, DTR_ALLOCATOR_CHECK_SCALAR)
+#undef DTR_ALLOCATOR_CHECK_SCALAR
+#undef DTR_ALLOCATOR_CHECK_FAMILY
+#undef DTR_ALLOCATOR_CHECK_POOL
+
+    if (stats_.allocated_bytes.all.current > config_.budget_bytes) return fail("over the budget");
+    if (stats_.reserved_bytes.all.current > config_.reserved_limit_bytes)
+      return fail("over the reserved limit");
+    return true;
+  }
+
+  const AllocatorConfig config_;
+  Backend& backend_;  // owned by CachingAllocator, which outlives *this
+  EvictionCallback* callback_;
+  const bool small_path_;
+
+  mutable std::mutex mutex_;  // Note [Lock rules]: guards everything below
+  BlockArena arena_;
+  BlockPool small_blocks_;
+  BlockPool large_blocks_;
+  std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by address
+  std::unordered_map<uintptr_t, Block*> allocated_;         // live blocks by address
+  AllocatorStats stats_;
+  uint64_t next_segment_id_ = 1;
+  uint64_t num_frees_ = 0;  // progress marker for step (2) of the chain
+};
+
+CachingAllocator::CachingAllocator(AllocatorConfig config, std::unique_ptr<Backend> backend,
+                                   EvictionCallback* callback)
+    : config_(config), backend_(std::move(backend)) {
+  DTR_CHECK(backend_ != nullptr, "CachingAllocator needs a backend");
+  impl_ = std::make_unique<Impl>(config_, *backend_, callback);
+}
+
+CachingAllocator::~CachingAllocator() = default;
+
+AllocResult CachingAllocator::allocate(size_t bytes, uint64_t owner) {
+  return impl_->allocate(bytes, owner);
+}
+void CachingAllocator::free(void* ptr) { impl_->free(ptr); }
+bool CachingAllocator::set_owner(void* ptr, uint64_t owner) { return impl_->set_owner(ptr, owner); }
+bool CachingAllocator::set_evictable(void* ptr, bool evictable) {
+  return impl_->set_evictable(ptr, evictable);
+}
+uint64_t CachingAllocator::empty_cache() { return impl_->empty_cache(); }
+std::vector<BlockView> CachingAllocator::blocks_in_address_order() const {
+  return impl_->blocks_in_address_order();
+}
+size_t CachingAllocator::largest_free_block() const { return impl_->largest_free_block(); }
+AllocatorStats CachingAllocator::stats() const { return impl_->stats(); }
+void CachingAllocator::reset_peaks() { impl_->reset_peaks(); }
+bool CachingAllocator::is_valid(std::string* why) const { return impl_->is_valid(why); }
+void CachingAllocator::set_eviction_callback(EvictionCallback* callback) {
+  impl_->set_eviction_callback(callback);
+}
+
+}  // namespace dtr

@@ -1,0 +1,162 @@
+// caching_allocator.h: a PyTorch-style caching allocator for one device, with a hard budget.
+//
+// What it is. Memory comes from a Backend in *segments*; a segment is split into *blocks*
+// that are handed out and, when freed, coalesced with free neighbours and cached for reuse
+// (never given back to the backend except by the out-of-memory chain or empty_cache()).
+// Sizes are rounded up to kMinBlockSize. Requests up to kSmallSize use the small pool
+// (2 MiB segments), larger ones the large pool (20 MiB segments up to kMinLargeAlloc, then
+// exact segments rounded to kRoundLarge). A free block is found by best fit: the smallest
+// free block that fits, lowest address among equals. If the backend serves small requests
+// itself (host: a mimalloc heap) and config.use_backend_small_path is on, small requests
+// go there instead of into segments, but are still counted in the stats and the budget
+// (Note [Small path] in allocator/caching_allocator.cpp).
+//
+// Budget. allocated_bytes (live requests rounded to kMinBlockSize) never exceeds
+// config.budget_bytes, and reserved_bytes never exceeds config.reserved_limit_bytes.
+// A request that does not fit runs the out-of-memory chain (Note [Out-of-memory chain]):
+// (1) a cached free block or a fresh segment, (2) the EvictionCallback, (3) releasing
+// cached segments, (4) an AllocatorOom.
+//
+// Invariants (is_valid checks all of them; at config.debug >= 3 after every allocate and
+// free): blocks tile each segment exactly, in address order, with consistent prev/next
+// links; no two neighbouring blocks are both free; the free pools hold exactly the free
+// blocks; the stats equal a recount; the budget and the reserved limit hold.
+//
+// Lock rules (Note [Lock rules] in allocator/caching_allocator.cpp has the reasons):
+//  - One std::mutex (not recursive) guards every block, segment, pool and stat.
+//  - The Backend is only ever called with that mutex held: backends need not be thread-safe.
+//  - The EvictionCallback is only ever called with the mutex released, and only when the
+//    allocator is consistent (is_valid holds). The callback may call any public method,
+//    free() in particular, and even allocate(); several threads may be inside the callback
+//    at once, so the callback serializes itself.
+//  - Every public method takes the mutex itself; none calls another public method while
+//    holding it. Views and stats are returned as copies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtr/allocator/allocator_stats.h"
+#include "dtr/allocator/backend.h"
+
+namespace dtr {
+
+constexpr size_t kMinBlockSize = 512;        // all sizes are rounded to at least 512 bytes
+constexpr size_t kSmallSize = 1048576;       // largest "small" request: 1 MiB
+constexpr size_t kSmallBuffer = 2097152;     // segment size for small requests: 2 MiB
+constexpr size_t kLargeBuffer = 20971520;    // segment size for 1 MiB < request < 10 MiB: 20 MiB
+constexpr size_t kMinLargeAlloc = 10485760;  // requests from 10 MiB get an exact segment
+constexpr size_t kRoundLarge = 2097152;      // ... rounded up to a multiple of 2 MiB
+constexpr uint64_t kUnlimitedBytes = std::numeric_limits<uint64_t>::max();  // no budget / limit
+
+// `bytes` rounded up to a multiple of kMinBlockSize (0 -> kMinBlockSize).
+size_t round_block_size(size_t bytes);
+// The segment a rounded request of `bytes` gets when no cached block fits.
+size_t segment_size_for(size_t bytes);
+// True when a rounded request of `bytes` belongs to the small pool (bytes <= kSmallSize).
+inline bool is_small_request(size_t bytes) { return bytes <= kSmallSize; }
+
+struct AllocatorConfig {
+  uint64_t budget_bytes = kUnlimitedBytes;          // hard cap on allocated_bytes.all.current
+  uint64_t reserved_limit_bytes = kUnlimitedBytes;  // cap on reserved_bytes.all.current
+  uint32_t debug = 0;                  // 0..3; at 3 is_valid() runs after every allocate/free
+  bool use_backend_small_path = true;  // small requests to Backend::allocate_small if served
+};
+
+// The out-of-memory result: everything a user needs to decide what to change.
+struct AllocatorOom {
+  uint64_t requested_bytes = 0;           // the request, rounded to kMinBlockSize
+  uint64_t budget_bytes = 0;              // AllocatorConfig::budget_bytes
+  uint64_t reserved_limit_bytes = 0;      // AllocatorConfig::reserved_limit_bytes
+  uint64_t allocated_bytes = 0;           // live, at the time of the failure
+  uint64_t reserved_bytes = 0;            // held from the backend, at the time of the failure
+  uint64_t pinned_bytes = 0;              // from EvictionCallback::pinned_bytes (0: no callback)
+  uint64_t evictable_bytes = 0;           // from EvictionCallback::evictable_bytes (0: no callback)
+  uint64_t largest_free_block_bytes = 0;  // largest cached free block
+
+  // A sentence for a human: the numbers above and what to try.
+  std::string message() const;
+};
+
+// The result of allocate(): a pointer, or (ptr == nullptr) the out-of-memory details.
+struct AllocResult {
+  void* ptr = nullptr;
+  AllocatorOom oom;
+  bool ok() const { return ptr != nullptr; }
+};
+
+// The engine's side of the out-of-memory chain. Called without the allocator's lock.
+class EvictionCallback {
+ public:
+  virtual ~EvictionCallback() = default;
+  // Free storages (through CachingAllocator::free) to make room. When
+  // `contiguous_request` is false the budget is the problem and `bytes_needed` is how many
+  // more bytes must be freed; when true the budget is fine but no free block of
+  // `bytes_needed` contiguous bytes exists (and no segment can be added), so freeing a
+  // contiguous window of blocks (blocks_in_address_order) helps most. Return the bytes
+  // freed; freeing nothing means nothing more can be evicted. The allocator retries after
+  // every call that freed something.
+  virtual uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) = 0;
+  // For the AllocatorOom message: live bytes that cannot / could be evicted now.
+  virtual uint64_t pinned_bytes() const { return 0; }
+  virtual uint64_t evictable_bytes() const { return 0; }
+};
+
+// One block, for address-ordered scans (contiguity-aware eviction).
+struct BlockView {
+  uintptr_t ptr = 0;
+  size_t size = 0;             // bytes the block spans (rounded; may include an unsplit tail)
+  size_t requested_bytes = 0;  // the caller's request; 0 for a free block
+  uint64_t segment_id = 0;     // blocks with the same id are one contiguous segment
+  bool allocated = false;
+  bool evictable = false;  // set_evictable(); always false for a free block
+  uint64_t owner = 0;      // allocate()/set_owner(); 0 for a free block
+};
+
+class CachingAllocator {
+ public:
+  // `callback` may be null (then step (2) of the chain is skipped) and must outlive *this.
+  CachingAllocator(AllocatorConfig config, std::unique_ptr<Backend> backend,
+                   EvictionCallback* callback = nullptr);
+  // Gives every segment and small-path allocation back to the backend, live ones included.
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // At least `bytes` (aligned to kMinBlockSize in segments), or an AllocatorOom. Never throws.
+  AllocResult allocate(size_t bytes, uint64_t owner = 0);
+  // Frees a pointer allocate() returned; nullptr is ignored. Anything else is a DTR_CHECK.
+  void free(void* ptr);
+  // Set on a live block; false (and nothing changed) when `ptr` is not one.
+  bool set_owner(void* ptr, uint64_t owner);
+  bool set_evictable(void* ptr, bool evictable);
+
+  // Gives every fully free cached segment back to the backend; returns the bytes released.
+  uint64_t empty_cache();
+  // Every block of every segment, in address order (small-path allocations are not in
+  // segments and not listed: Note [Small path]).
+  std::vector<BlockView> blocks_in_address_order() const;
+  size_t largest_free_block() const;
+
+  AllocatorStats stats() const;  // a copy, gauges filled in
+  void reset_peaks();
+  // Checks every invariant listed above; on failure says which in *why (if given).
+  bool is_valid(std::string* why = nullptr) const;
+
+  const AllocatorConfig& config() const { return config_; }
+  const Backend& backend() const { return *backend_; }
+  void set_eviction_callback(EvictionCallback* callback);  // before concurrent use
+
+ private:
+  class Impl;  // the mutex, blocks, segments, pools and stats: allocator/caching_allocator.cpp
+
+  const AllocatorConfig config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtr

@@ -1,0 +1,47 @@
+// pluggable_allocator.h: the C ABI that PyTorch's CUDAPluggableAllocator loads, and a small
+// C++ view of its state for tests and tools.
+//
+// PyTorch (>= 2.0) calls dtr_malloc / dtr_free for every CUDA allocation once
+//   torch.cuda.memory.change_current_allocator(
+//       torch.cuda.memory.CUDAPluggableAllocator("libdtr_cuda.so", "dtr_malloc", "dtr_free"))
+// has run, before CUDA is initialised (docs/cuda.md). Behind the ABI sits one process-wide
+// table per device, created on first use: the one process-wide instance dtr allows, and
+// it lives here in integration/. See pluggable_allocator.cpp for its design notes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "integration/cuda/cuda_backend.h"
+
+extern "C" {
+// Device memory of at least `size` bytes (rounded up to 512) on `device`, or nullptr when
+// the request would exceed DTR_BUDGET, the device is out of memory, the configuration is
+// invalid or CUDA failed (a line on stderr says which). size 0 gives nullptr, no error.
+DTR_CUDA_API void* dtr_malloc(size_t size, int device, cudaStream_t stream);
+// Frees what dtr_malloc returned; nullptr is a no-op; an unknown pointer is reported on
+// stderr and ignored.
+DTR_CUDA_API void dtr_free(void* ptr, size_t size, int device, cudaStream_t stream);
+}
+
+namespace dtr {
+
+// Counters of one device's table (names follow torch.cuda.memory_stats()).
+struct PluggableDeviceStats {
+  uint64_t allocated_bytes_current = 0;  // live bytes, after rounding to 512
+  uint64_t allocated_bytes_peak = 0;
+  uint64_t allocation_current = 0;     // live allocations
+  uint64_t num_ooms = 0;               // requests answered with nullptr
+  uint64_t budget_bytes = UINT64_MAX;  // UINT64_MAX: unlimited
+};
+
+DTR_CUDA_API PluggableDeviceStats pluggable_device_stats(int device);
+
+// Reads DTR_CONF / DTR_BUDGET again (they are read once, on the first dtr_malloc). Live
+// allocations stay and count against the new budget. For tests and for tools that set
+// the environment after loading the library.
+DTR_CUDA_API void pluggable_reload_config();
+
+}  // namespace dtr

@@ -1,0 +1,187 @@
+// test_cuda_backend.cpp: the CUDA backend and the CUDAPluggableAllocator C ABI.
+//
+// Built with the CUDA library only when DTR_HAVE_CUDA is defined (tests/CMakeLists.txt,
+// when the dtr_cuda target exists); otherwise one test WARNs that it was not built. With
+// the library but no usable GPU, every test WARNs "no CUDA device: <reason>" and returns,
+// so a GPU-less run shows the skip instead of passing silently.
+#include <catch2/catch.hpp>
+
+#ifdef DTR_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "integration/cuda/cuda_backend.h"
+#include "integration/cuda/pluggable_allocator.h"
+
+namespace {
+
+// True (after a WARN saying why) when there is no CUDA device to test on.
+bool skip_without_gpu() {
+  if (dtr::cuda_device_count() > 0) return false;
+  WARN("no CUDA device: " << dtr::cuda_unavailable_reason());
+  return true;
+}
+
+bool is_aligned(const void* ptr, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(ptr) % alignment == 0;
+}
+
+// Sets an environment variable for one scope and restores the old value after it.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~EnvGuard() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("cuda_device_count never throws and agrees with the reason", "[cuda]") {
+  int count = -1;
+  REQUIRE_NOTHROW(count = dtr::cuda_device_count());
+  CHECK(count >= 0);
+  CHECK(dtr::cuda_unavailable_reason().empty() == (count > 0));
+  if (count == 0) WARN("no CUDA device: " << dtr::cuda_unavailable_reason());
+}
+
+TEST_CASE("CudaBackend describes itself", "[cuda]") {
+  if (skip_without_gpu()) return;
+  auto backend = dtr::make_cuda_backend(0);
+  CHECK(std::string(backend->name()) == "cuda");
+  CHECK(backend->device() == 0);
+  CHECK(backend->alignment() == 512);
+  CHECK(backend->memory_is_real());
+  CHECK_FALSE(backend->serves_small());
+  CHECK_THROWS_AS(dtr::make_cuda_backend(dtr::cuda_device_count()), dtr::CudaError);
+  CHECK_THROWS_AS(dtr::make_cuda_backend(-1), dtr::CudaError);
+}
+
+TEST_CASE("CudaBackend segments are aligned, writable and readable", "[cuda]") {
+  if (skip_without_gpu()) return;
+  auto backend = dtr::make_cuda_backend(0);
+  for (size_t bytes : {size_t{512}, size_t{4096}, size_t{2} << 20, size_t{20} << 20}) {
+    CAPTURE(bytes);
+    void* ptr = backend->allocate_segment(bytes);
+    REQUIRE(ptr != nullptr);
+    CHECK(is_aligned(ptr, backend->alignment()));
+    REQUIRE(cudaMemset(ptr, 0xab, bytes) == cudaSuccess);
+    std::vector<unsigned char> host(bytes, 0);
+    REQUIRE(cudaMemcpy(host.data(), ptr, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(host.front() == 0xab);
+    CHECK(host[bytes / 2] == 0xab);
+    CHECK(host.back() == 0xab);
+    backend->free_segment(ptr, bytes);
+  }
+}
+
+TEST_CASE("CudaBackend returns nullptr when the device is out of memory", "[cuda]") {
+  if (skip_without_gpu()) return;
+  auto backend = dtr::make_cuda_backend(0);
+  size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  // Twice the device's memory, rounded to the alignment: cannot succeed.
+  const size_t too_big = (total_bytes * 2 + 511) / 512 * 512;
+  CHECK(backend->allocate_segment(too_big) == nullptr);
+  CHECK(cudaGetLastError() == cudaSuccess);    // the backend cleared the error
+  void* ptr = backend->allocate_segment(512);  // and the device still works
+  CHECK(ptr != nullptr);
+  backend->free_segment(ptr, 512);
+}
+
+TEST_CASE("CudaBackend restores the caller's current device", "[cuda]") {
+  if (skip_without_gpu()) return;
+  const int last = dtr::cuda_device_count() - 1;
+  REQUIRE(cudaSetDevice(last) == cudaSuccess);
+  auto backend = dtr::make_cuda_backend(0);
+  void* ptr = backend->allocate_segment(512);
+  REQUIRE(ptr != nullptr);
+  int current = -1;
+  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+  CHECK(current == last);
+  cudaPointerAttributes attributes{};
+  REQUIRE(cudaPointerGetAttributes(&attributes, ptr) == cudaSuccess);
+  CHECK(attributes.device == 0);
+  backend->free_segment(ptr, 512);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+}
+
+TEST_CASE("dtr_malloc and dtr_free serve device memory", "[cuda]") {
+  if (skip_without_gpu()) return;
+  EnvGuard budget("DTR_BUDGET", "0");
+  dtr::pluggable_reload_config();
+  const auto before = dtr::pluggable_device_stats(0);
+  CHECK(dtr_malloc(0, 0, nullptr) == nullptr);  // size 0: nullptr, not an error
+  void* ptr = dtr_malloc(1000, 0, nullptr);
+  REQUIRE(ptr != nullptr);
+  CHECK(is_aligned(ptr, 512));
+  auto during = dtr::pluggable_device_stats(0);
+  CHECK(during.allocated_bytes_current == before.allocated_bytes_current + 1024);
+  CHECK(during.allocation_current == before.allocation_current + 1);
+  REQUIRE(cudaMemset(ptr, 0x5a, 1000) == cudaSuccess);
+  unsigned char host[1000] = {};
+  REQUIRE(cudaMemcpy(host, ptr, sizeof host, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(host[0] == 0x5a);
+  CHECK(host[999] == 0x5a);
+  dtr_free(ptr, 1000, 0, nullptr);
+  auto after = dtr::pluggable_device_stats(0);
+  CHECK(after.allocated_bytes_current == before.allocated_bytes_current);
+  CHECK(after.allocation_current == before.allocation_current);
+  dtr_free(nullptr, 0, 0, nullptr);  // a no-op
+}
+
+TEST_CASE("dtr_malloc refuses a request over DTR_BUDGET with nullptr", "[cuda]") {
+  if (skip_without_gpu()) return;
+  {
+    EnvGuard budget("DTR_BUDGET", "1M");
+    dtr::pluggable_reload_config();
+    const auto before = dtr::pluggable_device_stats(0);
+    REQUIRE(before.allocated_bytes_current == 0);
+    CHECK(before.budget_bytes == (1u << 20));
+    void* half = dtr_malloc(512 << 10, 0, nullptr);
+    REQUIRE(half != nullptr);
+    CHECK(dtr_malloc((512 << 10) + 1, 0, nullptr) == nullptr);  // 512 KiB + 512 B > 1 MiB
+    void* rest = dtr_malloc(512 << 10, 0, nullptr);             // exactly fills the budget
+    CHECK(rest != nullptr);
+    CHECK(dtr_malloc(1, 0, nullptr) == nullptr);
+    const auto full = dtr::pluggable_device_stats(0);
+    CHECK(full.allocated_bytes_current <= full.budget_bytes);
+    CHECK(full.num_ooms == before.num_ooms + 2);
+    dtr_free(rest, 512 << 10, 0, nullptr);
+    dtr_free(half, 512 << 10, 0, nullptr);
+  }
+  {
+    EnvGuard budget("DTR_BUDGET", "0.5");  // a ratio cannot be resolved on a real device
+    dtr::pluggable_reload_config();
+    CHECK(dtr_malloc(512, 0, nullptr) == nullptr);
+  }
+  dtr::pluggable_reload_config();  // back to the caller's environment
+}
+
+#else  // !DTR_HAVE_CUDA
+
+TEST_CASE("CUDA backend", "[cuda]") {
+  WARN("CUDA backend not built (DTR_WITH_CUDA=OFF or no toolkit)");
+}
+
+#endif  // DTR_HAVE_CUDA
