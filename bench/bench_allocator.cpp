@@ -24,6 +24,7 @@
 
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/allocator/host_backend.h"
+#include "bench_support.h"
 
 extern "C" void* __libc_malloc(size_t bytes);  // glibc exports these; see BM_AllocFreeGlibc
 extern "C" void __libc_free(void* ptr);
@@ -32,21 +33,9 @@ namespace {
 
 constexpr size_t kLiveSlots = 64;  // allocations alive at once, per thread
 
-std::string resnet_log() {
-  std::string cmd = std::string("ls ") + DTR_LOG_DIR + "/resnet32*.log 2>/dev/null | head -n 1";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
-
 std::vector<size_t> load_sizes() {
   std::vector<size_t> sizes;
-  const std::string path = resnet_log();
+  const std::string path = dtr::bench::find_log("resnet32");
   if (!path.empty()) {
     std::ifstream in(path);
     std::string line;

@@ -11,23 +11,12 @@
 
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
+#include "bench_support.h"
 
 namespace {
 
-std::string find_log(const std::string& prefix) {
-  std::string cmd = std::string("ls ") + DTR_LOG_DIR + "/" + prefix + "*.log 2>/dev/null | head -n 1";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
-
 void replay_resnet(benchmark::State& state, dtr::SearchMode mode) {
-  const std::string path = find_log("resnet32");
+  const std::string path = dtr::bench::find_log("resnet32");
   if (path.empty()) {
     state.SkipWithError("ResNet-32 log not found in DTR_LOG_DIR");
     return;
@@ -57,7 +46,7 @@ BENCHMARK(BM_ReplayResNet32Sampled)->Unit(benchmark::kMillisecond);
 void paper_sweep(benchmark::State& state, dtr::SearchMode mode) {
   dtr::SweepSpec spec;
   for (const char* prefix : {"resnet32", "transformer", "lstm"}) {
-    const std::string path = find_log(prefix);
+    const std::string path = dtr::bench::find_log(prefix);
     if (path.empty()) {
       state.SkipWithError("a DTR log is missing in DTR_LOG_DIR");
       return;
