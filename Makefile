@@ -47,7 +47,7 @@ test-tsan: deps
 
 demo: build
 	@echo "== budget sweep of the ResNet-32 log (DTR artifact), every policy =="
-	$(BUILD)/bin/dtr-sim sweep --trace $(RESNET) --policies dtr_eq,dtr,dtr_local,msps,lru,size,random \
+	$(BUILD)/bin/dtr-sim sweep --trace $(RESNET) --policies dtr_eq,dtr,dtr_local,msps,lru,size,random,coop \
 	  --budgets 0.1:0.9:0.1 --csv $(BUILD)/demo-sweep.csv --svg $(BUILD)/demo-sweep.svg
 	@echo "wrote $(BUILD)/demo-sweep.csv and $(BUILD)/demo-sweep.svg"
 

@@ -1,6 +1,8 @@
 // status.cpp: names and human-readable messages for Status.
 #include "dtr/core/status.h"
 
+#include <cstdint>
+
 #include <cstdio>
 
 namespace dtr {
@@ -38,12 +40,19 @@ std::string Status::message() const {
              "raise the budget or the limit";
     case StatusCode::oom: break;
   }
+  std::string device;
+  if (oom.reserved_limit_bytes != 0 && oom.reserved_limit_bytes != UINT64_MAX) {
+    device = " The device holds " + format_bytes(oom.reserved_limit_bytes) + ", " +
+             format_bytes(oom.reserved_bytes) + " of it in segments; the largest free block is " +
+             format_bytes(oom.largest_free_block_bytes) +
+             " (segments are 2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB).";
+  }
   return "dtr: out of memory: a request of " + format_bytes(oom.requested_bytes) +
          " does not fit the budget of " + format_bytes(oom.budget_bytes) + " (live " +
          format_bytes(oom.live_bytes) + ", of which pinned " + format_bytes(oom.pinned_bytes) +
          " and evictable " + format_bytes(oom.evictable_bytes) +
          "); nothing more can be evicted. Raise the budget above the pinned bytes plus the "
-         "largest op's outputs, or reduce the batch size.";
+         "largest op's outputs, or reduce the batch size." + device;
 }
 
 }  // namespace dtr

@@ -71,4 +71,90 @@ StorageId CandidateSearch::sample(uint32_t sample_size, uint64_t& scored) {
   return best.id;
 }
 
+// Note [Window search]
+// ~~~~~~~~~~~~~~~~~~~~
+// Coop (Zhang et al., NeurIPS 2023) evicts runs of adjacent blocks, so that what it frees
+// coalesces into one block. Walk the blocks in address order; a window is a run of blocks
+// of one segment holding only free blocks and evictable ones (a pinned, locked or foreign
+// allocated block breaks it); for a contiguous request, only segments of the request's
+// pool (small <= 1 MiB, or large) count, since the other pool's blocks cannot serve it. Its cost is the sum of the scores of its evictable blocks;
+// its weight is what evicting it achieves: the block-rounded bytes of its evictable blocks
+// (budget request) or its span including free blocks (contiguous request). We want the
+// least-cost window of weight >= bytes_needed. Costs are >= 0, so for each right end the
+// best window is the shortest that still qualifies: advance the left end while the window
+// without its leftmost block still weighs enough and still holds an evictable block (both
+// bounds only move right as the right end does: two pointers, O(n) blocks, each evictable
+// block scored once). Ties go to the lower address.
+std::vector<StorageId> CandidateSearch::window(const std::vector<BlockView>& blocks,
+                                               uint64_t bytes_needed, bool contiguous,
+                                               uint64_t& scored) {
+  struct Item {
+    double cost;
+    uint64_t weight;
+    StorageId storage;  // kNoId for a free block
+  };
+  std::vector<Item> items;  // the current run of non-breaking blocks
+  items.reserve(blocks.size());
+  std::vector<StorageId> result;
+  double best_cost = 0;
+  bool found = false;
+  // Sweeps the current run; a window beats the best so far only if strictly cheaper.
+  auto flush = [&]() {
+    size_t l = 0, run_l = 0, run_r = 0;
+    uint64_t weight = 0;
+    double cost = 0;
+    uint32_t evictable = 0;
+    bool run_found = false;
+    for (size_t r = 0; r < items.size(); ++r) {
+      weight += items[r].weight;
+      cost += items[r].cost;
+      evictable += items[r].storage != kNoId;
+      while (l < r && weight - items[l].weight >= bytes_needed &&
+             evictable - (items[l].storage != kNoId) > 0) {
+        weight -= items[l].weight;
+        cost -= items[l].cost;
+        evictable -= items[l].storage != kNoId;
+        ++l;
+      }
+      if (weight >= bytes_needed && evictable > 0 && (!found || cost < best_cost)) {
+        found = run_found = true;
+        best_cost = cost;
+        run_l = l;
+        run_r = r + 1;
+      }
+    }
+    if (run_found) {
+      result.clear();
+      for (size_t i = run_l; i < run_r; ++i)
+        if (items[i].storage != kNoId) result.push_back(items[i].storage);
+    }
+    items.clear();
+  };
+  // A contiguous request is served from one pool only, so only that pool's windows help.
+  const bool small_request = is_small_request(bytes_needed);
+  uint64_t segment = blocks.empty() ? 0 : blocks.front().segment_id;
+  for (const BlockView& b : blocks) {
+    if (contiguous && b.small_pool != small_request) continue;
+    if (b.segment_id != segment) {
+      flush();
+      segment = b.segment_id;
+    }
+    if (!b.allocated) {
+      items.push_back(Item{0.0, contiguous ? b.size : 0, kNoId});
+      continue;
+    }
+    const StorageId s = b.owner ? Engine::storage_of_owner(b.owner) : kNoId;
+    if (s == kNoId || s >= engine_.num_storages() || !engine_.is_evictable(s)) {
+      flush();
+      continue;
+    }
+    // Clamped so that sums and differences of costs stay finite.
+    const double c = std::min(heuristic_.score(engine_, s), 1e300);
+    ++scored;
+    items.push_back(Item{c, contiguous ? b.size : round_block_size(engine_.storage_size(s)), s});
+  }
+  flush();
+  return result;
+}
+
 }  // namespace dtr

@@ -5,7 +5,9 @@
 // least cost wins; among equal costs, the storage that entered the pool last; a zero cost
 // wins at once, the earliest such. `sample` scores k storages drawn uniformly with
 // replacement (k = ceil(sqrt(pool size)) unless configured), as DTR's prototype does, and
-// picks the best of them by the same rule. Private to the eviction layer.
+// picks the best of them by the same rule. `window` serves policies that read address
+// order (coop): the cheapest run of adjacent blocks whose eviction frees enough (Note
+// [Window search] in candidate_search.cpp). Private to the eviction layer.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,11 @@ class CandidateSearch {
 
   StorageId full_scan(uint64_t& scored);
   StorageId sample(uint32_t sample_size, uint64_t& scored);
+  // The evictable storages of the cheapest window over `blocks` (address order) that frees
+  // `bytes_needed` budget bytes, or, when `contiguous`, spans `bytes_needed` bytes of one
+  // segment; empty if no window qualifies.
+  std::vector<StorageId> window(const std::vector<BlockView>& blocks, uint64_t bytes_needed,
+                                bool contiguous, uint64_t& scored);
 
  private:
   struct Best {

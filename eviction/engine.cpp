@@ -16,7 +16,21 @@
 // An alias tensor becomes undefined when its storage is evicted and is re-defined by
 // re-running its (view) op, whose cost is charged, as simrd does.
 // Where we deliberately differ, docs/simulator.md says so with numbers. Fragmentation is
-// not modelled here: that is the caching allocator's job (not yet built, issue #3).
+// not modelled by the engine: with a caching allocator attached it is real (Note [Budget
+// owner]).
+//
+// Note [Budget owner]
+// ~~~~~~~~~~~~~~~~~~~
+// Exactly one party enforces the budget. Without an allocator it is the engine: before an
+// op runs, make_room evicts until the op's output bytes fit (step 3 above), by exact byte
+// accounting. With an allocator it is the allocator, whose view is the true one (sizes
+// rounded to blocks, free memory split into blocks that may each be too small): step 3 is
+// skipped, and an allocation that does not fit calls free_for_allocator through the
+// allocator's eviction callback. That call can come while the engine is inside compute()
+// (the simulator allocates outputs there; a torch remat allocates inside on_compute), so
+// compute() only calls out when the engine is consistent: parents locked, the outputs not
+// yet material and so not in the pool (they cannot be chosen to make room for themselves).
+// live_bytes() still counts exact storage bytes; the allocator's stats count blocks.
 //
 // Note [Explicit remat stack]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -68,30 +82,57 @@ std::string feature_names(uint32_t features) {
   return out.empty() ? "none" : out;
 }
 
-// The features this engine provides. Address order needs an allocator's view of blocks,
-// which the engine alone does not have.
+// The features an engine provides. Address order needs an allocator's view of blocks.
 static constexpr uint32_t kEngineFeatures =
     kFeatureStaleness | kFeatureNeighborhood | kFeatureEqClasses;
 
+class Engine::AllocatorLink : public EvictionCallback {
+ public:
+  explicit AllocatorLink(Engine& engine) : engine_(engine) {}
+  uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override {
+    return engine_.free_for_allocator(bytes_needed, contiguous_request);
+  }
+  uint64_t pinned_bytes() const override { return engine_.live_bytes_ - engine_.pool_bytes_; }
+  uint64_t evictable_bytes() const override { return engine_.pool_bytes_; }
+
+ private:
+  Engine& engine_;
+};
+
 Engine::Engine(EngineConfig config, std::unique_ptr<Heuristic> heuristic, Clock& clock,
-               EngineHooks* hooks)
+               EngineHooks* hooks, EngineMemory memory)
     : config_(config),
+      memory_(memory),
       heuristic_(std::move(heuristic)),
       clock_(clock),
       hooks_(hooks ? hooks : &default_hooks_),
       rng_(config.seed) {
   DTR_CHECK(heuristic_ != nullptr, "engine needs a heuristic");
-  uint32_t missing = heuristic_->needs() & ~kEngineFeatures;
+  DTR_CHECK(memory_.allocator || !memory_.engine_allocates,
+            "engine_allocates needs an allocator");
+  const uint32_t provided =
+      kEngineFeatures | (memory_.allocator ? uint32_t{kFeatureAddressOrder} : 0u);
+  uint32_t missing = heuristic_->needs() & ~provided;
   if (missing) {
     throw ConfigError("dtr: policy '" + std::string(heuristic_->name()) + "' needs " +
                       feature_names(missing) + ", which this engine does not provide (" +
-                      feature_names(kEngineFeatures) +
-                      "); address order needs the caching allocator attached");
+                      feature_names(provided) +
+                      "); address order needs the caching allocator attached "
+                      "(dtr-sim: --allocator fake)");
   }
   track_eq_ = (heuristic_->needs() & kFeatureEqClasses) != 0;
+  if (memory_.allocator) {
+    link_ = std::make_unique<AllocatorLink>(*this);
+    memory_.allocator->set_eviction_callback(link_.get());
+  }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (!memory_.allocator) return;
+  memory_.allocator->set_eviction_callback(nullptr);
+  if (memory_.engine_allocates)
+    for (StorageRec& rec : storages_) memory_.allocator->free(rec.memory);
+}
 
 // --- the pool ---------------------------------------------------------------------------
 
@@ -255,12 +296,17 @@ void Engine::evict(StorageId s, bool eager) {
     stats_.evicted_bytes += rec.size_bytes;
   }
   if (track_eq_) eq_on_evict(s);
+  if (memory_.engine_allocates) {
+    memory_.allocator->free(rec.memory);
+    rec.memory = nullptr;
+  }
   hooks_->on_evict(s);
 }
 
 OomInfo Engine::oom_info(uint64_t requested) const {
   OomInfo info;
-  info.budget_bytes = config_.budget_bytes;
+  info.budget_bytes =
+      memory_.allocator ? memory_.allocator->config().budget_bytes : config_.budget_bytes;
   info.live_bytes = live_bytes_;
   info.evictable_bytes = pool_bytes_;
   info.pinned_bytes = live_bytes_ - pool_bytes_;
@@ -269,6 +315,7 @@ OomInfo Engine::oom_info(uint64_t requested) const {
 }
 
 Status Engine::make_room(uint64_t bytes) {
+  if (memory_.allocator) return Status::success();  // Note [Budget owner]
   while (live_bytes_ + bytes > config_.budget_bytes) {
     if (pool_.empty() || bytes > config_.budget_bytes) {
       ++stats_.num_ooms;
@@ -277,6 +324,50 @@ Status Engine::make_room(uint64_t bytes) {
     evict(choose_victim(), /*eager=*/false);
   }
   return Status::success();
+}
+
+// Note [Evicting for the allocator]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The allocator asks for room in two cases. Budget: `bytes_needed` more bytes must be
+// freed; a scoring policy evicts its best choice until that many block bytes are freed.
+// Contiguous: the budget has room but no free block of `bytes_needed` bytes exists (the
+// free memory is fragmented); a scoring policy evicts one choice per call, and the
+// allocator retries after each. A policy that reads address order (coop) instead evicts
+// the cheapest window of adjacent blocks that frees enough, in one go (candidate_search.cpp,
+// Note [Window search]); when no window qualifies it falls back to one scored choice.
+// Each request also samples fragmentation: the free bytes within the budget at that
+// moment (large at a contiguous request: memory was free, just not in one piece).
+uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
+  DTR_CHECK(memory_.allocator != nullptr, "free_for_allocator without an allocator");
+  const AllocatorStats astats = memory_.allocator->stats();
+  const uint64_t budget = memory_.allocator->config().budget_bytes;
+  const uint64_t allocated = astats.allocated_bytes.all.current;
+  ++stats_.allocator_requests;
+  if (contiguous) ++stats_.contiguous_requests;
+  if (budget != kUnlimitedBytes && allocated < budget)
+    stats_.fragmentation_free_bytes += budget - allocated;
+  if (pool_.empty()) return 0;
+
+  uint64_t freed = 0;
+  auto evict_one = [&](StorageId s) {
+    freed += round_block_size(storages_[s].size_bytes);
+    evict(s, /*eager=*/false);
+  };
+  if (heuristic_->needs() & kFeatureAddressOrder) {
+    ++stats_.eviction_searches;
+    CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};
+    std::vector<StorageId> window = search.window(memory_.allocator->blocks_in_address_order(),
+                                                  bytes_needed, contiguous,
+                                                  stats_.candidates_scored);
+    for (StorageId s : window) evict_one(s);
+    if (freed == 0) evict_one(choose_victim());
+  } else if (contiguous) {
+    evict_one(choose_victim());
+  } else {
+    while (freed < bytes_needed && !pool_.empty()) evict_one(choose_victim());
+  }
+  if (config_.debug >= 3) check_invariants();
+  return freed;
 }
 
 StorageId Engine::choose_victim() {
@@ -349,6 +440,7 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     const uint32_t pending_begin = frame.pending_begin;
     const OpRec& op = ops_[tensors_[t].op];
     Status status = make_room(op.total_bytes);
+    if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t);
     if (!status.ok()) return abandon(status);
     compute(t, is_remat);
     for (TensorId p : op.inputs) unlock(tensors_[p].storage);
@@ -361,9 +453,61 @@ Status Engine::run_materialize(TensorId target, bool remat) {
   return Status::success();
 }
 
+// Allocates the block of every output storage of t's op that is not material (the engine
+// allocates: the simulator). Outputs that are still material are locked meanwhile: an
+// allocation may evict, and a sibling evicted now would be marked material by compute()
+// without memory. On failure frees what it took and reports the allocator's
+// out-of-memory details.
+Status Engine::allocate_outputs(TensorId t) {
+  const OpRec& op = ops_[tensors_[t].op];
+  size_t n_locked = 0;
+  for (TensorId u : op.outputs) {
+    const StorageId s = tensors_[u].storage;
+    if (storages_[s].material && storages_[s].tensors[0] == u) {
+      lock(s);
+      ++n_locked;
+    }
+  }
+  Status status = Status::success();
+  for (size_t i = 0; i < op.outputs.size() && status.ok(); ++i) {
+    const TensorId u = op.outputs[i];
+    const StorageId s = tensors_[u].storage;
+    StorageRec& rec = storages_[s];
+    if (rec.material || rec.tensors[0] != u || rec.memory) continue;
+    AllocResult r = memory_.allocator->allocate(rec.size_bytes, owner_of(s));
+    if (r.ok()) {
+      storages_[s].memory = r.ptr;
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      StorageRec& other = storages_[tensors_[op.outputs[j]].storage];
+      if (!other.material && other.memory) {
+        memory_.allocator->free(other.memory);
+        other.memory = nullptr;
+      }
+    }
+    ++stats_.num_ooms;
+    OomInfo info = oom_info(r.oom.requested_bytes);
+    info.live_bytes = r.oom.allocated_bytes;
+    info.reserved_limit_bytes = r.oom.reserved_limit_bytes;
+    info.reserved_bytes = r.oom.reserved_bytes;
+    info.largest_free_block_bytes = r.oom.largest_free_block_bytes;
+    status = Status::out_of_memory(info);
+  }
+  if (n_locked > 0) {
+    for (TensorId u : op.outputs) {
+      const StorageId s = tensors_[u].storage;
+      if (storages_[s].material && storages_[s].tensors[0] == u) unlock(s);
+    }
+  }
+  return status;
+}
+
 void Engine::compute(TensorId t, bool remat) {
   const OpId op_id = tensors_[t].op;
   const OpRec& op = ops_[op_id];
+  // The host runs the op while its outputs are not yet material: Note [Budget owner].
+  hooks_->on_compute(op_id, remat);
   clock_.advance(op.compute_ns);
   if (remat) {
     stats_.remat_compute_ns += op.compute_ns;
@@ -374,7 +518,7 @@ void Engine::compute(TensorId t, bool remat) {
   live_bytes_ += op.total_bytes;
   stats_.allocated_total += op.total_bytes;
   stats_.allocated_peak = std::max(stats_.allocated_peak, live_bytes_);
-  DTR_CHECK(live_bytes_ <= config_.budget_bytes, "budget exceeded");
+  DTR_CHECK(memory_.allocator || live_bytes_ <= config_.budget_bytes, "budget exceeded");
 
   // Outputs whose storage was evicted become material (siblings first, t last: the order
   // they enter the pool, Note [Faithful to simrd]); outputs still material were computed
@@ -424,7 +568,6 @@ void Engine::compute(TensorId t, bool remat) {
   for (StorageId s : overflow) admit(s);
   stats_.allocated_current = live_bytes_;
   stats_.allocation_peak = std::max(stats_.allocation_peak, stats_.allocation_current);
-  hooks_->on_compute(op_id, remat);
 }
 
 // --- evicted neighbourhoods and eq classes --------------------------------------------------
@@ -608,7 +751,17 @@ bool Engine::is_valid(std::string* why) const {
     if (tensors_[t].defined && !storages_[tensors_[t].storage].material)
       return fail("defined tensor " + std::to_string(t) + " on an evicted storage");
   if (live != live_bytes_) return fail("live bytes " + std::to_string(live_bytes_) + " != recount " + std::to_string(live));
-  if (live_bytes_ > config_.budget_bytes) return fail("live bytes exceed the budget");
+  if (!memory_.allocator && live_bytes_ > config_.budget_bytes)
+    return fail("live bytes exceed the budget");
+  if (memory_.engine_allocates) {
+    // Mid-materialization an op's outputs hold memory before they become material.
+    for (StorageId s = 0; s < storages_.size(); ++s)
+      if (storages_[s].material ? storages_[s].memory == nullptr
+                                : storages_[s].memory != nullptr && frames_.empty())
+        return fail("storage " + std::to_string(s) + " memory does not match its state (" +
+                    (storages_[s].material ? "material, no block" : "evicted, holds a block") +
+                    ")");
+  }
   if (pool_bytes != pool_bytes_ || in_pool != pool_.size()) return fail("pool bytes or size mismatch");
   if (frames_.empty() && !held_.empty()) return fail("locks held outside a materialization");
   return true;

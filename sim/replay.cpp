@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtr/allocator/fake_backend.h"
 #include "dtr/core/check.h"
 
 namespace dtr {
@@ -96,6 +97,12 @@ Baseline compute_baseline(const Trace& trace) {
   return b;
 }
 
+ReplayOptions::Memory parse_memory_model(const std::string& text) {
+  if (text == "fake") return ReplayOptions::Memory::fake;
+  if (text == "none") return ReplayOptions::Memory::none;
+  throw ConfigError("dtr: unknown allocator '" + text + "' (option `allocator`); valid: fake, none");
+}
+
 ReplayOptions ReplayOptions::from_config(const Config& config) {
   ReplayOptions o;
   o.budget = config.budget;
@@ -105,6 +112,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.seed = config.seed;
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
+  o.memory = parse_memory_model(config.allocator);
   return o;
 }
 
@@ -218,11 +226,44 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   HeuristicParams params;
   params.seed = options.seed;
   LogicalClock clock(0);
-  Engine engine(config, registry.make(options.policy, params), clock);
-
-  result.status = run_events(trace, engine);
+  // Note [Fake device]
+  // ~~~~~~~~~~~~~~~~~~
+  // With the fake allocator the replay runs on a device that holds exactly the budget:
+  // the caching allocator's budget (allocated bytes) and its reserved limit (segments) are
+  // both the budget, so memory that is free but split into blocks too small for a request
+  // costs evictions, as on a real GPU. Sizes are rounded to 512-byte blocks and segments
+  // are 2 MiB / 20 MiB / exact, as in PyTorch's caching allocator; the budget ratio still
+  // refers to the byte-accounting baseline, so a ratio near 1.0 may evict where `none`
+  // does not.
+  std::unique_ptr<CachingAllocator> allocator;
+  EngineMemory memory;
+  if (options.memory == ReplayOptions::Memory::fake) {
+    AllocatorConfig aconfig;
+    aconfig.budget_bytes = result.budget_bytes;
+    aconfig.reserved_limit_bytes = result.budget_bytes;
+    aconfig.debug = options.debug;
+    allocator = std::make_unique<CachingAllocator>(aconfig, std::make_unique<FakeBackend>());
+    memory.allocator = allocator.get();
+    memory.engine_allocates = true;
+  }
+  result.allocator = options.memory == ReplayOptions::Memory::fake ? "fake" : "none";
+  {
+    Engine engine(config, registry.make(options.policy, params), clock, nullptr, memory);
+    result.status = run_events(trace, engine);
+    result.stats = engine.stats();
+    if (allocator) {
+      const AllocatorStats astats = allocator->stats();
+      result.allocator_stats = astats;
+      result.peak_allocated_bytes = astats.allocated_bytes.all.peak;
+      result.peak_reserved_bytes = astats.reserved_bytes.all.peak;
+      result.contiguous_failures = result.stats.contiguous_requests;
+      if (result.stats.allocator_requests > 0 && result.budget_bytes != UINT64_MAX)
+        result.fragmentation = double(result.stats.fragmentation_free_bytes) /
+                               double(result.stats.allocator_requests) /
+                               double(result.budget_bytes);
+    }
+  }
   result.status_name = result.status.name();
-  result.stats = engine.stats();
   result.peak_bytes = result.stats.allocated_peak;
   result.compute_ns = result.stats.model_compute_ns + result.stats.remat_compute_ns;
   result.overhead = baseline.compute_ns ? double(result.compute_ns) / double(baseline.compute_ns) : 1.0;
@@ -248,8 +289,14 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["search"] = r.search;
   j["eager_evictions"] = r.stats.num_eager_evictions;
   j["remat_compute_ns"] = r.stats.remat_compute_ns;
+  j["allocator"] = r.allocator;
+  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
+  j["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  j["fragmentation"] = r.fragmentation;
+  j["contiguous_failures"] = r.contiguous_failures;
   j["wall_seconds"] = r.wall_seconds;
   j["stats"] = r.stats.to_json();
+  if (r.allocator == "fake") j["allocator_stats"] = r.allocator_stats.to_json();
   return j;
 }
 

@@ -61,7 +61,14 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
     traces.push_back(read_trace(path));
     baselines.push_back(compute_baseline(traces.back()));
   }
-  for (const std::string& policy : spec.policies) builtin_heuristics().make(policy, {});
+  for (const std::string& policy : spec.policies) {
+    builtin_heuristics().make(policy, {});
+    if (spec.base.memory == ReplayOptions::Memory::none &&
+        (builtin_heuristics().find(policy)->needs & kFeatureAddressOrder))
+      throw ConfigError("dtr: policy '" + policy +
+                        "' reads block addresses and needs the caching allocator; drop it or "
+                        "use --allocator fake");
+  }
 
   struct Cell {
     size_t trace;
@@ -101,16 +108,20 @@ void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& r
   std::ofstream out(path);
   if (!out) throw std::runtime_error("dtr: cannot write CSV to '" + path + "'");
   out << "trace,policy,search,budget_ratio,budget_bytes,baseline_peak_bytes,peak_bytes,"
-         "baseline_compute_ns,compute_ns,overhead,evictions,remats,status,wall_seconds\n";
+         "baseline_compute_ns,compute_ns,overhead,evictions,remats,status,wall_seconds,"
+         "allocator,peak_reserved_bytes,fragmentation,contiguous_failures\n";
   for (const ReplayResult& r : results) {
     char line[1024];
-    std::snprintf(line, sizeof line, "%s,%s,%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f\n",
+    std::snprintf(line, sizeof line,
+                  "%s,%s,%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f,%s,%llu,%.6f,%llu\n",
                   r.trace.c_str(), r.policy.c_str(), r.search.c_str(), r.budget_ratio,
                   (unsigned long long)r.budget_bytes, (unsigned long long)r.baseline_peak_bytes,
                   (unsigned long long)r.peak_bytes, (unsigned long long)r.baseline_compute_ns,
                   (unsigned long long)r.compute_ns, r.overhead,
                   (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_remats,
-                  r.status_name.c_str(), r.wall_seconds);
+                  r.status_name.c_str(), r.wall_seconds, r.allocator.c_str(),
+                  (unsigned long long)r.peak_reserved_bytes, r.fragmentation,
+                  (unsigned long long)r.contiguous_failures);
     out << line;
   }
 }

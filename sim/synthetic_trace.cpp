@@ -71,7 +71,7 @@ Trace make_linear_chain_trace(uint32_t n, uint64_t unit_bytes, uint64_t unit_ns)
   return std::move(b.trace);
 }
 
-Trace make_random_trace(uint64_t seed, uint32_t n_events) {
+Trace make_random_trace(uint64_t seed, uint32_t n_events, uint64_t unit_bytes) {
   Builder b;
   std::mt19937_64 rng(seed);
   auto uniform = [&](uint64_t lo, uint64_t hi) {
@@ -84,11 +84,11 @@ Trace make_random_trace(uint64_t seed, uint32_t n_events) {
     live.pop_back();
   };
   b.annotate("START");
-  for (int i = 0; i < 3; ++i) live.push_back(b.constant(uniform(1, 64) * 1024));
+  for (int i = 0; i < 3; ++i) live.push_back(b.constant(uniform(1, 64) * unit_bytes));
   for (uint32_t e = 0; e < n_events; ++e) {
     const uint64_t dice = uniform(0, 99);
     if (live.empty() || dice < 4) {
-      live.push_back(b.constant(uniform(1, 64) * 1024));
+      live.push_back(b.constant(uniform(1, 64) * unit_bytes));
     } else if (dice < 55) {
       std::vector<NameId> args;
       const uint64_t n_args = uniform(1, std::min<uint64_t>(3, live.size()));
@@ -99,7 +99,7 @@ Trace make_random_trace(uint64_t seed, uint32_t n_events) {
         if (uniform(0, 9) < 2)
           outs.push_back({0, static_cast<int32_t>(uniform(0, args.size() - 1))});  // a view
         else
-          outs.push_back({uniform(1, 256) * 1024, -1});
+          outs.push_back({uniform(1, 256) * unit_bytes, -1});
       }
       for (NameId n : b.call("op" + std::to_string(uniform(0, 20)), args, outs, uniform(1, 1000) * 1000))
         live.push_back(n);

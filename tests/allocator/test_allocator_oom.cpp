@@ -65,9 +65,11 @@ TEST_CASE("allocator oom chain: cached block first, eviction only when needed", 
   CHECK(s.allocated_bytes.all.peak <= 8 * kMiB);
 }
 
-TEST_CASE("allocator oom chain: cache release comes after eviction", "[allocator]") {
+TEST_CASE("allocator oom chain: a contiguity shortfall releases the cache before evicting",
+          "[allocator]") {
   // The fake device holds 24 MiB (or the reserved limit is 24 MiB): a cached 20 MiB
-  // segment must go back before a 22 MiB one fits.
+  // segment must go back before a 22 MiB one fits. The budget is fine, so giving back a
+  // fully free segment is enough and nothing is evicted (Note [Out-of-memory chain]).
   const bool use_reserved_limit = GENERATE(false, true);
   INFO((use_reserved_limit ? "reserved limit" : "backend capacity"));
   AllocatorConfig config;
@@ -85,18 +87,27 @@ TEST_CASE("allocator oom chain: cache release comes after eviction", "[allocator
   REQUIRE(allocator.stats().reserved_bytes.all.current == 20 * kMiB);
   AllocResult r = allocator.allocate(22 * kMiB);
   REQUIRE(r.ok());
-  const std::vector<EvictorCall> calls = evictor.calls();
-  REQUIRE(calls.size() == 1);
-  CHECK(calls[0].contiguous);  // the budget was fine; no block fit
-  CHECK(calls[0].bytes_needed == 22 * kMiB);
-  CHECK(calls[0].device_frees_at_call == 0);  // eviction was tried before the release
+  CHECK(evictor.calls().empty());
   const AllocatorStats s = allocator.stats();
   CHECK(s.num_device_free == 1);
   CHECK(s.num_cache_releases == 1);
   CHECK(s.num_alloc_retries == 1);
+  CHECK(s.num_eviction_calls == 0);
   CHECK(s.num_ooms == 0);
   CHECK(s.reserved_bytes.all.current == 22 * kMiB);
   allocator.free(r.ptr);
+
+  // With a live block in the way nothing can be released: the callback is asked for a
+  // contiguous range, and (having nothing) the request ends in an AllocatorOom.
+  void* live = allocator.allocate(2 * kMiB).ptr;
+  REQUIRE(live != nullptr);
+  AllocResult big = allocator.allocate(23 * kMiB);
+  CHECK_FALSE(big.ok());
+  const std::vector<EvictorCall> calls = evictor.calls();
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].contiguous);
+  CHECK(calls[0].bytes_needed == 23 * kMiB);
+  allocator.free(live);
 }
 
 TEST_CASE("allocator oom chain: typed error exactly when nothing can be evicted", "[allocator]") {

@@ -27,7 +27,7 @@ TEST_CASE("every dtr-sim command has --help", "[sim][cli]") {
 
 TEST_CASE("dtr-sim run --json prints the documented fields", "[sim][cli]") {
   const auto r = run_command(sim() + " run --trace " + data("golden/small.log") +
-                             " --policy dtr_eq --budget 1400 --json");
+                             " --policy dtr_eq --budget 1400 --allocator none --json");
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.output);
   for (const char* key : {"trace", "policy", "budget_ratio", "budget_bytes", "baseline_peak_bytes",
@@ -42,7 +42,8 @@ TEST_CASE("dtr-sim run --json prints the documented fields", "[sim][cli]") {
 
 TEST_CASE("dtr-sim reports oom and thrash as statuses", "[sim][cli]") {
   auto status = [](const std::string& args) {
-    const auto r = run_command(sim() + " run --trace " + data("golden/small.log") + args + " --json");
+    const auto r = run_command(sim() + " run --trace " + data("golden/small.log") + args +
+                               " --allocator none --json");
     REQUIRE(r.exit_code == 0);
     return nlohmann::json::parse(r.output)["status"].get<std::string>();
   };
@@ -130,4 +131,41 @@ TEST_CASE("dtr-sim convert writes a versioned trace that replays identically", "
     return std::make_tuple(j["compute_ns"], j["peak_bytes"], j["evictions"], j["status"]);
   };
   CHECK(json_of(out) == json_of(data("golden/small.log")));
+}
+
+TEST_CASE("dtr-sim run uses the fake allocator by default and reports its memory", "[sim][cli][allocator]") {
+  const std::string log = dtr::test::log_path("resnet32");
+  if (log.empty()) {
+    WARN("skipped: the ResNet-32 DTR log is not in " << DTR_LOG_DIR);
+    return;
+  }
+  for (const char* policy : {"dtr_eq", "coop"}) {
+    const auto r = run_command(sim() + " run --trace " + log + " --policy " + policy +
+                               " --budget 0.4 --json");
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.output);
+    INFO(policy << ": " << r.output);
+    CHECK(j["allocator"] == "fake");
+    CHECK(j["status"] == "ok");
+    CHECK(j["peak_reserved_bytes"].get<uint64_t>() > 0);
+    CHECK(j["peak_reserved_bytes"].get<uint64_t>() <= j["budget_bytes"].get<uint64_t>());
+    CHECK(j["peak_allocated_bytes"].get<uint64_t>() <= j["budget_bytes"].get<uint64_t>());
+    CHECK(j["evictions"].get<uint64_t>() > 0);
+    CHECK(j["fragmentation"].get<double>() >= 0.0);
+    CHECK(j["fragmentation"].get<double>() <= 1.0);
+    CHECK(j.contains("contiguous_failures"));
+    CHECK(j["allocator_stats"].contains("reserved_bytes.all.peak"));
+  }
+  const auto text = run_command(sim() + " run --trace " + log + " --budget 0.4");
+  CHECK(text.output.find("peak reserved") != std::string::npos);
+}
+
+TEST_CASE("dtr-sim refuses coop without the allocator and an unknown allocator", "[sim][cli][allocator]") {
+  auto r = run_command(sim() + " run --trace " + data("golden/small.log") +
+                       " --policy coop --allocator none");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("--allocator fake") != std::string::npos);
+  r = run_command(sim() + " run --trace " + data("golden/small.log") + " --allocator bogus");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("valid: fake, none") != std::string::npos);
 }

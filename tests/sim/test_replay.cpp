@@ -16,8 +16,10 @@ using namespace dtr;
 namespace {
 
 ReplayResult run(const Trace& trace, const std::string& policy, const std::string& budget,
-                 uint32_t debug = 0, SearchMode search = SearchMode::full) {
+                 uint32_t debug = 0, SearchMode search = SearchMode::full,
+                 ReplayOptions::Memory memory = ReplayOptions::Memory::none) {
   ReplayOptions o;
+  o.memory = memory;
   o.policy = policy;
   o.budget = Budget::parse(budget);
   o.debug = debug;
@@ -108,6 +110,7 @@ TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
       for (int i = 0; i < 8; ++i) {
         const double ratio = 0.2 + 0.1 * i;
         ReplayOptions o;
+        o.memory = ReplayOptions::Memory::none;  // DTR's simulator counts bytes only
         o.policy = ref.policy;
         o.budget.kind = Budget::Kind::ratio;
         o.budget.ratio = std::round(ratio * 10) / 10;
@@ -130,16 +133,22 @@ TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
 }
 
 TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3", "[sim][stress]") {
-  // Invariants are checked after every event (debug 3) and the hard budget at every
-  // allocation (an always-on check in the engine); any violation aborts the test binary.
-  for (uint64_t seed = 1; seed <= 12; ++seed) {
-    const Trace trace = make_random_trace(seed, 600);
+  // Invariants are checked after every event (debug 3): the engine's, and with the fake
+  // allocator also the allocator's after every allocate and free; any violation aborts the
+  // test binary. The budget is checked by the engine (byte accounting) or the allocator.
+  const ReplayOptions::Memory memory =
+      GENERATE(ReplayOptions::Memory::none, ReplayOptions::Memory::fake);
+  const bool fake = memory == ReplayOptions::Memory::fake;
+  for (uint64_t seed = 1; seed <= (fake ? 6u : 12u); ++seed) {
+    const Trace trace = make_random_trace(seed, 600, fake ? 16384 : 1024);
     const Baseline baseline = compute_baseline(trace);
     REQUIRE(baseline.peak_bytes > 0);
-    for (const char* policy : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random"}) {
+    for (const char* policy : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random", "coop"}) {
+      if (!fake && std::string(policy) == "coop") continue;  // coop reads block addresses
       for (const char* budget : {"1.0", "0.7", "0.5", "0.35", "0.2"}) {
         for (SearchMode mode : {SearchMode::full, SearchMode::sample}) {
           ReplayOptions o;
+          o.memory = memory;
           o.policy = policy;
           o.budget = Budget::parse(budget);
           o.debug = 3;
@@ -147,8 +156,11 @@ TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3", "[sim][
           o.seed = seed;
           o.max_overhead = 0;
           const ReplayResult r = replay(trace, baseline, o);
-          INFO("seed " << seed << " " << policy << " " << budget << " " << r.status_name);
+          INFO("seed " << seed << " " << policy << " " << budget << " " << r.status_name
+                       << (fake ? " fake" : " none"));
           CHECK(r.peak_bytes <= r.budget_bytes);
+          if (fake) CHECK(r.peak_allocated_bytes <= r.budget_bytes);
+          if (fake) CHECK(r.peak_reserved_bytes <= r.budget_bytes);
           CHECK(r.status.code != StatusCode::thrash);  // no limit set
           if (r.status.ok()) CHECK(r.overhead >= 1.0);
         }
@@ -195,6 +207,7 @@ TEST_CASE("theory: dtr_eq on a linear chain with c*sqrt(N) memory does O(N) work
     const Baseline b = compute_baseline(trace);
     CHECK(b.compute_ns == 2 * n + 1);
     ReplayOptions o;
+    o.memory = ReplayOptions::Memory::none;  // unit sizes: the theorem counts bytes, not blocks
     o.policy = "dtr_eq";
     o.max_overhead = 0;
     o.budget.kind = Budget::Kind::bytes;

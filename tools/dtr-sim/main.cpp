@@ -27,7 +27,7 @@ constexpr int kExitBadInput = 2;
 // Flags shared by `run` and `sweep`, stored as text and applied through the options table
 // so that the flags, DTR_CONF and DTR_* are parsed by one parser.
 struct CommonFlags {
-  std::string search, sample, seed, max_overhead, debug;
+  std::string search, sample, seed, max_overhead, debug, allocator;
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--search", search, "candidate search: full | sample (option `search`)");
@@ -36,6 +36,9 @@ struct CommonFlags {
     cmd.add_option("--max-overhead", max_overhead,
                    "status `thrash` past this compute multiple of the baseline (default 2.0; 0 = never)");
     cmd.add_option("--debug", debug, "0..3; 3 checks the engine's invariants after every event");
+    cmd.add_option("--allocator", allocator,
+                   "memory model: fake (caching allocator on a device of the budget's size; "
+                   "default) | none (byte accounting, as DTR's simulator)");
   }
   void apply(dtr::Config& config) const {
     if (!search.empty()) config.set("search", search);
@@ -43,6 +46,7 @@ struct CommonFlags {
     if (!seed.empty()) config.set("seed", seed);
     if (!max_overhead.empty()) config.set("max_overhead", max_overhead);
     if (!debug.empty()) config.set("debug", debug);
+    if (!allocator.empty()) config.set("allocator", allocator);
   }
 };
 
@@ -59,6 +63,16 @@ std::string format_result(const dtr::ReplayResult& r) {
                 (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_eager_evictions,
                 (unsigned long long)r.stats.num_remats, r.stats.remat_compute_ns / 1e6, r.wall_seconds);
   std::string out = buf;
+  if (r.allocator == "fake") {
+    std::snprintf(buf, sizeof buf,
+                  "  allocator fake: peak allocated %s, peak reserved %s;  fragmentation %.3f "
+                  "over %llu requests;  %llu contiguous failures\n",
+                  dtr::format_bytes(r.peak_allocated_bytes).c_str(),
+                  dtr::format_bytes(r.peak_reserved_bytes).c_str(), r.fragmentation,
+                  (unsigned long long)r.stats.allocator_requests,
+                  (unsigned long long)r.contiguous_failures);
+    out += buf;
+  }
   if (r.status.code == dtr::StatusCode::oom) out += "  " + r.status.message() + "\n";
   return out;
 }
@@ -81,13 +95,16 @@ int main(int argc, char** argv) {
 
   CommonFlags sweep_flags;
   std::vector<std::string> sweep_traces;
-  std::string sweep_policies = "dtr_eq,dtr,dtr_local,msps,lru,size,random";
+  std::string sweep_policies = "dtr_eq,dtr,dtr_local,msps,lru,size,random,coop";
   std::string sweep_budgets = "0.1:0.9:0.1", sweep_csv, sweep_svg;
   unsigned sweep_threads = 0;
   bool sweep_quiet = false;
   CLI::App* sweep = app.add_subcommand("sweep", "replay traces x policies x budgets on all cores");
   sweep->add_option("--trace", sweep_traces, "trace files")->required()->expected(1, -1);
-  sweep->add_option("--policies", sweep_policies, "comma-separated policies")->capture_default_str();
+  CLI::Option* policies_flag =
+      sweep->add_option("--policies", sweep_policies,
+                        "comma-separated policies (default: all; coop only with --allocator fake)")
+          ->capture_default_str();
   sweep->add_option("--budgets", sweep_budgets, "START:STOP:STEP or a comma list of ratios")->capture_default_str();
   sweep->add_option("--csv", sweep_csv, "write the results as CSV here");
   sweep->add_option("--svg", sweep_svg, "plot overhead against budget here (SVG)");
@@ -165,6 +182,9 @@ int main(int argc, char** argv) {
       spec.threads = sweep_threads;
       spec.progress = !sweep_quiet;
       size_t start = 0;
+      // The default list drops coop when there is no allocator to give it addresses.
+      if (policies_flag->count() == 0 && config.allocator == "none")
+        sweep_policies = sweep_policies.substr(0, sweep_policies.rfind(",coop"));
       while (start <= sweep_policies.size()) {
         size_t comma = sweep_policies.find(',', start);
         if (comma == std::string::npos) comma = sweep_policies.size();

@@ -15,7 +15,8 @@
 // config.budget_bytes, and reserved_bytes never exceeds config.reserved_limit_bytes.
 // A request that does not fit runs the out-of-memory chain (Note [Out-of-memory chain]):
 // (1) a cached free block or a fresh segment, (2) the EvictionCallback, (3) releasing
-// cached segments, (4) an AllocatorOom.
+// cached segments (before (2) when the budget is fine but no block fits), (4) an
+// AllocatorOom.
 //
 // Invariants (is_valid checks all of them; at config.debug >= 3 after every allocate and
 // free): blocks tile each segment exactly, in address order, with consistent prev/next
@@ -112,6 +113,7 @@ struct BlockView {
   size_t size = 0;             // bytes the block spans (rounded; may include an unsplit tail)
   size_t requested_bytes = 0;  // the caller's request; 0 for a free block
   uint64_t segment_id = 0;     // blocks with the same id are one contiguous segment
+  bool small_pool = false;     // the segment serves requests <= kSmallSize only
   bool allocated = false;
   bool evictable = false;  // set_evictable(); always false for a free block
   uint64_t owner = 0;      // allocate()/set_owner(); 0 for a free block

@@ -49,6 +49,10 @@ struct Budget {
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "        \
     "0 = never")                                                                                  \
+  X(allocator, std::string, "allocator", "DTR_ALLOCATOR", "fake",                                  \
+    "simulator's memory model: `fake` replays through the caching allocator over a fake "         \
+    "device of exactly the budget (blocks, segments, fragmentation); `none` counts bytes only, "  \
+    "as DTR's simulator does")                                                                    \
   X(debug, uint32_t, "debug", "DTR_DEBUG", "0",                                                    \
     "0..3; at 3 the engine checks all its invariants after every operation (slow)")              \
   X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")            \

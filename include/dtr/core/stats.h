@@ -33,7 +33,12 @@ namespace dtr {
   X(eviction_searches, "dtr.eviction_searches", "times the engine chose a storage to evict")      \
   X(candidates_scored, "dtr.candidates_scored", "heuristic evaluations during those searches")    \
   X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")  \
-  X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")
+  X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")      \
+  X(allocator_requests, "dtr.allocator_requests", "times the allocator asked the engine for room") \
+  X(contiguous_requests, "dtr.contiguous_requests",                                               \
+    "of those, requests for a contiguous block while the budget had room (fragmentation)")      \
+  X(fragmentation_free_bytes, "dtr.eviction_free_bytes",                                          \
+    "sum over allocator requests of the free bytes within the budget at that moment")
 
 struct Stats {
 #define DTR_STATS_MEMBER(member, key, doc) uint64_t member = 0;

@@ -19,6 +19,11 @@ struct OomInfo {
   uint64_t pinned_bytes = 0;     // live and locked or pinned: cannot be evicted now
   uint64_t evictable_bytes = 0;  // live and in the eviction pool
   uint64_t requested_bytes = 0;
+  // From a caching allocator with a reserved limit (0: none): segments may hold free memory
+  // in blocks too small for the request.
+  uint64_t reserved_limit_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t largest_free_block_bytes = 0;
 };
 
 struct Status {

@@ -21,6 +21,15 @@
 // Semantics follow DTR's simulator (simrd, RuntimeV2EagerOptimized) so that results can be
 // compared with the paper's: see Note [Faithful to simrd] in engine.cpp.
 //
+// Memory (Note [Budget owner] in engine.cpp). Alone, the engine keeps the budget by byte
+// accounting, as DTR's simulator does. With a CachingAllocator attached (EngineMemory), the
+// allocator owns the budget: the engine registers itself as the allocator's eviction
+// callback and evicts when an allocation does not fit, and heuristics may read the blocks
+// in address order (kFeatureAddressOrder: the `coop` window search). A block's owner is
+// owner_of(storage). Either the engine allocates each storage's memory itself (the
+// simulator, over the fake backend) or the host does and tells the engine nothing but the
+// owner (the torch integration: PyTorch allocates through the allocator hook).
+//
 // Thread safety: none. One engine is driven by one thread at a time (the torch
 // integration serialises calls under its own lock).
 #pragma once
@@ -31,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "dtr/allocator/caching_allocator.h"
 #include "dtr/core/clock.h"
 #include "dtr/core/stats.h"
 #include "dtr/core/status.h"
@@ -68,17 +78,26 @@ struct OutputSpec {
 class EngineHooks {
  public:
   virtual ~EngineHooks() = default;
-  // `op` ran (remat: again); its outputs that were evicted are material again.
+  // `op` runs now (remat: again): its inputs are material and locked, its outputs that were
+  // evicted become material when this returns. The host may allocate here (an attached
+  // allocator may then ask the engine to evict other storages).
   virtual void on_compute(OpId op, bool remat) {}
   // Storage `s` lost its memory (heuristic eviction or eager eviction of a dead storage).
   virtual void on_evict(StorageId s) {}
 };
 
+// The caching allocator the engine works with, if any (see the header comment).
+struct EngineMemory {
+  CachingAllocator* allocator = nullptr;  // must outlive the engine
+  bool engine_allocates = false;          // true: the engine allocates each storage itself
+};
+
 class Engine {
  public:
-  // Throws ConfigError if `heuristic` needs a feature this engine lacks.
+  // Throws ConfigError if `heuristic` needs a feature this engine lacks (address order
+  // needs an allocator). With an allocator, the engine becomes its eviction callback.
   Engine(EngineConfig config, std::unique_ptr<Heuristic> heuristic, Clock& clock,
-         EngineHooks* hooks = nullptr);
+         EngineHooks* hooks = nullptr, EngineMemory memory = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -94,10 +113,21 @@ class Engine {
   void release(TensorId t);  // one fewer; a dead storage is evicted at once (eager eviction)
   Status materialize(TensorId t);  // make `t` defined, rematerializing as needed
   Status pin(TensorId t);          // materialize and pin for good
-  // Frees storages until `bytes` more fit the budget (for an allocator under pressure).
+  // Frees storages until `bytes` more fit the engine's own budget (no-op when an allocator
+  // owns the budget).
   Status make_room(uint64_t bytes);
+  // The allocator's side of the out-of-memory chain (EvictionCallback::make_room): evicts
+  // until `bytes_needed` more bytes fit the budget, or, when `contiguous`, until a free
+  // block of `bytes_needed` may exist. Returns the (block-rounded) bytes freed; 0 when
+  // nothing is evictable. Note [Evicting for the allocator].
+  uint64_t free_for_allocator(uint64_t bytes_needed, bool contiguous);
   // The storage the policy would evict now (the pool must not be empty); evicts nothing.
   StorageId choose_victim();
+
+  // Block owners in the allocator: storage s <-> s + 1 (0 is "no owner").
+  static uint64_t owner_of(StorageId s) { return uint64_t{s} + 1; }
+  static StorageId storage_of_owner(uint64_t owner) { return static_cast<StorageId>(owner - 1); }
+  CachingAllocator* allocator() const { return memory_.allocator; }
 
   // --- state, for hosts, heuristics and tests -------------------------------------------
   uint64_t budget_bytes() const { return config_.budget_bytes; }
@@ -157,6 +187,7 @@ class Engine {
     mutable uint32_t visit_epoch = 0;
     bool material = false;
     bool pinned = false;
+    void* memory = nullptr;         // the allocator block, when the engine allocates
     std::vector<TensorId> tensors;  // root first, then aliases
   };
   struct TensorRec {
@@ -184,8 +215,11 @@ class Engine {
     uint32_t held_begin;
   };
 
+  class AllocatorLink;  // the EvictionCallback given to the allocator
+
   Status run_materialize(TensorId t, bool remat);
   void enter_frame(TensorId t, bool remat);
+  Status allocate_outputs(TensorId t);
   void compute(TensorId t, bool remat);
   void evict(StorageId s, bool eager);
   void lock(StorageId s);
@@ -204,6 +238,8 @@ class Engine {
   void for_each_neighbor(StorageId s, F&& f) const;
 
   EngineConfig config_;
+  EngineMemory memory_;
+  std::unique_ptr<AllocatorLink> link_;
   std::unique_ptr<Heuristic> heuristic_;
   Clock& clock_;
   EngineHooks default_hooks_;

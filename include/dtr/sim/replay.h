@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dtr/allocator/allocator_stats.h"
 #include "dtr/core/options.h"
 #include "dtr/core/stats.h"
 #include "dtr/core/status.h"
@@ -35,6 +36,10 @@ struct ReplayOptions {
   uint64_t seed = 0;
   double max_overhead = 2.0;  // 0: never give up
   uint32_t debug = 0;
+  // Memory model (option `allocator`): through the caching allocator over a fake device of
+  // exactly the budget (Note [Fake device] in replay.cpp), or byte accounting only.
+  enum class Memory : uint8_t { fake, none };
+  Memory memory = Memory::fake;
 
   static ReplayOptions from_config(const Config& config);
 };
@@ -53,8 +58,17 @@ struct ReplayResult {
   Status status;
   std::string status_name;  // "ok", "oom", "thrash"
   Stats stats;
+  // With the fake allocator (memory == fake); zero otherwise.
+  std::string allocator;               // "fake" or "none"
+  uint64_t peak_allocated_bytes = 0;   // allocated_bytes.all.peak: block-rounded live bytes
+  uint64_t peak_reserved_bytes = 0;    // reserved_bytes.all.peak: segments held
+  double fragmentation = 0;            // mean free bytes in the budget / budget at evictions
+  uint64_t contiguous_failures = 0;    // allocations that failed with enough free bytes
+  AllocatorStats allocator_stats;      // the allocator's own counters at the end
   double wall_seconds = 0;
 };
+
+ReplayOptions::Memory parse_memory_model(const std::string& text);  // throws ConfigError
 
 ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOptions& options,
                     const HeuristicRegistry& registry = builtin_heuristics());

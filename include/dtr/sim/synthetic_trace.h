@@ -15,6 +15,7 @@ Trace make_linear_chain_trace(uint32_t n, uint64_t unit_bytes = 1, uint64_t unit
 // A seeded random program of about `n_events` events using every instruction: calls with
 // several inputs and outputs, views (aliases), constants, copies, copy_from, mutation and
 // releases. Every name is used only while it holds a reference, as in a real program.
-Trace make_random_trace(uint64_t seed, uint32_t n_events);
+// Sizes are multiples of `unit_bytes`: constants 1..64 units, outputs 1..256 units.
+Trace make_random_trace(uint64_t seed, uint32_t n_events, uint64_t unit_bytes = 1024);
 
 }  // namespace dtr

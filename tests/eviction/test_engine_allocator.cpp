@@ -1,0 +1,226 @@
+// test_engine_allocator.cpp: the engine with a caching allocator attached (Note [Budget
+// owner] in engine.cpp): the window search against brute force, the budget held by the
+// allocator, and the typed out-of-memory error when nothing is left to evict.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <random>
+
+#include "dtr/allocator/caching_allocator.h"
+#include "dtr/allocator/fake_backend.h"
+#include "dtr/core/clock.h"
+#include "dtr/core/options.h"
+#include "dtr/eviction/engine.h"
+#include "dtr/eviction/heuristic_registry.h"
+#include "eviction/candidate_search.h"
+
+using namespace dtr;
+
+namespace {
+
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+// Scores a storage by its compute alone, so window costs are exact integers.
+class ComputeHeuristic final : public Heuristic {
+ public:
+  std::string_view name() const override { return "compute"; }
+  uint32_t needs() const override { return 0; }
+  double score(const Engine& e, StorageId s) override { return double(e.storage_compute(s)); }
+};
+
+struct Window {
+  bool found = false;
+  double cost = 0;
+};
+
+// Every window of every segment, O(n^2): the reference for the two-pointer search.
+Window brute_force(const Engine& engine, const std::vector<BlockView>& blocks, uint64_t need,
+                   bool contiguous) {
+  Window best;
+  for (size_t l = 0; l < blocks.size(); ++l) {
+    uint64_t weight = 0;
+    double cost = 0;
+    int evictable = 0;
+    for (size_t r = l; r < blocks.size(); ++r) {
+      const BlockView& b = blocks[r];
+      if (b.segment_id != blocks[l].segment_id) break;
+      if (b.allocated) {
+        if (b.owner == 0 || !engine.is_evictable(Engine::storage_of_owner(b.owner))) break;
+        const StorageId s = Engine::storage_of_owner(b.owner);
+        weight += contiguous ? b.size : round_block_size(engine.storage_size(s));
+        cost += double(engine.storage_compute(s));
+        ++evictable;
+      } else if (contiguous) {
+        weight += b.size;
+      }
+      if (weight >= need && evictable > 0 && (!best.found || cost < best.cost)) {
+        best.found = true;
+        best.cost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("window search finds the cheapest qualifying window (vs brute force)",
+          "[eviction][allocator][coop]") {
+  std::mt19937_64 rng(42);
+  auto uniform = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  for (int round = 0; round < 300; ++round) {
+    LogicalClock clock(1);
+    Engine engine(EngineConfig{}, std::make_unique<ComputeHeuristic>(), clock);
+    // Storages with random costs; some pinned (not evictable).
+    const size_t n = uniform(1, 24);
+    std::vector<StorageId> storages;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<TensorId> outs;
+      REQUIRE(engine.call(uniform(0, 9), {}, {OutputSpec{uniform(1, 8) * kMiB, -1}}, outs).ok());
+      if (uniform(0, 5) == 0) REQUIRE(engine.pin(outs[0]).ok());
+      storages.push_back(engine.storage_of(outs[0]));
+    }
+    // Lay them out over 1-3 segments with free and foreign blocks in between.
+    std::vector<BlockView> blocks;
+    uintptr_t address = kFakeBaseAddress;
+    uint64_t segment = 0;
+    for (StorageId s : storages) {
+      if (uniform(0, 7) == 0) ++segment;
+      if (uniform(0, 3) == 0)
+        blocks.push_back(BlockView{address, uniform(1, 6) * kMiB, 0, segment, false, false, false, 0});
+      else if (uniform(0, 9) == 0)
+        blocks.push_back(BlockView{address, 2 * kMiB, 2 * kMiB, segment, false, true, false, 0});
+      address += 16 * kMiB;
+      const uint64_t size = round_block_size(engine.storage_size(s));
+      blocks.push_back(BlockView{address, size, size, segment, false, true, false, Engine::owner_of(s)});
+      address += 16 * kMiB;
+    }
+    for (bool contiguous : {false, true}) {
+      const uint64_t need = uniform(2, 30) * kMiB;  // > 1 MiB: a large-pool request
+      std::mt19937_64 search_rng(0);
+      std::vector<std::pair<double, StorageId>> scratch;
+      ComputeHeuristic heuristic;
+      CandidateSearch search{engine, heuristic, search_rng, scratch};
+      uint64_t scored = 0;
+      const std::vector<StorageId> got = search.window(blocks, need, contiguous, scored);
+      const Window want = brute_force(engine, blocks, need, contiguous);
+      INFO("round " << round << (contiguous ? " contiguous" : " budget") << " need " << need);
+      REQUIRE(got.empty() == !want.found);
+      if (got.empty()) continue;
+      double cost = 0;
+      for (StorageId s : got) {
+        CHECK(engine.is_evictable(s));
+        cost += double(engine.storage_compute(s));
+      }
+      CHECK(cost == want.cost);
+      // The chosen storages are adjacent: one segment, no breaking block between them.
+      size_t first = blocks.size(), last = 0;
+      for (size_t i = 0; i < blocks.size(); ++i)
+        for (StorageId s : got)
+          if (blocks[i].owner == Engine::owner_of(s)) first = std::min(first, i), last = std::max(last, i);
+      for (size_t i = first; i <= last; ++i) {
+        CHECK(blocks[i].segment_id == blocks[first].segment_id);
+        if (blocks[i].allocated) CHECK(blocks[i].owner != 0);
+      }
+    }
+  }
+}
+
+namespace {
+
+struct AllocatorFixture {
+  LogicalClock clock{1};
+  std::unique_ptr<CachingAllocator> allocator;
+  std::unique_ptr<Engine> engine;
+
+  AllocatorFixture(uint64_t budget, const std::string& policy) {
+    AllocatorConfig aconfig;
+    aconfig.budget_bytes = budget;
+    aconfig.reserved_limit_bytes = budget;
+    aconfig.debug = 3;
+    allocator = std::make_unique<CachingAllocator>(aconfig, std::make_unique<FakeBackend>());
+    EngineConfig config;
+    config.debug = 3;
+    engine = std::make_unique<Engine>(config, builtin_heuristics().make(policy, {}), clock,
+                                      nullptr, EngineMemory{allocator.get(), true});
+  }
+  // Sum of the block-rounded sizes of material storages: what the allocator must count.
+  uint64_t material_block_bytes() const {
+    uint64_t total = 0;
+    for (StorageId s = 0; s < engine->num_storages(); ++s)
+      if (engine->is_material(s)) total += round_block_size(engine->storage_size(s));
+    return total;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("engine over the fake allocator: the allocator's budget holds and evictions make room",
+          "[eviction][allocator]") {
+  const std::string policy = GENERATE(as<std::string>{}, "dtr_eq", "lru", "coop");
+  INFO(policy);
+  AllocatorFixture f(4 * kMiB, policy);  // two 2 MiB small segments
+  Engine& e = *f.engine;
+  TensorId x;
+  REQUIRE(e.constant(256 * kKiB, x).ok());
+  std::vector<TensorId> chain{x};
+  for (int i = 0; i < 40; ++i) {
+    std::vector<TensorId> outs;
+    REQUIRE(e.call(10 + i, {chain.back()}, {OutputSpec{256 * kKiB, -1}}, outs).ok());
+    chain.push_back(outs[0]);
+    const AllocatorStats s = f.allocator->stats();
+    CHECK(s.allocated_bytes.all.current == f.material_block_bytes());
+    CHECK(s.allocated_bytes.all.peak <= 4 * kMiB);
+    CHECK(s.reserved_bytes.all.peak <= 4 * kMiB);
+  }
+  CHECK(e.stats().num_evictions > 0);
+  CHECK(e.stats().allocator_requests > 0);
+  // Touch every tensor again, first to last: each is rematerialized as needed.
+  for (TensorId t : chain) REQUIRE(e.materialize(t).ok());
+  CHECK(e.stats().num_remats > 0);
+  CHECK(f.allocator->stats().allocated_bytes.all.peak <= 4 * kMiB);
+  CHECK(f.allocator->stats().allocated_bytes.all.current == f.material_block_bytes());
+}
+
+TEST_CASE("engine over the fake allocator: out of memory exactly when nothing is evictable",
+          "[eviction][allocator]") {
+  AllocatorFixture f(4 * kMiB, "dtr_eq");
+  Engine& e = *f.engine;
+  // Pin 256 KiB storages until the next one cannot fit: 16 fit the 4 MiB exactly.
+  std::vector<TensorId> pinned;
+  for (int i = 0; i < 16; ++i) {
+    TensorId t;
+    REQUIRE(e.constant(256 * kKiB, t).ok());
+    pinned.push_back(t);
+  }
+  CHECK(e.evictable_bytes() == 0);
+  TensorId t;
+  const Status status = e.constant(256 * kKiB, t);
+  REQUIRE(status.code == StatusCode::oom);
+  CHECK(status.oom.budget_bytes == 4 * kMiB);
+  CHECK(status.oom.pinned_bytes == 4 * kMiB);
+  CHECK(status.oom.evictable_bytes == 0);
+  CHECK(status.oom.requested_bytes == 256 * kKiB);
+  CHECK(status.message().find("out of memory") != std::string::npos);
+  CHECK(e.stats().num_ooms == 1);
+  // While something is evictable, the same request succeeds: free one pin's worth by
+  // releasing an unpinned storage's reference is not possible (all pinned), so start over
+  // with one evictable storage in the mix.
+  AllocatorFixture g(4 * kMiB, "dtr_eq");
+  for (int i = 0; i < 15; ++i) REQUIRE(g.engine->constant(256 * kKiB, t).ok());
+  std::vector<TensorId> outs;
+  REQUIRE(g.engine->call(1, {t}, {OutputSpec{256 * kKiB, -1}}, outs).ok());  // evictable
+  REQUIRE(g.engine->constant(256 * kKiB, t).ok());                            // evicts it
+  CHECK(g.engine->stats().num_evictions == 1);
+  CHECK(g.engine->stats().num_ooms == 0);
+}
+
+TEST_CASE("coop needs the allocator; the engine refuses it alone", "[eviction][allocator][coop]") {
+  LogicalClock clock(1);
+  CHECK_THROWS_AS(Engine(EngineConfig{}, builtin_heuristics().make("coop", {}), clock), ConfigError);
+  CachingAllocator allocator(AllocatorConfig{}, std::make_unique<FakeBackend>());
+  CHECK_NOTHROW(Engine(EngineConfig{}, builtin_heuristics().make("coop", {}), clock, nullptr,
+                       EngineMemory{&allocator, true}));
+}
