@@ -154,7 +154,52 @@ std::vector<StorageId> CandidateSearch::window(const std::vector<BlockView>& blo
     items.push_back(Item{c, contiguous ? b.size : round_block_size(engine_.storage_size(s)), s});
   }
   flush();
+  if (contiguous && result.empty()) result = clear_segment(blocks, bytes_needed, scored);
   return result;
+}
+
+// Note [Segment fallback]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A contiguous request may fit no window: a request of 10 MiB or more needs a segment of
+// its own, and no segment of its pool may be that large. What helps then is giving a whole
+// segment back (the allocator releases fully free segments before it asks again), so pick
+// the cheapest segment, of either pool, whose blocks are all free or evictable: among those
+// spanning the request, the least cost; otherwise the least cost per byte spanned.
+std::vector<StorageId> CandidateSearch::clear_segment(const std::vector<BlockView>& blocks,
+                                                      uint64_t bytes_needed, uint64_t& scored) {
+  std::vector<StorageId> best, current;
+  bool best_spans = false;
+  double best_key = 0;
+  size_t i = 0;
+  while (i < blocks.size()) {
+    const uint64_t segment = blocks[i].segment_id;
+    bool clearable = true;
+    double cost = 0;
+    uint64_t span = 0;
+    current.clear();
+    for (; i < blocks.size() && blocks[i].segment_id == segment; ++i) {
+      const BlockView& b = blocks[i];
+      span += b.size;
+      if (!b.allocated || !clearable) continue;
+      const StorageId s = b.owner ? Engine::storage_of_owner(b.owner) : kNoId;
+      if (s == kNoId || s >= engine_.num_storages() || !engine_.is_evictable(s)) {
+        clearable = false;
+        continue;
+      }
+      cost += std::min(heuristic_.score(engine_, s), 1e300);
+      ++scored;
+      current.push_back(s);
+    }
+    if (!clearable || current.empty()) continue;
+    const bool spans = span >= bytes_needed;
+    const double key = spans ? cost : cost / double(span);
+    if (best.empty() || (spans && !best_spans) || (spans == best_spans && key < best_key)) {
+      best = current;
+      best_spans = spans;
+      best_key = key;
+    }
+  }
+  return best;
 }
 
 }  // namespace dtr

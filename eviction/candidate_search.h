@@ -7,7 +7,8 @@
 // replacement (k = ceil(sqrt(pool size)) unless configured), as DTR's prototype does, and
 // picks the best of them by the same rule. `window` serves policies that read address
 // order (coop): the cheapest run of adjacent blocks whose eviction frees enough (Note
-// [Window search] in candidate_search.cpp). Private to the eviction layer.
+// [Window search] in candidate_search.cpp), or else a whole segment to give back (Note
+// [Segment fallback]). Private to the eviction layer.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ class CandidateSearch {
   // segment; empty if no window qualifies.
   std::vector<StorageId> window(const std::vector<BlockView>& blocks, uint64_t bytes_needed,
                                 bool contiguous, uint64_t& scored);
+  // The storages of the cheapest segment that could be emptied: Note [Segment fallback].
+  std::vector<StorageId> clear_segment(const std::vector<BlockView>& blocks,
+                                       uint64_t bytes_needed, uint64_t& scored);
 
  private:
   struct Best {

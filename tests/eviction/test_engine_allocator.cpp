@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <algorithm>
 #include <random>
 
 #include "dtr/allocator/caching_allocator.h"
@@ -62,6 +63,41 @@ Window brute_force(const Engine& engine, const std::vector<BlockView>& blocks, u
   return best;
 }
 
+// Note [Segment fallback]'s choice, by brute force: returns the cost key of the best
+// clearable segment (spanning ones first), or found = false.
+Window best_segment(const Engine& engine, const std::vector<BlockView>& blocks, uint64_t need,
+                    bool* spans_out) {
+  Window best;
+  bool best_spans = false;
+  for (uint64_t seg = 0; seg < 64; ++seg) {
+    bool clearable = true, any = false, present = false;
+    double cost = 0;
+    uint64_t span = 0;
+    for (const BlockView& b : blocks) {
+      if (b.segment_id != seg) continue;
+      present = true;
+      span += b.size;
+      if (!b.allocated) continue;
+      if (b.owner == 0 || !engine.is_evictable(Engine::storage_of_owner(b.owner))) {
+        clearable = false;
+        continue;
+      }
+      any = true;
+      cost += double(engine.storage_compute(Engine::storage_of_owner(b.owner)));
+    }
+    if (!present || !clearable || !any) continue;
+    const bool spans = span >= need;
+    const double key = spans ? cost : cost / double(span);
+    if (!best.found || (spans && !best_spans) || (spans == best_spans && key < best.cost)) {
+      best.found = true;
+      best.cost = key;
+      best_spans = spans;
+    }
+  }
+  *spans_out = best_spans;
+  return best;
+}
+
 }  // namespace
 
 TEST_CASE("window search finds the cheapest qualifying window (vs brute force)",
@@ -107,6 +143,25 @@ TEST_CASE("window search finds the cheapest qualifying window (vs brute force)",
       const std::vector<StorageId> got = search.window(blocks, need, contiguous, scored);
       const Window want = brute_force(engine, blocks, need, contiguous);
       INFO("round " << round << (contiguous ? " contiguous" : " budget") << " need " << need);
+      if (contiguous && !want.found) {
+        // No window: a whole segment to give back (Note [Segment fallback]).
+        bool spans = false;
+        const Window seg = best_segment(engine, blocks, need, &spans);
+        REQUIRE(got.empty() == !seg.found);
+        if (got.empty()) continue;
+        double cost = 0;
+        uint64_t span = 0, segment_id = UINT64_MAX;
+        for (const BlockView& b : blocks)
+          if (b.allocated && b.owner == Engine::owner_of(got[0])) segment_id = b.segment_id;
+        for (const BlockView& b : blocks) {
+          if (b.segment_id != segment_id) continue;
+          span += b.size;
+          if (b.allocated) CHECK(std::count(got.begin(), got.end(), Engine::storage_of_owner(b.owner)) == 1);
+        }
+        for (StorageId s : got) cost += double(engine.storage_compute(s));
+        CHECK((spans ? cost : cost / double(span)) == Approx(seg.cost));
+        continue;
+      }
       REQUIRE(got.empty() == !want.found);
       if (got.empty()) continue;
       double cost = 0;
