@@ -1,0 +1,97 @@
+// graph.h: the training graph static planners work on.
+//
+// A Graph is a DAG of nodes in a topological order (the order the trace ran them): node i
+// is one op's result storage (multi-output ops give one node per non-alias output, views
+// fold into the storage they alias). Each node has a compute cost (ns; for a multi-output
+// op the cost is charged to every output node, since recomputing any of them reruns the op)
+// and a memory size (bytes), and the nodes it reads (`deps`, all < i). `backward` marks
+// nodes computed after the trace's `ANNOTATE BACKWARD`. A node is `pinned` when it must
+// stay resident from its computation on (constants such as parameters; the step's results).
+// Planners decide, per stage, which nodes are resident and which are (re)computed.
+//
+// Invariants (Graph::validate throws PlanError on a violation): deps are in range and point
+// backward (a topological order; a cycle in a text graph is reported as such), sizes and
+// costs are non-negative.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtr {
+
+struct Trace;
+
+// Malformed planner input (graph text, plan file, budget): what() says what and a hint.
+class PlanError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct GraphNode {
+  std::string name;            // trace name of the storage's root tensor, or the text name
+  uint64_t compute_ns = 0;     // cost of (re)computing this node
+  uint64_t size_bytes = 0;     // memory it holds while resident
+  std::vector<uint32_t> deps;  // nodes it reads, each < this node's index
+  bool backward = false;       // computed after ANNOTATE BACKWARD
+  bool pinned = false;         // constants and the step's outputs: resident once computed
+  // Another output of the op that made node i-1 (multi-output ops, e.g. batch norm): the
+  // op runs once for all its outputs in the trace, so total_compute_ns() and the forward
+  // pass of plan evaluation charge it once; a recomputation charges each node it reruns.
+  bool same_op_as_prev = false;
+};
+
+struct Graph {
+  std::vector<GraphNode> nodes;  // in topological (execution) order
+  uint32_t first_backward = 0;   // index of the first backward node (nodes.size() if none)
+
+  size_t size() const { return nodes.size(); }
+  uint64_t total_compute_ns() const;
+  // Users of each node (inverse of deps), computed on demand.
+  std::vector<std::vector<uint32_t>> users() const;
+  // Throws PlanError naming the first broken invariant.
+  void validate() const;
+};
+
+// A stable 64-bit hash of the graph's structure (names, costs, sizes, deps, flags), as
+// 16 hex digits: a plan file records it so a plan is never applied to another graph.
+std::string graph_hash(const Graph& graph);
+// Total bytes of pinned nodes (resident at the end of any schedule).
+uint64_t pinned_bytes(const Graph& graph);
+
+// From a trace: one node per storage made by CALL/MUTATE/CONSTANT (Note [Trace to graph] in
+// planner/graph.cpp).
+Graph graph_from_trace(const Trace& trace);
+
+// The text format for hand-made graphs (docs/plan-format.md), one node per line:
+//   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned]
+// `#` starts a comment. Names must be defined before use; a dependency on a later node
+// (which is how a cycle shows up) is an error naming the line.
+Graph read_graph_text(std::istream& in, const std::string& path_for_errors);
+Graph read_graph_text(const std::string& path);
+void write_graph_text(const Graph& graph, std::ostream& out);
+
+// Checkmate's linear graph gen_linear_graph(n): 2n+1 unit-cost, unit-size nodes, chain edges
+// i -> i+1 plus skip edges i -> 2n-i for i < n.
+Graph linear_graph(uint32_t n);
+// A chain of n nodes with the given per-node costs and sizes.
+Graph chain_graph(const std::vector<uint64_t>& compute_ns, const std::vector<uint64_t>& size_bytes);
+
+// A training chain in Griewank's model (docs/planner.md): L stages; a_0 is the pinned input,
+// a_i = F_i(a_{i-1}) for i < L; the reversal of stage i is the backward node
+// d_i = B_i(a_{i-1}, d_{i+1}) (d_{L+1} absent), which re-runs F_i internally, so a_L is never
+// stored. d_1 is the step's output (pinned). All vectors have L entries:
+// fwd_ns[i], fwd_bytes[i]: cost and size of a_i (fwd_ns[0] is the input's, charged once);
+// bwd_ns[i], bwd_bytes[i]: cost and size of d_{i+1}.
+struct ChainSpec {
+  std::vector<uint64_t> fwd_ns, fwd_bytes, bwd_ns, bwd_bytes;
+  size_t stages() const { return fwd_ns.size(); }
+};
+// Nodes a_0..a_{L-1} then d_L..d_1 (node L + (L - i) is d_i).
+Graph training_chain_graph(const ChainSpec& spec);
+// The ChainSpec `graph` was made from, if its structure is exactly a training chain's.
+bool as_training_chain(const Graph& graph, ChainSpec* spec);
+
+}  // namespace dtr

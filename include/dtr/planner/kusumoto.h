@@ -1,0 +1,55 @@
+// kusumoto.h: the lower-set dynamic program of Kusumoto et al., "A graph theoretic framework
+// of recomputation algorithms for memory-efficient backpropagation" (NeurIPS 2019).
+//
+// A strategy is an increasing sequence of lower sets of the forward graph (nodes before
+// Graph::first_backward and the edges among them), 0 = L_0 < L_1 < ... < L_k = forward; the
+// segments V_i = L_i \ L_{i-1} run in order in the forward pass, which keeps only each
+// segment's boundary (nodes with a forward user outside L_i) and the whole last segment; the
+// backward pass recomputes a segment's other nodes when it reaches them. The DP (planner/
+// kusumoto_planner.cpp, Note [Kusumoto DP]) minimises recomputation subject to the paper's
+// memory estimate, or (memory-centric) minimises the memory estimate.
+//
+// Exact: over all lower sets (tractable only for small or narrow forward graphs; past
+// KusumotoOptions::max_lower_sets it throws PlanError). Approximate: over the lower sets of
+// ancestors {v and its ancestors}, plus the empty and the full set (n + 2 sets).
+//
+// The chosen strategy becomes a Checkmate stage-form schedule (Note [Lower sets to stages])
+// measured by evaluate_stage_schedule, the same accounting as the MILP, so its compute is directly
+// comparable to the MILP optimum and can never be below it when it fits the budget.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtr/planner/checkmate.h"
+#include "dtr/planner/graph.h"
+
+namespace dtr {
+
+struct KusumotoOptions {
+  uint64_t budget_bytes = 0;
+  bool exact = true;            // all lower sets; false: lower sets of ancestors
+  bool memory_centric = false;  // least memory (then least time) instead of least time
+  size_t max_lower_sets = 4096; // exact: more lower sets than this is a PlanError
+};
+
+struct KusumotoResult {
+  bool found = false;         // a schedule whose measured peak fits the budget
+  StageSchedule schedule;     // the best schedule measured (also when it does not fit)
+  ScheduleCost cost;          // evaluate_stage_schedule(graph, schedule)
+  std::vector<std::vector<uint32_t>> segments;  // V_1..V_k, forward node ids
+  size_t num_lower_sets = 0;  // lower sets the DP ran over
+  uint64_t dp_budget_bytes = 0;  // the budget the DP was given for the chosen strategy
+  uint64_t dp_overhead_ns = 0;   // the DP's own recomputation estimate for it
+  double solve_s = 0;
+  std::string detail;
+};
+
+KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts);
+
+// The lower sets of the forward graph, each as a sorted list of node ids, smallest first;
+// exact: all of them (PlanError past `cap`), else the lower sets of ancestors.
+std::vector<std::vector<uint32_t>> forward_lower_sets(const Graph& graph, bool exact, size_t cap);
+
+}  // namespace dtr

@@ -1,0 +1,484 @@
+// graph.cpp: the planners' graph, built from a trace or read from the text format.
+//
+// Note [Trace to graph]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A graph node is a storage, as in the engine (Note [Trace to engine] in sim/replay.cpp),
+// and the walk over the events mirrors compute_baseline's storage bookkeeping:
+//  - CALL: one node per non-alias result (size from MEMORY, cost = the op's TIME); its deps
+//    are the distinct storages of the op's args. The second and later outputs of one op are
+//    marked `same_op_as_prev`, so the op's time is counted once in the forward pass.
+//    An alias result folds into the storage it views (its name maps to that node). An op
+//    whose results are all aliases (a view) makes no node: its time is added to the viewed
+//    storage's node, since recomputing that storage must redo the view too, and the graph's
+//    total compute stays equal to the trace's. An op with no results at all becomes a
+//    zero-size node (it still reads its args at that point).
+//  - MUTATE: copy-on-write, as the replay does: a fresh node per mutated arg, of that arg's
+//    storage size, depending on every arg's storage; the arg's name moves to the new node
+//    (named NAME.vK for the K-th version, so node names stay unique).
+//  - CONSTANT: a pinned node of cost 0 (parameters and inputs are resident throughout).
+//  - COPY / COPY_FROM / RELEASE keep a reference count per node (names referring to it);
+//    nodes still referenced after the last event are the step's outputs: pinned. PIN pins.
+//  - ANNOTATE BACKWARD: every node made afterwards has backward = true.
+// Unlike the trace's baseline, a graph node is free to die after its last use (planners
+// place frees), so the graph's no-remat peak is at most the trace's baseline peak.
+#include "dtr/planner/graph.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <istream>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <unordered_map>
+
+#include "dtr/core/options.h"
+#include "dtr/core/trace.h"
+
+namespace dtr {
+
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+
+std::string graph_error(const std::string& path, size_t line, const std::string& problem,
+                        const std::string& hint) {
+  return path + ":" + std::to_string(line) + ": " + problem + "; " + hint;
+}
+
+}  // namespace
+
+uint64_t Graph::total_compute_ns() const {
+  uint64_t total = 0;
+  for (const GraphNode& n : nodes)
+    if (!n.same_op_as_prev) total += n.compute_ns;
+  return total;
+}
+
+std::vector<std::vector<uint32_t>> Graph::users() const {
+  std::vector<std::vector<uint32_t>> out(nodes.size());
+  for (uint32_t i = 0; i < nodes.size(); ++i)
+    for (uint32_t d : nodes[i].deps) out[d].push_back(i);
+  return out;
+}
+
+void Graph::validate() const {
+  if (first_backward > nodes.size())
+    throw PlanError("graph: first_backward " + std::to_string(first_backward) + " is past the " +
+                    std::to_string(nodes.size()) + " nodes");
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    const GraphNode& n = nodes[i];
+    for (uint32_t d : n.deps)
+      if (d >= i)
+        throw PlanError("graph: node " + std::to_string(i) + " (" + n.name + ") depends on node " +
+                        std::to_string(d) +
+                        ", which is not earlier: cycle or undefined node; hint: nodes must be in a "
+                        "topological order");
+    if (n.backward != (i >= first_backward))
+      throw PlanError("graph: node " + std::to_string(i) + " (" + n.name + ") has backward=" +
+                      (n.backward ? "true" : "false") + " but first_backward is " +
+                      std::to_string(first_backward) + "; hint: backward nodes come last");
+    if (n.same_op_as_prev && i == 0)
+      throw PlanError("graph: node 0 (" + n.name + ") cannot share an op with a previous node");
+  }
+}
+
+std::string graph_hash(const Graph& graph) {
+  // FNV-1a over a canonical byte form; stable across platforms and runs.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t len) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  auto mix_u64 = [&mix](uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
+    mix(b, 8);
+  };
+  mix_u64(graph.nodes.size());
+  for (const GraphNode& n : graph.nodes) {
+    mix_u64(n.name.size());
+    mix(n.name.data(), n.name.size());
+    mix_u64(n.compute_ns);
+    mix_u64(n.size_bytes);
+    mix_u64(n.deps.size());
+    for (uint32_t d : n.deps) mix_u64(d);
+    mix_u64((n.backward ? 1u : 0u) | (n.pinned ? 2u : 0u) | (n.same_op_as_prev ? 4u : 0u));
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+uint64_t pinned_bytes(const Graph& graph) {
+  uint64_t total = 0;
+  for (const GraphNode& n : graph.nodes)
+    if (n.pinned) total += n.size_bytes;
+  return total;
+}
+
+Graph graph_from_trace(const Trace& trace) {
+  Graph g;
+  std::vector<uint32_t> storage_of(trace.names.size(), kNone);
+  std::vector<uint32_t> refs;                  // per node: names referring to it
+  std::unordered_map<NameId, uint32_t> versions;  // MUTATE count per name
+  bool backward = false;
+
+  auto add_node = [&](std::string name, uint64_t cost, uint64_t size, std::vector<uint32_t> deps) {
+    GraphNode n;
+    n.name = std::move(name);
+    n.compute_ns = cost;
+    n.size_bytes = size;
+    n.deps = std::move(deps);
+    n.backward = backward;
+    g.nodes.push_back(std::move(n));
+    refs.push_back(1);
+    return static_cast<uint32_t>(g.nodes.size() - 1);
+  };
+  auto deps_of = [&](const std::vector<NameId>& args) {
+    std::vector<uint32_t> deps;
+    for (NameId a : args)
+      if (storage_of[a] != kNone) deps.push_back(storage_of[a]);
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    return deps;
+  };
+  auto retain = [&](uint32_t s) {
+    if (s != kNone) ++refs[s];
+  };
+  auto drop = [&](uint32_t s) {
+    if (s != kNone && refs[s] > 0) --refs[s];
+  };
+
+  for (const TraceEvent& ev : trace.events) {
+    switch (ev.kind) {
+      case TraceEventKind::annotate:
+        if (ev.op == "BACKWARD" && !backward) {
+          backward = true;
+          g.first_backward = static_cast<uint32_t>(g.nodes.size());
+        }
+        break;
+      case TraceEventKind::constant: {
+        const uint32_t s = add_node(trace.names[ev.results[0].name], 0, ev.results[0].size_bytes, {});
+        g.nodes[s].pinned = true;
+        storage_of[ev.results[0].name] = s;
+        break;
+      }
+      case TraceEventKind::call: {
+        const std::vector<uint32_t> deps = deps_of(ev.args);
+        bool made = false;
+        for (const TraceResult& r : ev.results) {
+          if (r.alias >= 0) continue;
+          const uint32_t s = add_node(trace.names[r.name], ev.time_ns, r.size_bytes, deps);
+          g.nodes[s].same_op_as_prev = made;
+          made = true;
+          storage_of[r.name] = s;
+        }
+        for (const TraceResult& r : ev.results) {
+          if (r.alias < 0) continue;
+          const uint32_t s = storage_of[ev.args[r.alias]];
+          storage_of[r.name] = s;
+          retain(s);
+        }
+        if (!made) {
+          if (ev.results.empty()) {
+            const uint32_t s = add_node(ev.op + "@" + std::to_string(ev.line), ev.time_ns, 0, deps);
+            refs[s] = 0;  // nothing refers to it
+          } else {
+            const uint32_t s = storage_of[ev.args[ev.results[0].alias]];
+            if (s != kNone) g.nodes[s].compute_ns += ev.time_ns;
+          }
+        }
+        break;
+      }
+      case TraceEventKind::mutate: {
+        const std::vector<uint32_t> deps = deps_of(ev.args);
+        std::vector<uint32_t> fresh;
+        for (size_t i = 0; i < ev.mutated.size(); ++i) {
+          const NameId name = ev.args[ev.mutated[i]];
+          const uint32_t old = storage_of[name];
+          const uint32_t k = ++versions[name];
+          const uint32_t s = add_node(trace.names[name] + ".v" + std::to_string(k), ev.time_ns,
+                                      old == kNone ? 0 : g.nodes[old].size_bytes, deps);
+          g.nodes[s].same_op_as_prev = i > 0;
+          fresh.push_back(s);
+        }
+        for (size_t i = 0; i < ev.mutated.size(); ++i) {
+          const NameId name = ev.args[ev.mutated[i]];
+          const uint32_t old = storage_of[name];
+          storage_of[name] = fresh[i];
+          drop(old);
+        }
+        break;
+      }
+      case TraceEventKind::copy:
+        storage_of[ev.dst] = storage_of[ev.src];
+        retain(storage_of[ev.src]);
+        break;
+      case TraceEventKind::copy_from: {
+        const uint32_t old = storage_of[ev.dst];
+        storage_of[ev.dst] = storage_of[ev.src];
+        retain(storage_of[ev.src]);
+        drop(old);
+        break;
+      }
+      case TraceEventKind::release: drop(storage_of[ev.dst]); break;
+      case TraceEventKind::pin:
+        if (storage_of[ev.dst] != kNone) g.nodes[storage_of[ev.dst]].pinned = true;
+        break;
+    }
+  }
+  if (!backward) g.first_backward = static_cast<uint32_t>(g.nodes.size());
+  for (uint32_t s = 0; s < g.nodes.size(); ++s)
+    if (refs[s] > 0) g.nodes[s].pinned = true;
+  g.validate();
+  return g;
+}
+
+// ---- text format ----
+
+namespace {
+
+bool parse_u64(const std::string& text, uint64_t& out) {
+  if (text.empty()) return false;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc() && ptr == end;
+}
+
+bool valid_name(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name)
+    if (c == ',' || c == '=' || c == '#' || static_cast<unsigned char>(c) <= ' ') return false;
+  return true;
+}
+
+}  // namespace
+
+Graph read_graph_text(std::istream& in, const std::string& path) {
+  struct Line {
+    size_t number;
+    std::vector<std::string> tokens;
+  };
+  std::vector<Line> lines;
+  std::string text;
+  for (size_t number = 1; std::getline(in, text); ++number) {
+    const size_t hash = text.find('#');
+    if (hash != std::string::npos) text.resize(hash);
+    std::istringstream ss(text);
+    Line l{number, {}};
+    for (std::string tok; ss >> tok;) l.tokens.push_back(tok);
+    if (!l.tokens.empty()) lines.push_back(std::move(l));
+  }
+  // First pass: every name and its line, so a forward reference can be told from a typo.
+  std::map<std::string, std::pair<uint32_t, size_t>> index;  // name -> (node, line)
+  for (const Line& l : lines) {
+    if (l.tokens[0] != "node")
+      throw PlanError(graph_error(path, l.number, "unknown keyword '" + l.tokens[0] + "'",
+                                  "each line is `node NAME cost=C size=S [deps=A,B] [backward] "
+                                  "[pinned] [same-op]`"));
+    if (l.tokens.size() < 2 || !valid_name(l.tokens[1]))
+      throw PlanError(graph_error(path, l.number, "missing or invalid node name",
+                                  "a name has no spaces, commas, '=' or '#'"));
+    const auto [it, fresh] =
+        index.emplace(l.tokens[1], std::make_pair(static_cast<uint32_t>(index.size()), l.number));
+    if (!fresh)
+      throw PlanError(graph_error(path, l.number, "node '" + l.tokens[1] + "' defined twice",
+                                  "first defined on line " + std::to_string(it->second.second)));
+  }
+  Graph g;
+  bool seen_backward = false;
+  for (const Line& l : lines) {
+    GraphNode n;
+    n.name = l.tokens[1];
+    const uint32_t self = static_cast<uint32_t>(g.nodes.size());
+    bool have_cost = false, have_size = false;
+    for (size_t t = 2; t < l.tokens.size(); ++t) {
+      const std::string& tok = l.tokens[t];
+      const size_t eq = tok.find('=');
+      const std::string key = tok.substr(0, eq);
+      const std::string value = eq == std::string::npos ? "" : tok.substr(eq + 1);
+      if (tok == "backward") {
+        n.backward = true;
+      } else if (tok == "pinned") {
+        n.pinned = true;
+      } else if (tok == "same-op") {
+        n.same_op_as_prev = true;
+      } else if (key == "cost" && eq != std::string::npos) {
+        if (!parse_u64(value, n.compute_ns))
+          throw PlanError(graph_error(path, l.number, "bad cost '" + value + "'",
+                                      "cost is a non-negative integer (ns)"));
+        have_cost = true;
+      } else if (key == "size" && eq != std::string::npos) {
+        try {
+          n.size_bytes = parse_size(value);
+        } catch (const ConfigError&) {
+          throw PlanError(graph_error(path, l.number, "bad size '" + value + "'",
+                                      "size is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
+        }
+        have_size = true;
+      } else if (key == "deps" && eq != std::string::npos) {
+        size_t start = 0;
+        while (start <= value.size()) {
+          size_t comma = value.find(',', start);
+          if (comma == std::string::npos) comma = value.size();
+          const std::string dep = value.substr(start, comma - start);
+          start = comma + 1;
+          if (dep.empty()) continue;
+          const auto it = index.find(dep);
+          if (it == index.end())
+            throw PlanError(graph_error(path, l.number,
+                                        "cycle or undefined node: '" + dep + "' is not defined",
+                                        "define every dependency on an earlier line"));
+          if (it->second.first >= self)
+            throw PlanError(graph_error(
+                path, l.number,
+                "cycle or undefined node: '" + n.name + "' depends on '" + dep + "' (line " +
+                    std::to_string(it->second.second) + "), which is not defined before it",
+                "list nodes in a topological order; a graph with a cycle has none"));
+          n.deps.push_back(it->second.first);
+        }
+        std::sort(n.deps.begin(), n.deps.end());
+        n.deps.erase(std::unique(n.deps.begin(), n.deps.end()), n.deps.end());
+      } else {
+        throw PlanError(graph_error(path, l.number, "unknown field '" + tok + "'",
+                                    "fields are cost=, size=, deps=, backward, pinned, same-op"));
+      }
+    }
+    if (!have_cost || !have_size)
+      throw PlanError(graph_error(path, l.number, "node '" + n.name + "' lacks cost= or size=",
+                                  "both are required"));
+    if (n.backward && !seen_backward) {
+      seen_backward = true;
+      g.first_backward = self;
+    } else if (!n.backward && seen_backward) {
+      throw PlanError(graph_error(path, l.number, "forward node '" + n.name + "' after a backward node",
+                                  "put every backward node after the forward ones"));
+    }
+    if (n.same_op_as_prev && self == 0)
+      throw PlanError(graph_error(path, l.number, "same-op on the first node",
+                                  "same-op marks another output of the previous node's op"));
+    g.nodes.push_back(std::move(n));
+  }
+  if (!seen_backward) g.first_backward = static_cast<uint32_t>(g.nodes.size());
+  g.validate();
+  return g;
+}
+
+Graph read_graph_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw PlanError(path + ": cannot open graph file; check the path");
+  return read_graph_text(in, path);
+}
+
+void write_graph_text(const Graph& graph, std::ostream& out) {
+  out << "# dtr graph: " << graph.size() << " nodes (docs/plan-format.md)\n";
+  for (const GraphNode& n : graph.nodes) {
+    out << "node " << n.name << " cost=" << n.compute_ns << " size=" << n.size_bytes;
+    if (!n.deps.empty()) {
+      out << " deps=";
+      for (size_t i = 0; i < n.deps.size(); ++i)
+        out << (i ? "," : "") << graph.nodes[n.deps[i]].name;
+    }
+    if (n.backward) out << " backward";
+    if (n.pinned) out << " pinned";
+    if (n.same_op_as_prev) out << " same-op";
+    out << "\n";
+  }
+}
+
+Graph linear_graph(uint32_t n) {
+  Graph g;
+  const uint32_t count = 2 * n + 1;
+  for (uint32_t i = 0; i < count; ++i) {
+    GraphNode node;
+    node.name = "n" + std::to_string(i);
+    node.compute_ns = 1;
+    node.size_bytes = 1;
+    if (i > 0) node.deps.push_back(i - 1);
+    if (i > n) node.deps.push_back(2 * n - i);  // skip edge (2n-i) -> i
+    std::sort(node.deps.begin(), node.deps.end());
+    node.deps.erase(std::unique(node.deps.begin(), node.deps.end()), node.deps.end());
+    node.backward = i > n;
+    g.nodes.push_back(std::move(node));
+  }
+  g.first_backward = n + 1;
+  g.validate();
+  return g;
+}
+
+Graph chain_graph(const std::vector<uint64_t>& compute_ns, const std::vector<uint64_t>& size_bytes) {
+  if (compute_ns.size() != size_bytes.size())
+    throw PlanError("chain_graph: " + std::to_string(compute_ns.size()) + " costs but " +
+                    std::to_string(size_bytes.size()) + " sizes");
+  Graph g;
+  for (size_t i = 0; i < compute_ns.size(); ++i) {
+    GraphNode node;
+    node.name = "c" + std::to_string(i);
+    node.compute_ns = compute_ns[i];
+    node.size_bytes = size_bytes[i];
+    if (i > 0) node.deps.push_back(static_cast<uint32_t>(i - 1));
+    g.nodes.push_back(std::move(node));
+  }
+  g.first_backward = static_cast<uint32_t>(g.nodes.size());
+  return g;
+}
+
+Graph training_chain_graph(const ChainSpec& spec) {
+  const size_t L = spec.stages();
+  if (L == 0 || spec.fwd_bytes.size() != L || spec.bwd_ns.size() != L || spec.bwd_bytes.size() != L)
+    throw PlanError("training_chain_graph: need L >= 1 stages and four vectors of L entries");
+  Graph g;
+  for (size_t i = 0; i < L; ++i) {
+    GraphNode a;
+    a.name = "a" + std::to_string(i);
+    a.compute_ns = spec.fwd_ns[i];
+    a.size_bytes = spec.fwd_bytes[i];
+    if (i > 0) a.deps.push_back(static_cast<uint32_t>(i - 1));
+    a.pinned = i == 0;
+    g.nodes.push_back(std::move(a));
+  }
+  g.first_backward = static_cast<uint32_t>(L);
+  for (size_t i = L; i >= 1; --i) {  // d_i, i = L..1
+    GraphNode d;
+    d.name = "d" + std::to_string(i);
+    d.compute_ns = spec.bwd_ns[i - 1];
+    d.size_bytes = spec.bwd_bytes[i - 1];
+    d.deps.push_back(static_cast<uint32_t>(i - 1));                // a_{i-1}
+    if (i < L) d.deps.push_back(static_cast<uint32_t>(g.nodes.size() - 1));  // d_{i+1}
+    d.backward = true;
+    d.pinned = i == 1;
+    g.nodes.push_back(std::move(d));
+  }
+  g.validate();
+  return g;
+}
+
+bool as_training_chain(const Graph& graph, ChainSpec* spec) {
+  const size_t n = graph.size();
+  if (n < 2 || n % 2 != 0 || graph.first_backward != n / 2) return false;
+  const size_t L = n / 2;
+  ChainSpec s;
+  for (size_t i = 0; i < L; ++i) {
+    const GraphNode& a = graph.nodes[i];
+    const std::vector<uint32_t> want = i > 0 ? std::vector<uint32_t>{uint32_t(i - 1)} : std::vector<uint32_t>{};
+    if (a.deps != want || a.pinned != (i == 0) || a.same_op_as_prev) return false;
+    s.fwd_ns.push_back(a.compute_ns);
+    s.fwd_bytes.push_back(a.size_bytes);
+  }
+  s.bwd_ns.assign(L, 0);
+  s.bwd_bytes.assign(L, 0);
+  for (size_t i = L; i >= 1; --i) {
+    const uint32_t idx = static_cast<uint32_t>(L + (L - i));
+    const GraphNode& d = graph.nodes[idx];
+    std::vector<uint32_t> want{uint32_t(i - 1)};
+    if (i < L) want.push_back(idx - 1);
+    if (d.deps != want || d.pinned != (i == 1) || d.same_op_as_prev) return false;
+    s.bwd_ns[i - 1] = d.compute_ns;
+    s.bwd_bytes[i - 1] = d.size_bytes;
+  }
+  if (spec) *spec = std::move(s);
+  return true;
+}
+
+}  // namespace dtr

@@ -1,0 +1,464 @@
+// kusumoto_planner.cpp: the lower-set DP of Kusumoto et al. (NeurIPS 2019) and its
+// translation into a Checkmate stage-form schedule.
+//
+// Design: lower sets are bitsets over the forward nodes, sorted by size, so that every
+// proper subset of a set comes before it. The DP pushes from each set to every strict
+// superset; per set it keeps a Pareto table (overhead -> least accumulated checkpoint
+// memory). Per-set quantities (boundary, the paper's memory terms) are computed once.
+// The strategy it returns is only the DP's opinion: the schedule built from it is measured
+// with evaluate_stage_schedule, and the budget search (Note [DP budget search]) picks the strategy
+// whose measured schedule is best. No locks, no global state.
+#include "dtr/planner/kusumoto.h"
+#include "dtr/planner/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <sstream>
+
+namespace dtr {
+
+// Note [Kusumoto DP]
+// ~~~~~~~~~~~~~~~~~~
+// For lower sets L < L' of the forward graph and V = L' \ L (the paper's section 4, with the
+// per-transition memory terms of the authors' chainer-compiler implementation):
+//   overhead(L, L') = T(V \ bd(L'))            nodes of V not kept, recomputed in backward
+//   ckpt(L, L')     = M(bd(L') \ L)            checkpoints this segment adds
+//   peak(L, L')     = M(V) + M(dp(L') \ L') + M(dm(dp(L') \ L') ... see below)
+// where bd(L') = nodes of L' with a forward user outside L', dp(X) = users of X, dm(X) =
+// inputs of X. peak is the memory of back-propagating through V: V itself, the gradients
+// flowing into it (dp(L') \ L'), and the other inputs of those users. With
+// opt[L][t] = least checkpoint memory reaching L with overhead t,
+//   opt[L'][t + overhead] = min opt[L][t] + ckpt(L, L')
+// subject to opt[L][t] + peak(L, L') <= B and opt[L][t] + ckpt(L, L') <= B. Time-centric:
+// the least t with opt[forward][t] defined; memory-centric: the least B for which any t is
+// defined, then the least t. Costs are exact integers (no discretisation: tables are Pareto
+// pruned instead).
+
+// Note [Lower sets to stages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Our graphs carry explicit backward nodes, and the stage form runs first computations in
+// index order, so a strategy is applied through keep decisions (S) and phase two of
+// Checkmate's rounding (complete_compute_from_keep) supplies the recomputation:
+//  - a backward value is kept while a later node reads it;
+//  - during the forward pass a forward value is kept while a later forward node reads it,
+//    and past that only if it is a checkpoint (in bd(L_i) of its segment) or in the last
+//    segment and still read later (by the backward);
+//  - during the backward pass the active segment of backward node b is the latest segment
+//    among b's forward inputs (b's predecessor's, if it reads none); a forward value is kept
+//    into b's stage if read later and a checkpoint, in the last segment, or in the active
+//    segment. Anything else b needs is recomputed in b's stage from what is kept.
+// This is the paper's execution when the backward consumes segments in reverse; on other
+// graphs it is still a valid schedule, and evaluate_stage_schedule measures what it costs.
+
+// Note [DP budget search]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The DP's memory estimate is not the stage accounting (it ignores, for example, gradients
+// already computed and forward values kept for the backward), so the DP is run at several
+// budgets and each strategy measured. Time-centric: DP budgets B*k/8 for k = 1..16; the
+// cheapest measured schedule with peak <= B wins (ties: lower peak). Memory-centric: the
+// least DP budget b* with a strategy (bisection; feasibility is monotone in the budget),
+// then b* * (1 + k/8) for k = 0..8; the lowest measured peak wins (ties: less compute), and
+// it is `found` only if that peak is <= B.
+
+namespace {
+
+using Bits = std::vector<uint64_t>;
+
+struct Forward {
+  uint32_t n = 0;                         // forward nodes
+  std::vector<std::vector<uint32_t>> in;  // forward inputs (unique)
+  std::vector<std::vector<uint32_t>> out; // forward users (unique)
+  std::vector<uint64_t> cost, mem;
+  size_t words = 0;
+};
+
+Forward forward_part(const Graph& g) {
+  Forward f;
+  f.n = std::min<uint32_t>(g.first_backward, static_cast<uint32_t>(g.size()));
+  f.in.resize(f.n);
+  f.out.resize(f.n);
+  for (uint32_t v = 0; v < f.n; ++v) {
+    f.cost.push_back(g.nodes[v].compute_ns);
+    f.mem.push_back(g.nodes[v].size_bytes);
+    auto deps = g.nodes[v].deps;
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (uint32_t d : deps) {
+      f.in[v].push_back(d);
+      f.out[d].push_back(v);
+    }
+  }
+  f.words = (f.n + 63) / 64;
+  return f;
+}
+
+bool has(const Bits& b, uint32_t v) { return (b[v / 64] >> (v % 64)) & 1; }
+void set(Bits& b, uint32_t v) { b[v / 64] |= uint64_t{1} << (v % 64); }
+bool subset(const Bits& a, const Bits& b) {
+  for (size_t w = 0; w < a.size(); ++w) {
+    if (a[w] & ~b[w]) return false;
+  }
+  return true;
+}
+template <class F>
+void for_each_bit(const Bits& b, F&& fn) {
+  for (size_t w = 0; w < b.size(); ++w) {
+    for (uint64_t x = b[w]; x; x &= x - 1) fn(static_cast<uint32_t>(w * 64 + __builtin_ctzll(x)));
+  }
+}
+uint64_t sum(const Bits& b, const std::vector<uint64_t>& val) {
+  uint64_t s = 0;
+  for_each_bit(b, [&](uint32_t v) { s += val[v]; });
+  return s;
+}
+
+std::vector<Bits> enumerate(const Forward& f, bool exact, size_t cap) {
+  std::vector<Bits> sets;
+  if (exact) {
+    Bits cur(f.words, 0);
+    // Depth-first over nodes in index order: v may join only if all its inputs have.
+    auto rec = [&](auto&& self, uint32_t v) -> void {
+      if (v == f.n) {
+        if (sets.size() >= cap) {
+          throw PlanError("kusumoto: the forward graph (" + std::to_string(f.n) +
+                          " nodes) has more than " + std::to_string(cap) +
+                          " lower sets; use kusumoto-approx (lower sets of ancestors) or "
+                          "raise max_lower_sets");
+        }
+        sets.push_back(cur);
+        return;
+      }
+      self(self, v + 1);
+      bool ok = true;
+      for (uint32_t d : f.in[v]) ok = ok && has(cur, d);
+      if (ok) {
+        set(cur, v);
+        self(self, v + 1);
+        cur[v / 64] &= ~(uint64_t{1} << (v % 64));
+      }
+    };
+    rec(rec, 0);
+  } else {
+    sets.emplace_back(f.words, 0);
+    std::vector<Bits> anc(f.n, Bits(f.words, 0));
+    for (uint32_t v = 0; v < f.n; ++v) {
+      set(anc[v], v);
+      for (uint32_t d : f.in[v]) {
+        for (size_t w = 0; w < f.words; ++w) anc[v][w] |= anc[d][w];
+      }
+      sets.push_back(anc[v]);
+    }
+    Bits all(f.words, 0);
+    for (uint32_t v = 0; v < f.n; ++v) set(all, v);
+    sets.push_back(all);
+    std::sort(sets.begin(), sets.end());
+    sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
+  }
+  auto count = [](const Bits& b) {
+    size_t c = 0;
+    for (uint64_t w : b) c += static_cast<size_t>(__builtin_popcountll(w));
+    return c;
+  };
+  std::stable_sort(sets.begin(), sets.end(),
+                   [&](const Bits& a, const Bits& b) { return count(a) < count(b); });
+  return sets;
+}
+
+struct SetInfo {
+  Bits boundary;          // bd(L)
+  uint64_t mem = 0;       // M(L)
+  uint64_t grad_mem = 0;  // M(dp(L) \ L) + M(dm(dp(L) \ L) \ L \ (dp(L) \ L)) (Note [Kusumoto DP])
+  size_t size = 0;
+};
+
+struct Strategy {
+  std::vector<size_t> chain;  // indices into the lower sets, from the empty set to the full one
+  uint64_t overhead = 0;
+};
+
+class Dp {
+ public:
+  Dp(const Forward& f, std::vector<Bits> sets) : f_(f), sets_(std::move(sets)) {
+    for (const Bits& l : sets_) {
+      SetInfo s;
+      s.boundary.assign(f_.words, 0);
+      Bits plus(f_.words, 0);
+      for_each_bit(l, [&](uint32_t v) {
+        ++s.size;
+        s.mem += f_.mem[v];
+        for (uint32_t u : f_.out[v]) {
+          if (!has(l, u)) {
+            set(s.boundary, v);
+            set(plus, u);
+          }
+        }
+      });
+      Bits minus(f_.words, 0);
+      for_each_bit(plus, [&](uint32_t u) {
+        for (uint32_t d : f_.in[u]) {
+          if (!has(l, d) && !has(plus, d)) set(minus, d);
+        }
+      });
+      s.grad_mem = sum(plus, f_.mem) + sum(minus, f_.mem);
+      info_.push_back(std::move(s));
+    }
+  }
+
+  size_t num_sets() const { return sets_.size(); }
+  const Bits& set_bits(size_t i) const { return sets_[i]; }
+
+  // Least-overhead strategy within DP budget b (false if none).
+  bool solve(uint64_t b, Strategy* out) const {
+    struct Entry {
+      uint64_t ckpt;
+      size_t prev;
+      uint64_t prev_t;
+    };
+    const size_t nl = sets_.size();
+    std::vector<std::map<uint64_t, Entry>> opt(nl);
+    opt[0][0] = Entry{0, nl, 0};
+    for (size_t i = 0; i < nl; ++i) {
+      // Pareto prune: drop entries with no less checkpoint memory than a cheaper one.
+      uint64_t best = UINT64_MAX;
+      for (auto it = opt[i].begin(); it != opt[i].end();) {
+        if (it->second.ckpt >= best) {
+          it = opt[i].erase(it);
+        } else {
+          best = it->second.ckpt;
+          ++it;
+        }
+      }
+      if (opt[i].empty()) continue;
+      for (size_t j = i + 1; j < nl; ++j) {
+        if (info_[j].size <= info_[i].size || !subset(sets_[i], sets_[j])) continue;
+        const uint64_t peak = info_[j].mem - info_[i].mem + info_[j].grad_mem;
+        if (peak > b) continue;
+        uint64_t overhead = 0, ckpt = 0;
+        for (size_t w = 0; w < f_.words; ++w) {
+          const uint64_t v = sets_[j][w] & ~sets_[i][w];
+          for (uint64_t x = v & ~info_[j].boundary[w]; x; x &= x - 1)
+            overhead += f_.cost[w * 64 + __builtin_ctzll(x)];
+          for (uint64_t x = info_[j].boundary[w] & ~sets_[i][w]; x; x &= x - 1)
+            ckpt += f_.mem[w * 64 + __builtin_ctzll(x)];
+        }
+        for (const auto& [t, e] : opt[i]) {
+          if (e.ckpt + peak > b || e.ckpt + ckpt > b) continue;
+          auto [it, inserted] = opt[j].try_emplace(t + overhead, Entry{e.ckpt + ckpt, i, t});
+          if (!inserted && it->second.ckpt > e.ckpt + ckpt) it->second = Entry{e.ckpt + ckpt, i, t};
+        }
+      }
+    }
+    if (opt[nl - 1].empty()) return false;
+    out->chain.clear();
+    out->overhead = opt[nl - 1].begin()->first;
+    size_t i = nl - 1;
+    uint64_t t = out->overhead;
+    while (i < nl) {
+      out->chain.push_back(i);
+      const Entry& e = opt[i].at(t);
+      i = e.prev;
+      t = e.prev_t;
+    }
+    std::reverse(out->chain.begin(), out->chain.end());
+    return true;
+  }
+
+ private:
+  const Forward& f_;
+  std::vector<Bits> sets_;
+  std::vector<SetInfo> info_;
+};
+
+// Note [Lower sets to stages].
+StageSchedule to_schedule(const Graph& g, const Forward& f, const Dp& dp, const Strategy& st,
+                          std::vector<std::vector<uint32_t>>* segments) {
+  const size_t n = g.size();
+  const size_t k = st.chain.size() - 1;  // segments
+  std::vector<uint32_t> seg(f.n, 0);
+  std::vector<uint8_t> ckpt(f.n, 0);
+  segments->assign(k, {});
+  for (size_t s = 0; s < k; ++s) {
+    const Bits& lo = dp.set_bits(st.chain[s]);
+    const Bits& hi = dp.set_bits(st.chain[s + 1]);
+    for_each_bit(hi, [&](uint32_t v) {
+      if (has(lo, v)) return;
+      seg[v] = static_cast<uint32_t>(s);
+      (*segments)[s].push_back(v);
+      for (uint32_t u : f.out[v]) ckpt[v] |= !has(hi, u);
+    });
+  }
+  const uint32_t last_seg = k ? static_cast<uint32_t>(k - 1) : 0;
+  const auto users = g.users();
+  std::vector<uint32_t> last_use(n, 0), last_fwd_use(n, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t j : users[i]) {
+      last_use[i] = std::max(last_use[i], j);
+      if (j < f.n) last_fwd_use[i] = std::max(last_fwd_use[i], j);
+    }
+  }
+  std::vector<uint32_t> active(n, last_seg);
+  for (size_t b = f.n; b < n; ++b) {
+    bool any = false;
+    uint32_t a = 0;
+    for (uint32_t d : g.nodes[b].deps) {
+      if (d < f.n) {
+        a = any ? std::max(a, seg[d]) : seg[d];
+        any = true;
+      }
+    }
+    active[b] = any ? a : (b > f.n ? active[b - 1] : last_seg);
+  }
+  StageSchedule s;
+  s.keep.resize(n);
+  for (size_t t = 0; t < n; ++t) {
+    s.keep[t].assign(t, 0);
+    for (uint32_t u = 0; u < t; ++u) {
+      const bool read_later = last_use[u] >= t;
+      if (u >= f.n) {
+        s.keep[t][u] = read_later;
+      } else if (t < f.n) {
+        s.keep[t][u] = last_fwd_use[u] >= t || (read_later && (ckpt[u] || seg[u] == last_seg));
+      } else {
+        s.keep[t][u] = read_later && (ckpt[u] || seg[u] == last_seg || seg[u] == active[t]);
+      }
+    }
+  }
+  complete_compute_from_keep(g, s);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::vector<uint32_t>> forward_lower_sets(const Graph& graph, bool exact, size_t cap) {
+  const Forward f = forward_part(graph);
+  std::vector<std::vector<uint32_t>> out;
+  for (const Bits& b : enumerate(f, exact, cap)) {
+    out.emplace_back();
+    for_each_bit(b, [&](uint32_t v) { out.back().push_back(v); });
+  }
+  return out;
+}
+
+KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
+  const auto start = std::chrono::steady_clock::now();
+  graph.validate();
+  KusumotoResult res;
+  const Forward f = forward_part(graph);
+  auto finish = [&]() {
+    res.solve_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return res;
+  };
+  if (f.n == 0 || f.n == graph.size()) {
+    // No forward/backward split: nothing for the lower-set framework to recompute.
+    res.schedule = StageSchedule::no_remat(graph);
+    res.cost = evaluate_stage_schedule(graph, res.schedule);
+    res.found = res.cost.valid && res.cost.peak_bytes <= opts.budget_bytes;
+    res.detail = "graph has no forward/backward split; every node computed once";
+    return finish();
+  }
+  const Dp dp(f, enumerate(f, opts.exact, opts.max_lower_sets));
+  res.num_lower_sets = dp.num_sets();
+
+  bool have = false;
+  auto consider = [&](uint64_t b) {
+    Strategy st;
+    if (!dp.solve(b, &st)) return false;
+    std::vector<std::vector<uint32_t>> segments;
+    StageSchedule s = to_schedule(graph, f, dp, st, &segments);
+    const ScheduleCost c = evaluate_stage_schedule(graph, s);
+    if (!c.valid) {
+      throw PlanError("kusumoto: the schedule built from a strategy fails evaluation (" + c.error +
+                      "); this is a bug in the translation");
+    }
+    bool better;
+    if (!have) {
+      better = true;
+    } else if (opts.memory_centric) {
+      better = c.peak_bytes != res.cost.peak_bytes ? c.peak_bytes < res.cost.peak_bytes
+                                                   : c.compute_ns < res.cost.compute_ns;
+    } else {
+      const bool fits = c.peak_bytes <= opts.budget_bytes;
+      const bool had_fit = res.cost.peak_bytes <= opts.budget_bytes;
+      better = fits != had_fit ? fits
+               : fits ? (c.compute_ns != res.cost.compute_ns ? c.compute_ns < res.cost.compute_ns
+                                                              : c.peak_bytes < res.cost.peak_bytes)
+                      : c.peak_bytes < res.cost.peak_bytes;
+    }
+    if (better) {
+      have = true;
+      res.schedule = std::move(s);
+      res.cost = c;
+      res.segments = std::move(segments);
+      res.dp_budget_bytes = b;
+      res.dp_overhead_ns = st.overhead;
+    }
+    return true;
+  };
+
+  const uint64_t budget = opts.budget_bytes;
+  if (opts.memory_centric) {
+    uint64_t lo = 0, hi = 0;  // the DP always succeeds at the sum of all terms
+    for (uint64_t m : f.mem) hi += 3 * m;
+    Strategy probe;
+    if (!dp.solve(hi, &probe)) hi = UINT64_MAX / 4;
+    while (lo < hi) {  // least DP budget with a strategy
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (dp.solve(mid, &probe)) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    for (uint64_t k = 0; k <= 8; ++k) consider(hi + hi * k / 8);
+  } else {
+    for (uint64_t k = 1; k <= 16; ++k) consider(budget / 8 * k + budget % 8 * k / 8);
+  }
+  res.found = have && res.cost.peak_bytes <= budget;
+  std::ostringstream d;
+  d << res.num_lower_sets << (opts.exact ? " lower sets" : " lower sets of ancestors");
+  if (have) {
+    d << "; " << res.segments.size() << " segments, DP budget " << res.dp_budget_bytes
+      << " bytes, measured peak " << res.cost.peak_bytes << " bytes";
+  } else {
+    d << "; no strategy within any DP budget tried";
+  }
+  res.detail = d.str();
+  return finish();
+}
+
+namespace {
+
+class KusumotoPlanner : public Planner {
+ public:
+  KusumotoPlanner(bool exact, bool memory_centric) : exact_(exact), memory_centric_(memory_centric) {}
+  std::string name() const override {
+    return std::string("kusumoto") + (exact_ ? "" : "-approx") + (memory_centric_ ? "-mem" : "");
+  }
+  PlanResult plan(const Graph& graph, uint64_t budget_bytes, const PlanOptions& options) override {
+    KusumotoOptions opts;
+    opts.budget_bytes = budget_bytes;
+    opts.exact = exact_;
+    opts.memory_centric = memory_centric_;
+    const KusumotoResult r = solve_kusumoto(graph, opts);
+    PlanResult res;
+    res.plan = plan_from_stage_schedule(graph, r.schedule, name());
+    res.feasible = r.found;
+    res.predicted_compute_ns = res.plan.predicted_compute_ns;
+    res.predicted_peak_bytes = res.plan.predicted_peak_bytes;
+    res.solve_seconds = r.solve_s;
+    res.note = r.detail;
+    return res;
+  }
+
+ private:
+  bool exact_, memory_centric_;
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> make_kusumoto_planner(bool exact, bool memory_centric) {
+  return std::make_unique<KusumotoPlanner>(exact, memory_centric);
+}
+
+}  // namespace dtr

@@ -1,0 +1,187 @@
+// plan_eval.cpp: static execution of a plan on a graph (plan_eval.h).
+//
+// Note [Static execution]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Decisions mode runs one *stage* per node, in node order. Stage i computes node i after
+// making its deps resident: a dep that is not resident is recomputed, together with every
+// missing ancestor down to resident nodes, in node order (a demand-driven rematerialization
+// with no memory limit: the evaluator measures, it does not enforce a budget).
+// After each computation a node is freed as soon as nothing in the stage still needs it and
+//  - it has no user after the current stage (its last use has passed), or
+//  - it is a `recompute` forward node computed in the forward pass (not a recomputation)
+//    whose next user is in the backward: this is the drop that a checkpointing plan saves.
+// A node recomputed in the backward stays until its last use, so a segment between two
+// checkpoints is recomputed once and then consumed, as in Chen et al.'s scheme; `keep`
+// nodes stay from their computation to their last use; pinned nodes are never freed.
+// Schedule mode executes compute/free steps verbatim and checks them: deps resident at
+// each compute, no compute of a resident node, no free of a pinned or absent node, every
+// node computed at least once, every pinned node resident at the end.
+#include "dtr/planner/plan_eval.h"
+
+#include <algorithm>
+
+namespace dtr {
+
+namespace {
+
+void finish(const Graph& graph, PlanEval& e) {
+  e.baseline_compute_ns = graph.total_compute_ns();
+  e.overhead = e.baseline_compute_ns ? double(e.compute_ns) / double(e.baseline_compute_ns) : 1.0;
+}
+
+}  // namespace
+
+PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>& decisions) {
+  const size_t n = graph.size();
+  if (decisions.size() != n)
+    throw PlanError("plan has " + std::to_string(decisions.size()) + " decisions for a graph of " +
+                    std::to_string(n) + " nodes");
+  const auto users = graph.users();  // ascending per node
+  std::vector<uint32_t> next_user_pos(n, 0);  // index into users[j] of the first user > stage
+  std::vector<char> resident(n, 0), remat(n, 0), computed(n, 0);
+  std::vector<uint32_t> pending(n, 0);
+  PlanEval e;
+  uint64_t live = 0;
+  std::vector<uint32_t> todo, stack;
+
+  auto next_use_after = [&](uint32_t j, uint32_t stage) -> uint32_t {
+    uint32_t& p = next_user_pos[j];
+    while (p < users[j].size() && users[j][p] <= stage) ++p;
+    return p < users[j].size() ? users[j][p] : UINT32_MAX;
+  };
+  auto maybe_free = [&](uint32_t j, uint32_t stage) {
+    if (!resident[j] || graph.nodes[j].pinned || pending[j] > 0) return;
+    const uint32_t next = next_use_after(j, stage);
+    bool drop = next == UINT32_MAX;
+    if (!drop && decisions[j] == NodeDecision::recompute && !graph.nodes[j].backward && !remat[j] &&
+        stage < graph.first_backward && next >= graph.first_backward)
+      drop = true;
+    if (drop) {
+      resident[j] = 0;
+      live -= graph.nodes[j].size_bytes;
+    }
+  };
+
+  for (uint32_t i = 0; i < n; ++i) {
+    // The missing ancestors of node i, collected by a search that stops at resident nodes.
+    todo.clear();
+    stack.assign(graph.nodes[i].deps.begin(), graph.nodes[i].deps.end());
+    std::vector<uint32_t>& seen = todo;  // todo doubles as the visited list
+    while (!stack.empty()) {
+      const uint32_t d = stack.back();
+      stack.pop_back();
+      if (resident[d] || pending[d] == UINT32_MAX) continue;
+      pending[d] = UINT32_MAX;  // mark visited
+      seen.push_back(d);
+      for (uint32_t dd : graph.nodes[d].deps) stack.push_back(dd);
+    }
+    std::sort(todo.begin(), todo.end());
+    todo.push_back(i);
+    for (uint32_t x : todo) pending[x] = 0;
+    for (uint32_t x : todo)
+      for (uint32_t d : graph.nodes[x].deps) ++pending[d];
+    for (uint32_t x : todo) {
+      const GraphNode& node = graph.nodes[x];
+      live += node.size_bytes;
+      e.peak_bytes = std::max(e.peak_bytes, live);
+      resident[x] = 1;
+      if (computed[x]) {
+        remat[x] = 1;
+        ++e.recomputations;
+        e.recompute_ns += node.compute_ns;
+        e.compute_ns += node.compute_ns;
+      } else {
+        computed[x] = 1;
+        if (!(node.same_op_as_prev && x == i && computed[x - 1])) e.compute_ns += node.compute_ns;
+      }
+      for (uint32_t d : node.deps) {
+        --pending[d];
+        maybe_free(d, i);
+      }
+    }
+    maybe_free(i, i);
+  }
+  finish(graph, e);
+  return e;
+}
+
+PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& schedule) {
+  const size_t n = graph.size();
+  std::vector<char> resident(n, 0), computed(n, 0);
+  PlanEval e;
+  uint64_t live = 0;
+  auto where = [&](size_t k, uint32_t x) {
+    return "schedule step " + std::to_string(k) + " (node " + std::to_string(x) + " '" +
+           graph.nodes[x].name + "')";
+  };
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    const ScheduleStep& s = schedule[k];
+    if (s.node >= n) throw PlanError("schedule step " + std::to_string(k) + " names a node out of range");
+    const GraphNode& node = graph.nodes[s.node];
+    if (s.kind == ScheduleStep::Kind::free) {
+      if (!resident[s.node]) throw PlanError(where(k, s.node) + " frees a node that is not resident");
+      if (node.pinned) throw PlanError(where(k, s.node) + " frees a pinned node");
+      resident[s.node] = 0;
+      live -= node.size_bytes;
+      continue;
+    }
+    if (resident[s.node]) throw PlanError(where(k, s.node) + " computes a node that is resident");
+    for (uint32_t d : node.deps)
+      if (!resident[d])
+        throw PlanError(where(k, s.node) + " needs node " + std::to_string(d) + " '" +
+                        graph.nodes[d].name + "', which is not resident");
+    live += node.size_bytes;
+    e.peak_bytes = std::max(e.peak_bytes, live);
+    resident[s.node] = 1;
+    const bool shared = node.same_op_as_prev && k > 0 &&
+                        schedule[k - 1].kind == ScheduleStep::Kind::compute &&
+                        schedule[k - 1].node + 1 == s.node && !computed[s.node];
+    if (computed[s.node]) {
+      ++e.recomputations;
+      e.recompute_ns += node.compute_ns;
+    }
+    computed[s.node] = 1;
+    if (!shared) e.compute_ns += node.compute_ns;
+  }
+  for (uint32_t x = 0; x < n; ++x) {
+    if (!computed[x])
+      throw PlanError("schedule never computes node " + std::to_string(x) + " '" +
+                      graph.nodes[x].name + "'");
+    if (graph.nodes[x].pinned && !resident[x])
+      throw PlanError("schedule ends without pinned node " + std::to_string(x) + " '" +
+                      graph.nodes[x].name + "' resident");
+  }
+  finish(graph, e);
+  return e;
+}
+
+PlanEval evaluate_plan(const Graph& graph, const Plan& plan) {
+  if (plan.has_schedule()) return evaluate_schedule(graph, plan.schedule);
+  return evaluate_decisions(graph, plan.decisions);
+}
+
+std::vector<ScheduleStep> schedule_with_frees(const Graph& graph,
+                                              const std::vector<uint32_t>& compute_order) {
+  // Backward pass: `needed[x]` = the current instance of x is used by a later step.
+  const size_t m = compute_order.size();
+  std::vector<char> needed(graph.size(), 0);
+  std::vector<std::vector<uint32_t>> frees_after(m);
+  for (size_t p = m; p-- > 0;) {
+    const uint32_t x = compute_order[p];
+    if (!needed[x] && !graph.nodes[x].pinned) frees_after[p].push_back(x);
+    needed[x] = 0;  // uses before p belong to an earlier instance
+    for (uint32_t d : graph.nodes[x].deps) {
+      if (!needed[d] && !graph.nodes[d].pinned) frees_after[p].push_back(d);
+      needed[d] = 1;
+    }
+  }
+  std::vector<ScheduleStep> out;
+  out.reserve(3 * m);
+  for (size_t p = 0; p < m; ++p) {
+    out.push_back({ScheduleStep::Kind::compute, compute_order[p]});
+    for (uint32_t f : frees_after[p]) out.push_back({ScheduleStep::Kind::free, f});
+  }
+  return out;
+}
+
+}  // namespace dtr

@@ -1,0 +1,281 @@
+// test_checkmate.cpp: the Checkmate MILP against the paper's known optima, its formulation
+// size, the LP rounding, the stage-schedule evaluator, and a property test: on random small
+// DAGs where CBC proves optimality, no other planner (LP rounding, Kusumoto in all four
+// variants, keep-everything) ever finds a cheaper schedule within the budget.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include "dtr/planner/checkmate.h"
+#include "dtr/planner/graph.h"
+#include "dtr/planner/kusumoto.h"
+#include "dtr/planner/plan_eval.h"
+#include "dtr/planner/planner.h"
+
+using namespace dtr;
+
+namespace {
+
+CheckmateOptions milp_opts(uint64_t budget, double limit_s = 10) {
+  CheckmateOptions o;
+  o.budget_bytes = budget;
+  o.time_limit_s = limit_s;
+  return o;
+}
+
+// The least budget any schedule needs: a node's output plus its distinct inputs.
+uint64_t op_need(const Graph& g) {
+  uint64_t need = 0;
+  for (const auto& node : g.nodes) {
+    auto deps = node.deps;
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    uint64_t m = node.size_bytes;
+    for (uint32_t d : deps) m += g.nodes[d].size_bytes;
+    need = std::max(need, m);
+  }
+  return need;
+}
+
+// A random training-like DAG: a forward part where each node reads its predecessor and
+// maybe one earlier node, and a backward part where backward node j reads the previous
+// backward node and a forward node (mirrored, like Checkmate's linear graph) and sometimes
+// another one. Sizes 1..4 units of 8 bytes (so the gcd scaling is exercised), costs 1..5.
+Graph random_training_graph(std::mt19937& rng, uint32_t forward) {
+  Graph g;
+  auto pick = [&](uint32_t lo, uint32_t hi) {
+    return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
+  };
+  const uint32_t n = 2 * forward;
+  for (uint32_t i = 0; i < n; ++i) {
+    GraphNode node;
+    node.name = "v" + std::to_string(i);
+    node.compute_ns = pick(1, 5);
+    node.size_bytes = 8 * pick(1, 4);
+    if (i > 0) node.deps.push_back(i - 1);
+    if (i < forward) {
+      if (i >= 2 && pick(0, 2) == 0) node.deps.push_back(pick(0, i - 2));
+    } else {
+      node.backward = true;
+      const uint32_t mirror = n - 1 - i;  // forward node mirrored
+      if (mirror + 1 != i) node.deps.push_back(mirror);
+      if (pick(0, 3) == 0) node.deps.push_back(pick(0, forward - 1));
+    }
+    std::sort(node.deps.begin(), node.deps.end());
+    node.deps.erase(std::unique(node.deps.begin(), node.deps.end()), node.deps.end());
+    g.nodes.push_back(std::move(node));
+  }
+  g.first_backward = forward;
+  g.validate();
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("checkmate MILP reproduces the paper's optima on linear_graph(8)", "[planner][checkmate]") {
+  const Graph g = linear_graph(8);
+  REQUIRE(g.size() == 17);
+  // Jain et al. 2020: budgets 2..10 (unit sizes) -> infeasible, then total compute.
+  const std::vector<int64_t> expected = {-1, 45, 26, 22, 21, 20, 19, 18, 17};
+  for (uint64_t budget = 2; budget <= 10; ++budget) {
+    CAPTURE(budget);
+    const CheckmateResult r = solve_checkmate_milp(g, milp_opts(budget));
+    const int64_t want = expected[budget - 2];
+    if (want < 0) {
+      CHECK(r.status == MilpStatus::kInfeasible);
+      CHECK_FALSE(r.has_plan());
+      continue;
+    }
+    REQUIRE(r.status == MilpStatus::kOptimal);
+    CHECK(r.cost.valid);
+    CHECK(r.cost.compute_ns == static_cast<uint64_t>(want));
+    CHECK(r.cost.peak_bytes <= budget);
+    // The common evaluator (plan_eval) measures the same schedule the same way.
+    const Plan plan = plan_from_stage_schedule(g, r.schedule, "checkmate");
+    const PlanEval e = evaluate_plan(g, plan);
+    CHECK(e.compute_ns == r.cost.compute_ns);
+    CHECK(e.peak_bytes == r.cost.peak_bytes);
+  }
+}
+
+TEST_CASE("checkmate formulation has the documented size", "[planner][checkmate]") {
+  const Graph g = linear_graph(8);
+  const CheckmateFormulation f = build_checkmate_formulation(g, 5);
+  const size_t n = g.size();
+  CHECK(f.num_r == n * (n + 1) / 2);
+  CHECK(f.num_s == n * (n - 1) / 2);
+  CHECK(f.num_u == n * (n + 1) / 2);
+  // FREE: one per stage t and edge (i, k) with k < t (freeing after the stage's last
+  // computation, node t, cannot lower the stage's peak, so those columns are left out).
+  size_t free_cols = 0;
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t k = 0; k < t; ++k) free_cols += g.nodes[k].deps.size();
+  }
+  CHECK(f.num_free == free_cols);
+  CHECK(f.num_cols() == f.num_r + f.num_s + f.num_u + f.num_free);
+  CHECK(f.num_cols() == 153 + 136 + 153 + 148);
+
+  // Sizes and costs are scaled by their gcd; the budget is floored to whole units.
+  Graph scaled = g;
+  for (auto& node : scaled.nodes) {
+    node.size_bytes = 4096;
+    node.compute_ns = 1000;
+  }
+  const CheckmateFormulation fs = build_checkmate_formulation(scaled, 5 * 4096 + 100);
+  CHECK(fs.memory_unit_bytes == 4096);
+  CHECK(fs.cost_unit_ns == 1000);
+  CHECK(fs.budget_units == 5);
+  const CheckmateResult r = solve_checkmate_milp(scaled, milp_opts(5 * 4096 + 100));
+  REQUIRE(r.status == MilpStatus::kOptimal);
+  CHECK(r.cost.compute_ns == 22 * 1000);
+}
+
+TEST_CASE("checkmate LP rounding never beats the MILP and stays within budget", "[planner][checkmate]") {
+  const Graph g = linear_graph(8);
+  const std::vector<uint64_t> optimum = {0, 45, 26, 22, 21, 20, 19, 18, 17};
+  size_t plans = 0;
+  for (uint64_t budget = 2; budget <= 10; ++budget) {
+    CAPTURE(budget);
+    const CheckmateResult r = solve_checkmate_lp_rounding(g, milp_opts(budget));
+    if (budget >= 3) CHECK(r.lower_bound_ns <= static_cast<double>(optimum[budget - 2]) + 1e-6);
+    if (!r.has_plan()) continue;
+    ++plans;
+    CHECK(r.status == MilpStatus::kFeasible);
+    CHECK(r.cost.peak_bytes <= budget);
+    CHECK(r.cost.compute_ns >= optimum[budget - 2]);
+  }
+  CHECK(plans >= 6);  // budgets 4..10 round to a fitting plan today (see docs/planner-milp.md)
+}
+
+TEST_CASE("stage schedules: evaluator and phase-two completion and bad schedules", "[planner][checkmate]") {
+  const Graph g = linear_graph(3);  // 7 nodes
+  StageSchedule s = StageSchedule::no_remat(g);
+  ScheduleCost c = evaluate_stage_schedule(g, s);
+  REQUIRE(c.valid);
+  CHECK(c.compute_ns == 7);
+  CHECK(c.num_computes == 7);
+  CHECK(c.peak_bytes == 5);  // nodes 0..3 kept for the backward plus node 4
+
+  // Keep nothing: phase two recomputes nodes 0..t-1 in every stage t (28 computations).
+  // That does not save memory: in stage 6 node 0 (read by 6) and in stage 5 node 1 (read
+  // by 5) stay resident through the whole recomputation, so computing node 4 in stage 6
+  // holds 0, 1, 2, 3 and 4.
+  for (auto& row : s.keep) std::fill(row.begin(), row.end(), 0);
+  complete_compute_from_keep(g, s);
+  c = evaluate_stage_schedule(g, s);
+  REQUIRE(c.valid);
+  CHECK(c.num_computes == 28);
+  CHECK(c.compute_ns == 28);
+  CHECK(c.peak_bytes == 5);
+
+  StageSchedule bad = StageSchedule::no_remat(g);
+  bad.keep[5][1] = 0;  // node 5 reads node 1 (skip edge 1 -> 5)
+  c = evaluate_stage_schedule(g, bad);
+  CHECK_FALSE(c.valid);
+  CHECK(c.error.find("input 1") != std::string::npos);
+
+  bad = StageSchedule::no_remat(g);
+  bad.keep[2][0] = 0;  // dropped in stage 1, then kept into stage 3 without recomputation
+  c = evaluate_stage_schedule(g, bad);
+  CHECK_FALSE(c.valid);
+
+  bad.compute.pop_back();
+  c = evaluate_stage_schedule(g, bad);
+  CHECK_FALSE(c.valid);
+}
+
+TEST_CASE("checkmate reports a time limit instead of hiding it", "[planner][checkmate]") {
+  const Graph g = linear_graph(20);  // 41 nodes, ~17k columns: not solved in 0.3 s
+  const CheckmateResult r = solve_checkmate_milp(g, milp_opts(5, 0.3));
+  CHECK(r.solve_s < 10.0);
+  if (r.status == MilpStatus::kOptimal) {
+    WARN("CBC proved optimality within 0.3 s; the time-limit path was not exercised");
+  } else {
+    CHECK((r.status == MilpStatus::kFeasible || r.status == MilpStatus::kTimeLimit));
+    CHECK(r.detail.find("s") != std::string::npos);
+    if (r.has_plan()) {
+      CHECK(r.cost.peak_bytes <= 5);
+      CHECK(static_cast<double>(r.cost.compute_ns) >= r.lower_bound_ns - 1e-6);
+    }
+  }
+}
+
+TEST_CASE("no planner beats the MILP where CBC proves it optimal (random small DAGs)",
+          "[planner][checkmate][kusumoto][stress]") {
+  std::mt19937 rng(20240605);
+  size_t proven = 0, infeasible = 0, compared = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const uint32_t forward = std::uniform_int_distribution<uint32_t>(3, 5)(rng);
+    const Graph g = random_training_graph(rng, forward);
+    const uint64_t need = op_need(g);
+    const uint64_t all = evaluate_stage_schedule(g, StageSchedule::no_remat(g)).peak_bytes;
+    const uint64_t budget =
+        std::uniform_int_distribution<uint64_t>(need > 8 ? need - 8 : 0, all)(rng);
+    CAPTURE(trial, g.size(), budget, need, all);
+    const CheckmateResult opt = solve_checkmate_milp(g, milp_opts(budget, 5));
+    if (opt.status == MilpStatus::kInfeasible) {
+      ++infeasible;
+      // Nothing may fit a budget the MILP proves infeasible.
+      CHECK_FALSE(solve_checkmate_lp_rounding(g, milp_opts(budget)).has_plan());
+      for (int v = 0; v < 4; ++v) {
+        KusumotoOptions ko;
+        ko.budget_bytes = budget;
+        ko.exact = v & 1;
+        ko.memory_centric = v & 2;
+        CHECK_FALSE(solve_kusumoto(g, ko).found);
+      }
+      continue;
+    }
+    if (opt.status != MilpStatus::kOptimal) continue;
+    ++proven;
+    const uint64_t best = opt.cost.compute_ns;
+    CHECK(opt.cost.peak_bytes <= budget);
+    CHECK(best >= g.total_compute_ns());
+    const CheckmateResult lp = solve_checkmate_lp_rounding(g, milp_opts(budget));
+    CHECK(lp.lower_bound_ns <= static_cast<double>(best) + 1e-6);
+    if (lp.has_plan()) {
+      ++compared;
+      CHECK(lp.cost.peak_bytes <= budget);
+      CHECK(lp.cost.compute_ns >= best);
+    }
+    for (int v = 0; v < 4; ++v) {
+      KusumotoOptions ko;
+      ko.budget_bytes = budget;
+      ko.exact = v & 1;
+      ko.memory_centric = v & 2;
+      const KusumotoResult k = solve_kusumoto(g, ko);
+      REQUIRE(k.cost.valid);
+      if (!k.found) continue;
+      ++compared;
+      CHECK(k.cost.peak_bytes <= budget);
+      CHECK(k.cost.compute_ns >= best);
+    }
+    if (all <= budget) CHECK(g.total_compute_ns() >= best);
+  }
+  INFO("proven optimal " << proven << ", infeasible " << infeasible << ", compared " << compared);
+  CHECK(proven >= 12);
+  CHECK(compared >= 12);
+}
+
+TEST_CASE("checkmate planners through the registry", "[planner][checkmate]") {
+  const Graph g = linear_graph(8);
+  PlanOptions options;
+  options.time_limit_s = 10;
+  auto exact = make_planner("checkmate");
+  const PlanResult r = run_planner(*exact, g, 4, options);
+  CHECK(r.feasible);
+  CHECK(r.predicted_compute_ns == 26);
+  CHECK(r.predicted_peak_bytes <= 4);
+  CHECK(r.plan.method == "checkmate");
+  CHECK(r.plan.has_schedule());
+
+  auto relaxed = make_planner("checkmate-lp");
+  const PlanResult lp = run_planner(*relaxed, g, 6, options);
+  CHECK(lp.feasible);
+  CHECK(lp.predicted_compute_ns >= 21);
+  CHECK(lp.predicted_peak_bytes <= 6);
+
+  // Budget 2 is below node 9's need (nodes 7, 8 and 9): refused before solving.
+  CHECK_THROWS_AS(run_planner(*exact, g, 2, options), PlanError);
+}

@@ -1,0 +1,140 @@
+// test_kusumoto.cpp: the lower-set DP of Kusumoto et al. (NeurIPS 2019): lower-set
+// enumeration (exact and of ancestors, and the cap), its plans on Checkmate's linear graph
+// against the MILP optima, and the planners through the registry. The property test against
+// the MILP on random DAGs is in test_checkmate.cpp.
+#include <catch2/catch.hpp>
+
+#include "dtr/planner/checkmate.h"
+#include "dtr/planner/graph.h"
+#include "dtr/planner/kusumoto.h"
+#include "dtr/planner/plan_eval.h"
+#include "dtr/planner/planner.h"
+
+using namespace dtr;
+
+namespace {
+
+// Forward nodes given by their deps, then one backward node reading all of them.
+Graph forward_graph(const std::vector<std::vector<uint32_t>>& deps) {
+  Graph g;
+  for (size_t i = 0; i < deps.size(); ++i) {
+    GraphNode node;
+    node.name = "f" + std::to_string(i);
+    node.compute_ns = 1;
+    node.size_bytes = 1;
+    node.deps = deps[i];
+    g.nodes.push_back(node);
+  }
+  GraphNode grad;
+  grad.name = "grad";
+  grad.compute_ns = 1;
+  grad.size_bytes = 1;
+  grad.backward = true;
+  for (uint32_t i = 0; i < deps.size(); ++i) grad.deps.push_back(i);
+  g.first_backward = static_cast<uint32_t>(deps.size());
+  g.nodes.push_back(grad);
+  g.validate();
+  return g;
+}
+
+KusumotoResult run(const Graph& g, uint64_t budget, bool exact, bool memory_centric) {
+  KusumotoOptions o;
+  o.budget_bytes = budget;
+  o.exact = exact;
+  o.memory_centric = memory_centric;
+  return solve_kusumoto(g, o);
+}
+
+}  // namespace
+
+TEST_CASE("kusumoto lower sets: exact, of ancestors, and the cap", "[planner][kusumoto]") {
+  // A chain of 4: 5 lower sets either way.
+  const Graph chain = forward_graph({{}, {0}, {1}, {2}});
+  CHECK(forward_lower_sets(chain, true, 100).size() == 5);
+  CHECK(forward_lower_sets(chain, false, 100).size() == 5);
+
+  // Two independent chains of 2: 3 x 3 = 9 lower sets; ancestors give {}, a0, a0a1, b0,
+  // b0b1 and the full set: 6.
+  const Graph two = forward_graph({{}, {0}, {}, {2}});
+  const auto exact = forward_lower_sets(two, true, 100);
+  CHECK(exact.size() == 9);
+  CHECK(exact.front().empty());
+  CHECK(exact.back().size() == 4);
+  for (size_t i = 1; i < exact.size(); ++i) CHECK(exact[i - 1].size() <= exact[i].size());
+  CHECK(forward_lower_sets(two, false, 100).size() == 6);
+
+  // Every exact lower set is closed under inputs.
+  for (const auto& set : exact) {
+    for (uint32_t v : set) {
+      for (uint32_t d : two.nodes[v].deps) {
+        CHECK(std::find(set.begin(), set.end(), d) != set.end());
+      }
+    }
+  }
+
+  // 14 independent forward nodes: 2^14 lower sets, past a cap of 4096.
+  const Graph wide = forward_graph(std::vector<std::vector<uint32_t>>(14));
+  CHECK_THROWS_WITH(solve_kusumoto(wide, KusumotoOptions{100, true, false, 4096}),
+                    Catch::Contains("more than 4096 lower sets") &&
+                        Catch::Contains("kusumoto-approx"));
+  const KusumotoResult approx = run(wide, 100, false, false);
+  CHECK(approx.num_lower_sets == 16);
+  CHECK(approx.found);
+}
+
+TEST_CASE("kusumoto on linear_graph(8) against the MILP optima", "[planner][kusumoto]") {
+  const Graph g = linear_graph(8);
+  const std::vector<uint64_t> milp = {0, 45, 26, 22, 21, 20, 19, 18, 17};  // budgets 2..10
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool exact = variant & 1, memory_centric = variant & 2;
+    for (uint64_t budget = 3; budget <= 10; ++budget) {
+      CAPTURE(exact, memory_centric, budget);
+      const KusumotoResult r = run(g, budget, exact, memory_centric);
+      REQUIRE(r.cost.valid);
+      CHECK(r.found == (r.cost.peak_bytes <= budget));
+      // A lower-set strategy recomputes each forward node at most once: at most 9 + 17
+      // computations, so it can never fit the budgets where the optimum needs more.
+      CHECK(r.cost.num_computes <= 9 + 17);
+      if (milp[budget - 2] > 26) CHECK_FALSE(r.found);
+      if (r.found) CHECK(r.cost.compute_ns >= milp[budget - 2]);
+      // The plan runs the same under the common evaluator.
+      const PlanEval e = evaluate_plan(g, plan_from_stage_schedule(g, r.schedule, "kusumoto"));
+      CHECK(e.compute_ns == r.cost.compute_ns);
+      CHECK(e.peak_bytes == r.cost.peak_bytes);
+    }
+  }
+  // With room for everything the time-centric DP keeps everything.
+  const KusumotoResult all = run(g, 10, true, false);
+  CHECK(all.found);
+  CHECK(all.cost.compute_ns == 17);
+  // Memory-centric: the least peak it can reach, whatever the budget.
+  const KusumotoResult lo = run(g, 100, true, true);
+  const KusumotoResult lo2 = run(g, 10, true, true);
+  CHECK(lo.cost.peak_bytes == lo2.cost.peak_bytes);
+  CHECK(lo.cost.peak_bytes < all.cost.peak_bytes);
+}
+
+TEST_CASE("kusumoto without a backward part computes every node once", "[planner][kusumoto]") {
+  Graph g = chain_graph({1, 2, 3}, {4, 4, 4});
+  g.first_backward = static_cast<uint32_t>(g.size());
+  const KusumotoResult r = run(g, 8, true, false);
+  CHECK(r.found);
+  CHECK(r.cost.compute_ns == 6);
+  CHECK(r.cost.peak_bytes == 8);
+  CHECK_FALSE(run(g, 7, true, false).found);
+}
+
+TEST_CASE("kusumoto planners through the registry", "[planner][kusumoto]") {
+  const Graph g = linear_graph(8);
+  PlanOptions options;
+  for (const char* name : {"kusumoto", "kusumoto-approx", "kusumoto-mem", "kusumoto-approx-mem"}) {
+    CAPTURE(name);
+    auto planner = make_planner(name);
+    CHECK(planner->name() == name);
+    const PlanResult r = run_planner(*planner, g, 9, options);
+    CHECK(r.feasible);
+    CHECK(r.predicted_peak_bytes <= 9);
+    CHECK(r.predicted_compute_ns >= 18);  // the MILP optimum at budget 9
+    CHECK(r.plan.method == name);
+  }
+}

@@ -1,0 +1,296 @@
+// dtr-plan: static rematerialization plans for a trace (or a hand-made graph).
+//
+//   dtr-plan --trace F|--graph G --budget 0.4|300M --method NAME [--out plan.json]
+//   dtr-plan eval --trace F|--graph G --plan plan.json
+//   dtr-plan compare --trace F --budgets 0.2:0.9:0.1 [--csv F] [--svg F]
+//   dtr-plan methods
+//
+// A thin main over the planner library (docs/planner.md). A budget ratio refers to the
+// trace's baseline peak (as in dtr-sim, so static and dynamic methods get the same bytes),
+// or for --graph to the graph's peak without rematerialization. Bad input (a malformed
+// trace or graph, a cycle, a budget below the largest op's need, a corrupt plan, a plan for
+// another trace, an unknown method) exits with code 2 and a message naming the problem.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "dtr/core/options.h"
+#include "dtr/core/status.h"
+#include "dtr/core/trace.h"
+#include "dtr/eviction/heuristic_registry.h"
+#include "dtr/planner/graph.h"
+#include "dtr/planner/plan.h"
+#include "dtr/planner/plan_eval.h"
+#include "dtr/planner/planner.h"
+#include "dtr/sim/replay.h"
+#include "dtr/sim/svg_plot.h"
+#include "dtr/sim/sweep.h"
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// The graph to plan for, and what budget ratios refer to.
+struct Input {
+  std::string name;  // file name, recorded in plans
+  dtr::Graph graph;
+  bool have_trace = false;
+  dtr::Trace trace;
+  dtr::Baseline baseline;  // trace: compute_baseline; graph: the keep-all evaluation
+};
+
+Input load_input(const std::string& trace_path, const std::string& graph_path) {
+  if (trace_path.empty() == graph_path.empty())
+    throw dtr::PlanError("give exactly one of --trace FILE or --graph FILE");
+  Input in;
+  if (!trace_path.empty()) {
+    in.name = base_name(trace_path);
+    in.trace = dtr::read_trace(trace_path);
+    in.have_trace = true;
+    in.graph = dtr::graph_from_trace(in.trace);
+    in.baseline = dtr::compute_baseline(in.trace);
+  } else {
+    in.name = base_name(graph_path);
+    in.graph = dtr::read_graph_text(graph_path);
+    const dtr::PlanEval e = dtr::evaluate_plan(in.graph, dtr::keep_all_plan(in.graph));
+    in.baseline.peak_bytes = e.peak_bytes;
+    in.baseline.compute_ns = e.compute_ns;
+  }
+  return in;
+}
+
+uint64_t resolve_budget(const std::string& text, const Input& in) {
+  const dtr::Budget b = dtr::Budget::parse(text);
+  if (b.kind == dtr::Budget::Kind::unlimited)
+    throw dtr::ConfigError("dtr: budget '" + text + "' means unlimited; give bytes (300M) or a ratio (0.4)");
+  return b.resolve(in.baseline.peak_bytes);
+}
+
+void print_result(const Input& in, const dtr::PlanResult& r) {
+  std::printf("%s  method %s  budget %s  %s\n", in.name.c_str(), r.plan.method.c_str(),
+              dtr::format_bytes(r.plan.budget_bytes).c_str(), r.feasible ? "feasible" : "INFEASIBLE");
+  std::printf("  peak %s;  compute %llu ns of %llu ns: overhead %.4f;  solve %.3f s\n",
+              dtr::format_bytes(r.predicted_peak_bytes).c_str(), (unsigned long long)r.predicted_compute_ns,
+              (unsigned long long)in.graph.total_compute_ns(),
+              in.graph.total_compute_ns() ? double(r.predicted_compute_ns) / double(in.graph.total_compute_ns()) : 1.0,
+              r.solve_seconds);
+  size_t kept = 0;
+  for (dtr::NodeDecision d : r.plan.decisions) kept += d == dtr::NodeDecision::keep;
+  std::printf("  %zu nodes: %zu kept, %zu recomputed;  schedule %s%s%s\n", in.graph.size(), kept,
+              in.graph.size() - kept, r.plan.has_schedule() ? std::to_string(r.plan.schedule.size()).c_str() : "none",
+              r.note.empty() ? "" : ";  ", r.note.c_str());
+}
+
+struct Row {
+  double ratio;
+  uint64_t budget_bytes;
+  std::string kind, method, status;
+  double overhead;
+  uint64_t peak_bytes, compute_ns;
+  double seconds;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtr-plan: static rematerialization plans (chen, revolve, rotor, ...) for a trace"};
+  app.require_subcommand(0, 1);
+  std::string trace_path, graph_path, budget_text, method = "rotor", out_path;
+  dtr::PlanOptions popts;
+  app.add_option("--trace", trace_path, "trace file (DTR log or dtr trace format)");
+  app.add_option("--graph", graph_path, "graph in the text format (docs/plan-format.md)");
+  app.add_option("--budget", budget_text, "ratio of the baseline peak (0.4) or bytes (300M)");
+  app.add_option("--method", method, "planning method (see `dtr-plan methods`)")->capture_default_str();
+  app.add_option("--out", out_path, "write the plan here (JSON)");
+  app.add_option("--max-stages", popts.max_stages, "chain methods on a DAG: stages at most")->capture_default_str();
+  app.add_option("--time-limit", popts.time_limit_s, "solver time limit, seconds")->capture_default_str();
+
+  std::string eval_trace, eval_graph, eval_plan;
+  CLI::App* eval = app.add_subcommand("eval", "evaluate a plan file on its trace or graph");
+  eval->add_option("--trace", eval_trace, "trace file");
+  eval->add_option("--graph", eval_graph, "graph file");
+  eval->add_option("--plan", eval_plan, "plan file")->required();
+
+  std::string cmp_trace, cmp_graph, cmp_budgets = "0.2:0.9:0.1", cmp_methods, cmp_policies, cmp_csv, cmp_svg;
+  CLI::App* compare = app.add_subcommand("compare", "every method and dynamic policy at each budget");
+  compare->add_option("--trace", cmp_trace, "trace file");
+  compare->add_option("--graph", cmp_graph, "graph file (static methods only)");
+  compare->add_option("--budgets", cmp_budgets, "START:STOP:STEP or a comma list of ratios")->capture_default_str();
+  compare->add_option("--methods", cmp_methods, "comma-separated methods (default: all)");
+  compare->add_option("--policies", cmp_policies, "comma-separated dynamic policies (default: all)");
+  compare->add_option("--csv", cmp_csv, "write the rows as CSV here");
+  compare->add_option("--svg", cmp_svg, "plot overhead against budget here (SVG)");
+
+  CLI::App* methods = app.add_subcommand("methods", "list the planning methods");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+
+  try {
+    if (*methods) {
+      for (const dtr::PlannerInfo& p : dtr::planner_registry())
+        std::printf("%-18s %s\n", p.name.c_str(), p.summary.c_str());
+      return 0;
+    }
+    if (*eval) {
+      const Input in = load_input(eval_trace, eval_graph);
+      const dtr::Plan plan = dtr::read_plan(eval_plan);
+      dtr::check_plan_matches(plan, in.graph, eval_plan, in.name);
+      const dtr::PlanEval e = dtr::evaluate_plan(in.graph, plan);
+      std::printf("%s  plan %s (method %s)  budget %s: %s\n", in.name.c_str(), eval_plan.c_str(),
+                  plan.method.c_str(), dtr::format_bytes(plan.budget_bytes).c_str(),
+                  e.peak_bytes <= plan.budget_bytes ? "fits" : "DOES NOT FIT");
+      std::printf("  peak %s;  compute %llu ns: overhead %.4f;  %llu recomputations\n",
+                  dtr::format_bytes(e.peak_bytes).c_str(), (unsigned long long)e.compute_ns, e.overhead,
+                  (unsigned long long)e.recomputations);
+      return 0;
+    }
+    if (*compare) {
+      const Input in = load_input(cmp_trace, cmp_graph);
+      const std::vector<double> ratios = dtr::parse_ratio_list(cmp_budgets);
+      std::vector<std::string> method_names = split_list(cmp_methods);
+      if (method_names.empty())
+        for (const dtr::PlannerInfo& p : dtr::planner_registry()) method_names.push_back(p.name);
+      std::vector<std::unique_ptr<dtr::Planner>> planners;
+      for (const std::string& m : method_names) planners.push_back(dtr::make_planner(m));
+      std::vector<std::string> policies = split_list(cmp_policies);
+      if (policies.empty() && in.have_trace)
+        for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries()) policies.push_back(h.name);
+      if (!policies.empty() && !in.have_trace)
+        throw dtr::PlanError("dynamic policies need --trace, not --graph; drop --policies");
+      for (const std::string& p : policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
+      popts.trace_name = in.name;
+
+      std::vector<Row> rows;
+      for (double ratio : ratios) {
+        const uint64_t budget = static_cast<uint64_t>(std::floor(ratio * double(in.baseline.peak_bytes)));
+        std::printf("budget %.2f = %s\n  %-8s %-18s %-12s %9s %12s %10s\n", ratio,
+                    dtr::format_bytes(budget).c_str(), "kind", "method", "status", "overhead", "peak", "seconds");
+        auto print = [](const Row& r) {
+          std::printf("  %-8s %-18s %-12s %9.4f %12s %10.3f\n", r.kind.c_str(), r.method.c_str(),
+                      r.status.c_str(), r.overhead, dtr::format_bytes(r.peak_bytes).c_str(), r.seconds);
+        };
+        for (auto& planner : planners) {
+          Row row{ratio, budget, "static", planner->name(), "", NAN, 0, 0, 0};
+          try {
+            const dtr::PlanResult r = dtr::run_planner(*planner, in.graph, budget, popts);
+            row.status = r.feasible ? "ok" : "infeasible";
+            row.peak_bytes = r.predicted_peak_bytes;
+            row.compute_ns = r.predicted_compute_ns;
+            row.overhead = double(r.predicted_compute_ns) / double(std::max<uint64_t>(1, in.graph.total_compute_ns()));
+            row.seconds = r.solve_seconds;
+          } catch (const dtr::PlanError& e) {
+            row.status = "below-op-need";
+          }
+          print(row);
+          rows.push_back(row);
+        }
+        for (const std::string& policy : policies) {
+          dtr::ReplayOptions ro;
+          ro.policy = policy;
+          ro.budget.kind = dtr::Budget::Kind::ratio;
+          ro.budget.ratio = ratio;
+          ro.memory = dtr::ReplayOptions::Memory::none;  // byte accounting, like the evaluator
+          const dtr::ReplayResult r = dtr::replay(in.trace, in.baseline, ro);
+          Row row{ratio, r.budget_bytes, "dynamic", policy, r.status_name, r.overhead,
+                  r.peak_bytes, r.compute_ns, r.wall_seconds};
+          print(row);
+          rows.push_back(row);
+        }
+      }
+      if (!cmp_csv.empty()) {
+        std::ofstream csv(cmp_csv);
+        if (!csv) throw dtr::PlanError(cmp_csv + ": cannot open for writing");
+        csv << "trace,budget_ratio,budget_bytes,kind,method,status,overhead,peak_bytes,compute_ns,seconds\n";
+        for (const Row& r : rows) {
+          char buf[512];
+          std::snprintf(buf, sizeof buf, "%s,%.4f,%llu,%s,%s,%s,%.6f,%llu,%llu,%.6f\n", in.name.c_str(),
+                        r.ratio, (unsigned long long)r.budget_bytes, r.kind.c_str(), r.method.c_str(),
+                        r.status.c_str(), r.overhead, (unsigned long long)r.peak_bytes,
+                        (unsigned long long)r.compute_ns, r.seconds);
+          csv << buf;
+        }
+      }
+      if (!cmp_svg.empty()) {
+        dtr::PlotPanel panel;
+        panel.title = in.name;
+        panel.x_label = "budget (ratio of baseline peak)";
+        panel.y_label = "overhead (compute / baseline)";
+        std::vector<std::string> labels;
+        for (const Row& r : rows) {
+          const std::string label = (r.kind == "static" ? "plan:" : "") + r.method;
+          size_t k = 0;
+          while (k < labels.size() && labels[k] != label) ++k;
+          if (k == labels.size()) {
+            labels.push_back(label);
+            panel.series.push_back(dtr::PlotSeries{label, {}});
+          }
+          const bool ok = r.status == "ok";
+          panel.series[k].points.push_back({r.ratio, ok ? r.overhead : NAN});
+        }
+        dtr::PlotOptions po;
+        po.title = "static plans vs dynamic policies";
+        po.columns = 1;
+        po.panel_width = 720;
+        po.panel_height = 480;
+        dtr::write_svg(cmp_svg, {panel}, po);
+      }
+      return 0;
+    }
+    // Plan mode.
+    if (budget_text.empty()) throw dtr::PlanError("--budget is required (e.g. --budget 0.4 or 300M)");
+    const Input in = load_input(trace_path, graph_path);
+    const uint64_t budget = resolve_budget(budget_text, in);
+    auto planner = dtr::make_planner(method);
+    popts.trace_name = in.name;
+    const dtr::PlanResult r = dtr::run_planner(*planner, in.graph, budget, popts);
+    print_result(in, r);
+    if (!out_path.empty()) {
+      dtr::write_plan(r.plan, out_path);
+      std::printf("  plan written to %s\n", out_path.c_str());
+    }
+    return 0;
+  } catch (const dtr::PlanError& e) {
+    std::fprintf(stderr, "dtr-plan: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const dtr::TraceError& e) {
+    std::fprintf(stderr, "dtr-plan: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const dtr::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtr-plan: %s\n", e.what());
+    return 1;
+  }
+}
