@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 DATA     ?= $(abspath ../shared/data/dtr-logs)
 RESNET   := $(firstword $(wildcard $(DATA)/resnet32-*.log))
 # Debian packages the build needs; `make deps` installs the missing ones.
-APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev libmimalloc-dev
+APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev libmimalloc-dev libtorch-dev python3-torch python3-torchvision libopenblas0-pthread python3-pytest python3-numpy coinor-libcbc-dev
 
 .PHONY: all deps configure build test test-sanitize test-tsan demo bench docs clean
 
@@ -50,6 +50,9 @@ demo: build
 	$(BUILD)/bin/dtr-sim sweep --trace $(RESNET) --policies dtr_eq,dtr,dtr_local,msps,lru,size,random,coop \
 	  --budgets 0.1:0.9:0.1 --csv $(BUILD)/demo-sweep.csv --svg $(BUILD)/demo-sweep.svg
 	@echo "wrote $(BUILD)/demo-sweep.csv and $(BUILD)/demo-sweep.svg"
+	@echo "== an unmodified PyTorch script (tests/torch/scripts/mlp.py) under a 64M hard budget =="
+	@echo "   (allocator hook and budget only: eviction in PyTorch is not built yet, docs/torch.md)"
+	$(BUILD)/bin/dtr-run --budget 64M --report -- /usr/bin/python3 tests/torch/scripts/mlp.py --steps 3
 
 bench: build
 	$(BUILD)/bin/dtr-bench --benchmark_counters_tabular=true

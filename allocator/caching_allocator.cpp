@@ -274,6 +274,13 @@ class CachingAllocator::Impl {
     callback_ = callback;
   }
 
+  bool set_budget(uint64_t budget_bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stats_.allocated_bytes.all.current > budget_bytes) return false;
+    config_.budget_bytes = budget_bytes;
+    return true;
+  }
+
  private:
   BlockPool& pool_for(StatPool pool) {
     return pool == StatPool::small_pool ? small_blocks_ : large_blocks_;
@@ -548,7 +555,7 @@ class CachingAllocator::Impl {
     return true;
   }
 
-  const AllocatorConfig config_;
+  AllocatorConfig config_;  // budget_bytes changes only through set_budget, under mutex_
   Backend& backend_;  // owned by CachingAllocator, which outlives *this
   EvictionCallback* callback_;
   const bool small_path_;
@@ -591,6 +598,11 @@ void CachingAllocator::reset_peaks() { impl_->reset_peaks(); }
 bool CachingAllocator::is_valid(std::string* why) const { return impl_->is_valid(why); }
 void CachingAllocator::set_eviction_callback(EvictionCallback* callback) {
   impl_->set_eviction_callback(callback);
+}
+bool CachingAllocator::set_budget(uint64_t budget_bytes) {
+  if (!impl_->set_budget(budget_bytes)) return false;
+  config_.budget_bytes = budget_bytes;
+  return true;
 }
 
 }  // namespace dtr

@@ -149,6 +149,12 @@ class CachingAllocator {
   // Checks every invariant listed above; on failure says which in *why (if given).
   bool is_valid(std::string* why = nullptr) const;
 
+  // Changes config().budget_bytes (kUnlimitedBytes: no budget). Refused (false, nothing
+  // changed) when more than `budget_bytes` are allocated now: the budget invariant holds
+  // at every moment. config() is not synchronized with this call: read it on the thread
+  // that set the budget, or after synchronizing with it.
+  bool set_budget(uint64_t budget_bytes);
+
   const AllocatorConfig& config() const { return config_; }
   const Backend& backend() const { return *backend_; }
   void set_eviction_callback(EvictionCallback* callback);  // before concurrent use
@@ -156,7 +162,7 @@ class CachingAllocator {
  private:
   class Impl;  // the mutex, blocks, segments, pools and stats: allocator/caching_allocator.cpp
 
-  const AllocatorConfig config_;
+  AllocatorConfig config_;  // budget_bytes changes only through set_budget
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Impl> impl_;
 };

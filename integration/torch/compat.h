@@ -1,0 +1,100 @@
+// compat.h: every PyTorch-version-specific call of integration/torch, in one place.
+//
+// What it is. The rest of integration/torch talks to PyTorch only through the names
+// below, so porting to another PyTorch release means editing this header and compat.cpp
+// and nothing else. Built and tested against Debian's PyTorch 1.13.1 (TORCH_VERSION
+// 1.13); the branches for later releases follow their published headers but have not
+// been compiled here, so treat them as the plan, to be confirmed when built.
+//
+// Note [PyTorch 2.x changes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What changes after 1.13, and where it lands in this file:
+//  - c10::Allocator::allocate(size_t) is `const` in 1.13 and non-const from 2.3
+//    (DTR_TORCH_ALLOCATE_IS_CONST); CpuAllocatorBase overrides the right one and forwards
+//    to allocate_bytes(), so cpu_allocator.cpp does not change.
+//  - 2.3 adds the pure virtual Allocator::copy_data(dest, src, count) const, used to
+//    materialize copy-on-write storages: CpuAllocatorBase implements it with
+//    default_copy_data() (a memcpy) when DTR_TORCH_HAS_COPY_DATA.
+//  - 2.1+ storages may be copy-on-write (c10/core/impl/COW.h: a lazily cloned storage
+//    shares one DataPtr whose context is a cow::COWDeleterContext). The allocator hook is
+//    unaffected (a COW materialization allocates through us like any allocation), but the
+//    eviction part must treat a COW storage as shared: refilling or evicting it in place
+//    would change its twin. TensorBase::mutable_data_ptr() / const_data_ptr() (2.1+)
+//    replace data_ptr() for raw access; the raw-access guard must hook both.
+//  - StorageImpl::set_data_ptr_noswap / mutable_data_ptr() keep working for evict/remat
+//    in 2.x; 2.x also adds StorageImpl::mutable_data_ptr() that materializes COW first.
+//  - c10::reportMemoryUsageToProfiler takes size_t totals in 2.x (int64_t in 1.13): the
+//    call below converts either way.
+//  - c10::OutOfMemoryError exists from 1.13 (torch.cuda.OutOfMemoryError in Python, a
+//    RuntimeError); earlier releases have only c10::Error (DTR_TORCH_HAS_OOM_ERROR).
+//  - Batch norm: 1.13's native_batch_norm mutates running stats without an `(a!)`
+//    annotation; 2.x adds _native_batch_norm_legit / _native_batch_norm_legit_no_training
+//    with proper annotations. The eviction part's never-recompute table keys on this.
+//
+// Lock rules: none here; every function is a thin wrapper.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <torch/version.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#define DTR_TORCH_VERSION_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||              \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// Note [PyTorch 2.x changes]: const allocate() until 2.3, copy_data() from 2.3.
+#define DTR_TORCH_ALLOCATE_IS_CONST (!DTR_TORCH_VERSION_AT_LEAST(2, 3))
+#define DTR_TORCH_HAS_COPY_DATA DTR_TORCH_VERSION_AT_LEAST(2, 3)
+#define DTR_TORCH_HAS_OOM_ERROR DTR_TORCH_VERSION_AT_LEAST(1, 13)
+
+namespace dtr::torch_compat {
+
+// The version this library was compiled against, "1.13".
+std::string compiled_torch_version();
+
+// A c10::Allocator whose allocate() has the signature this PyTorch wants: derived
+// classes implement allocate_bytes() and raw_deleter() once for every version.
+class CpuAllocatorBase : public c10::Allocator {
+ public:
+#if DTR_TORCH_ALLOCATE_IS_CONST
+  c10::DataPtr allocate(size_t nbytes) const final { return allocate_bytes(nbytes); }
+#else
+  c10::DataPtr allocate(size_t nbytes) final { return allocate_bytes(nbytes); }
+#endif
+#if DTR_TORCH_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const final {
+    default_copy_data(dest, src, count);
+  }
+#endif
+
+ protected:
+  // Never returns an empty DataPtr for nbytes > 0: throws (throw_out_of_memory) instead.
+  virtual c10::DataPtr allocate_bytes(size_t nbytes) const = 0;
+};
+
+// A CPU DataPtr whose memory is freed by deleter(context).
+c10::DataPtr make_cpu_data_ptr(void* data, void* context, c10::DeleterFnPtr deleter);
+
+// Makes `allocator` PyTorch's CPU allocator (c10::SetCPUAllocator); c10 keeps the one
+// with the highest priority. `allocator` must live for the rest of the process.
+void set_cpu_allocator(c10::Allocator* allocator, uint8_t priority);
+// PyTorch's CPU allocator now (c10::GetCPUAllocator).
+c10::Allocator* cpu_allocator();
+
+// Throws PyTorch's out-of-memory error (c10::OutOfMemoryError, torch.cuda.OutOfMemoryError
+// in Python; c10::Error before 1.13) with `message`.
+[[noreturn]] void throw_out_of_memory(const std::string& message);
+
+// torch.profiler(profile_memory=True): whether a profiler listens on this thread, and the
+// reports it wants (alloc_bytes < 0 for a free).
+bool memory_profiling_enabled();
+void report_memory_usage(void* ptr, int64_t alloc_bytes, uint64_t allocated_bytes,
+                         uint64_t reserved_bytes);
+void report_out_of_memory(int64_t alloc_bytes, uint64_t allocated_bytes,
+                          uint64_t reserved_bytes);
+
+}  // namespace dtr::torch_compat

@@ -1,0 +1,292 @@
+// runtime.cpp: the process-wide runtime, the library's initializer and the C API
+// (runtime.h). No torch header: PyTorch is reached through cpu_allocator.h.
+//
+// Start-up, in the static initializer (load_runtime below):
+//  1. drop this library from LD_PRELOAD (Note [LD_PRELOAD in children]);
+//  2. read the options: defaults, DTR_CONF, DTR_* (dtr::Config::apply_environment, which
+//     only uses getenv); a bad one ends the process (Note [Bad configuration]);
+//  3. build the CachingAllocator over a HostBackend with the budget, and install it as
+//     PyTorch's CPU allocator; a second load in the same process changes nothing;
+//  4. with `report` (DTR_REPORT=1), register the summary printed at exit.
+//
+// Note [LD_PRELOAD in children]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// LD_PRELOAD is inherited by every child the script starts, and loading libtorch into a
+// `/bin/true` took 1.3 s (ARCHITECTURE.md "Proven" 11). The initializer removes this
+// library's entries from LD_PRELOAD (other preloaded libraries stay) and unsets the
+// variable when nothing is left. DataLoader workers are forked, not exec'd: they keep
+// the hook, with a copy of the allocator's state, and stay correct.
+//
+// Note [Bad configuration]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A static initializer cannot raise a Python exception (an exception leaving it
+// terminates the process with an unhelpful message), and running without the budget the
+// user asked for would hide the mistake until the machine runs out of memory. So a bad
+// option prints "dtr: ..." with the reason and the valid keys on stderr and calls
+// exit(2): before the script's first line under LD_PRELOAD / dtr-run, inside the call
+// under torch.ops.load_library. Exit status 2 is the usual one for a usage error (dtr-run
+// uses it for bad flags too).
+//
+// Note [Eviction hook-up]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// This increment installs the allocator only: when a request does not fit, the
+// out-of-memory chain has no eviction step and ends in PyTorch's out-of-memory error.
+// The eviction part (issue #4, next increment) builds an EvictionCallback from the same
+// Config (policy, search, sample, seed) and hands it to TorchRuntime::attach_eviction,
+// which owns it and passes it to CachingAllocator::set_eviction_callback. The allocator
+// then calls it, without its lock, before giving up.
+//
+// Lock rules: the runtime pointer is published once (release) and read with acquire;
+// everything after that is the CachingAllocator's (one mutex).
+#include "integration/torch/runtime.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "dtr/allocator/caching_allocator.h"
+#include "dtr/allocator/host_backend.h"
+#include "dtr/core/options.h"
+#include "dtr/core/status.h"
+#include "integration/torch/cpu_allocator.h"
+
+namespace dtr::torch_integration {
+
+namespace {
+
+// The process-wide runtime: the options and the allocator behind PyTorch's CPU allocator.
+class TorchRuntime {
+ public:
+  TorchRuntime(Config config, uint64_t budget_bytes)
+      : config_(std::move(config)),
+        allocator_(allocator_config(config_, budget_bytes), std::make_unique<HostBackend>()),
+        pid_(getpid()) {}
+
+  const Config& config() const { return config_; }
+  CachingAllocator& allocator() { return allocator_; }
+  // The process that loaded the library (a forked DataLoader worker is another one).
+  pid_t pid() const { return pid_; }
+
+  // Note [Eviction hook-up]: the eviction part's entry point. Call before any tensor is
+  // allocated on another thread.
+  void attach_eviction(std::unique_ptr<EvictionCallback> callback) {
+    allocator_.set_eviction_callback(callback.get());
+    eviction_ = std::move(callback);
+  }
+
+ private:
+  static AllocatorConfig allocator_config(const Config& config, uint64_t budget_bytes) {
+    AllocatorConfig out;
+    out.budget_bytes = budget_bytes;
+    out.debug = config.debug;
+    return out;
+  }
+
+  const Config config_;
+  CachingAllocator allocator_;
+  std::unique_ptr<EvictionCallback> eviction_;  // null until the eviction part lands
+  const pid_t pid_;
+};
+
+// Set once by load_runtime, never reset or deleted (Note [Immortal allocator]).
+std::atomic<TorchRuntime*> runtime_ptr{nullptr};
+
+TorchRuntime* runtime() { return runtime_ptr.load(std::memory_order_acquire); }
+
+thread_local std::string text_buffer;  // runtime.h: returned text lives here
+thread_local std::string last_error;
+
+const char* keep_text(std::string text) {
+  text_buffer = std::move(text);
+  return text_buffer.c_str();
+}
+
+// This library's own path, from the dynamic loader.
+std::string own_path() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&dtr_torch_is_enabled), &info) == 0 || !info.dli_fname)
+    return "";
+  return info.dli_fname;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  char real_a[PATH_MAX];
+  char real_b[PATH_MAX];
+  if (!realpath(a.c_str(), real_a) || !realpath(b.c_str(), real_b)) return a == b;
+  return std::string(real_a) == std::string(real_b);
+}
+
+// Note [LD_PRELOAD in children]. Entries are separated by spaces or colons (ld.so(8)).
+void drop_self_from_ld_preload() {
+  const char* preload = getenv("LD_PRELOAD");
+  if (!preload) return;
+  const std::string self = own_path();
+  std::string kept;
+  const std::string text = preload;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find_first_of(": ", pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string entry = text.substr(pos, end - pos);
+    if (!entry.empty() && !(!self.empty() && same_file(entry, self))) {
+      if (!kept.empty()) kept += ' ';
+      kept += entry;
+    }
+    pos = end + 1;
+  }
+  if (kept.empty())
+    unsetenv("LD_PRELOAD");
+  else
+    setenv("LD_PRELOAD", kept.c_str(), 1);
+}
+
+[[noreturn]] void fail_at_start(const std::string& message) {
+  // Note [Bad configuration]
+  std::fprintf(stderr, "%s\n", message.c_str());
+  if (message.find("valid keys") == std::string::npos)
+    std::fprintf(stderr, "dtr: valid keys: %s (docs/config.md)\n", valid_option_keys().c_str());
+  std::fprintf(stderr,
+               "dtr: libdtr_torch.so not started: fix DTR_CONF / DTR_* and run again\n");
+  std::fflush(stderr);
+  std::exit(2);
+}
+
+// The budget the live runtime enforces, in bytes (kUnlimitedBytes: none).
+uint64_t live_budget_bytes(const Budget& budget) {
+  switch (budget.kind) {
+    case Budget::Kind::unlimited:
+      return kUnlimitedBytes;
+    case Budget::Kind::bytes:
+      return budget.bytes;
+    case Budget::Kind::ratio:
+      break;
+  }
+  throw ConfigError("dtr: budget " + budget.to_string() +
+                    " is a ratio of the baseline peak, which only the simulator knows; give "
+                    "bytes, e.g. DTR_CONF=budget:300M");
+}
+
+// The summary DTR_REPORT=1 prints at exit: one line of JSON on stderr.
+void report_at_exit() {
+  TorchRuntime* rt = runtime();
+  if (!rt || rt->pid() != getpid()) return;  // not in forked children that call exit()
+  const AllocatorStats stats = rt->allocator().stats();
+  nlohmann::ordered_json summary;
+  const uint64_t budget = rt->allocator().config().budget_bytes;
+  summary["budget_bytes"] = budget == kUnlimitedBytes ? nlohmann::ordered_json(nullptr)
+                                                      : nlohmann::ordered_json(budget);
+  summary["allocated_bytes.all.peak"] = stats.allocated_bytes.all.peak;
+  summary["reserved_bytes.all.peak"] = stats.reserved_bytes.all.peak;
+  summary["allocation.all.allocated"] = stats.allocation.all.allocated;
+  summary["num_alloc_retries"] = stats.num_alloc_retries;
+  summary["num_ooms"] = stats.num_ooms;
+  std::fprintf(stderr, "dtr: report %s\n", summary.dump().c_str());
+  std::fflush(stderr);
+}
+
+void load_runtime() {
+  drop_self_from_ld_preload();
+  if (runtime()) return;  // this copy is already up
+  Config config;
+  uint64_t budget_bytes = kUnlimitedBytes;
+  try {
+    config.apply_environment();
+    budget_bytes = live_budget_bytes(config.budget);
+  } catch (const ConfigError& e) {
+    fail_at_start(e.what());
+  }
+  if (!config.trace.empty())
+    std::fprintf(stderr, "dtr: note: trace=%s is ignored: recording comes with the eviction "
+                 "part (docs/torch.md)\n", config.trace.c_str());
+  const bool report = config.report;
+  auto* rt = new TorchRuntime(std::move(config), budget_bytes);  // never deleted
+  switch (install_cpu_allocator(rt->allocator())) {
+    case InstallResult::installed:
+    case InstallResult::already_installed:
+      break;
+    case InstallResult::other_copy:
+      std::fprintf(stderr, "dtr: another copy of libdtr_torch.so is already PyTorch's CPU "
+                   "allocator; this one (%s) stays inactive\n", own_path().c_str());
+      delete rt;
+      return;
+  }
+  runtime_ptr.store(rt, std::memory_order_release);
+  if (report) std::atexit(report_at_exit);
+}
+
+__attribute__((constructor)) void dtr_torch_initializer() { load_runtime(); }
+
+}  // namespace
+
+}  // namespace dtr::torch_integration
+
+using dtr::torch_integration::runtime;
+
+extern "C" {
+
+int dtr_torch_is_enabled(void) {
+  return runtime() && dtr::torch_integration::cpu_allocator_is_ours() ? 1 : 0;
+}
+
+const char* dtr_torch_memory_stats_json(void) {
+  try {
+    dtr::torch_integration::TorchRuntime* rt = runtime();
+    if (!rt) return dtr::torch_integration::keep_text("{}");
+    return dtr::torch_integration::keep_text(rt->allocator().stats().to_json().dump());
+  } catch (const std::exception& e) {
+    dtr::torch_integration::last_error = e.what();
+    return dtr::torch_integration::keep_text("{}");
+  }
+}
+
+int dtr_torch_set_budget(const char* text) {
+  using namespace dtr::torch_integration;
+  try {
+    TorchRuntime* rt = runtime();
+    if (!rt) {
+      last_error = "dtr: libdtr_torch.so is loaded but not enabled in this process";
+      return 1;
+    }
+    const uint64_t bytes = live_budget_bytes(dtr::Budget::parse(text ? text : ""));
+    if (!rt->allocator().set_budget(bytes)) {
+      last_error = "dtr: cannot lower the budget to " + dtr::format_bytes(bytes) + ": " +
+                   dtr::format_bytes(rt->allocator().stats().allocated_bytes.all.current) +
+                   " are allocated now; free tensors first";
+      return 2;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return 3;
+  }
+}
+
+uint64_t dtr_torch_budget_bytes(void) {
+  dtr::torch_integration::TorchRuntime* rt = runtime();
+  return rt ? rt->allocator().config().budget_bytes : dtr::kUnlimitedBytes;
+}
+
+void dtr_torch_reset_peak_stats(void) {
+  if (dtr::torch_integration::TorchRuntime* rt = runtime()) rt->allocator().reset_peaks();
+}
+
+const char* dtr_torch_last_error(void) {
+  return dtr::torch_integration::keep_text(dtr::torch_integration::last_error);
+}
+
+const char* dtr_torch_compiled_torch_version(void) {
+  return dtr::torch_integration::keep_text(dtr::torch_integration::compiled_torch_version());
+}
+
+}  // extern "C"

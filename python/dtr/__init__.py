@@ -1,0 +1,180 @@
+"""dtr: the Python side of libdtr_torch.so (docs/torch.md).
+
+Pure Python over the library's C API (integration/torch/runtime.h) with ctypes. The
+library does the work as soon as it is loaded (LD_PRELOAD, build/bin/dtr-run, or
+torch.ops.load_library(path)); this module only reads and adjusts it:
+
+    dtr.is_enabled()        # True when libdtr_torch.so is PyTorch's CPU allocator
+    dtr.memory_stats()      # {"allocated_bytes.all.peak": ..., "num_ooms": ..., ...}
+    dtr.set_budget("300M")  # or bytes as an int; 0 / None / "unlimited" = no budget
+    dtr.get_budget()        # bytes, or None when unlimited
+    dtr.reset_peak_stats()
+
+The library is found, in order: already loaded in this process (/proc/self/maps), the
+DTR_LIBRARY environment variable, build/lib/libdtr_torch.so of the source tree this file
+lives in. Importing dtr never loads the library itself: call load() (or
+torch.ops.load_library) for that, so that `import dtr` cannot change how a script
+allocates by surprise.
+"""
+
+import ctypes
+import json
+import os
+
+__all__ = [
+    "DtrError",
+    "disable",
+    "enable",
+    "get_budget",
+    "is_enabled",
+    "is_loaded",
+    "library_path",
+    "load",
+    "memory_stats",
+    "reset_peak_stats",
+    "set_budget",
+]
+
+LIBRARY_NAME = "libdtr_torch.so"
+_UNLIMITED = 2**64 - 1
+_lib = None
+
+
+class DtrError(RuntimeError):
+    """A request libdtr_torch.so refused; the message says why."""
+
+
+def _loaded_path():
+    """Path of libdtr_torch.so if this process has it mapped, else None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]) == LIBRARY_NAME:
+                    return fields[-1]
+    except OSError:
+        pass
+    return None
+
+
+def library_path():
+    """Where libdtr_torch.so is (loaded, DTR_LIBRARY, or the source tree's build/lib)."""
+    loaded = _loaded_path()
+    if loaded:
+        return loaded
+    env = os.environ.get("DTR_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "build", "lib", LIBRARY_NAME))
+
+
+def _bind(lib):
+    lib.dtr_torch_is_enabled.restype = ctypes.c_int
+    lib.dtr_torch_memory_stats_json.restype = ctypes.c_char_p
+    lib.dtr_torch_set_budget.argtypes = [ctypes.c_char_p]
+    lib.dtr_torch_set_budget.restype = ctypes.c_int
+    lib.dtr_torch_budget_bytes.restype = ctypes.c_uint64
+    lib.dtr_torch_reset_peak_stats.restype = None
+    lib.dtr_torch_last_error.restype = ctypes.c_char_p
+    lib.dtr_torch_compiled_torch_version.restype = ctypes.c_char_p
+    return lib
+
+
+def is_loaded():
+    """True when this process has libdtr_torch.so loaded."""
+    return _loaded_path() is not None
+
+
+def load(path=None):
+    """Loads libdtr_torch.so into this process (as torch.ops.load_library would), which
+    installs its CPU allocator, and returns its path. A no-op when it is loaded already.
+    Import torch first: the library needs libtorch."""
+    global _lib
+    loaded = _loaded_path()
+    target = loaded or path or library_path()
+    if not os.path.exists(target):
+        raise DtrError(
+            f"{target} does not exist: build the dtr_torch target "
+            "(cmake --build build --target dtr_torch) or set DTR_LIBRARY")
+    _lib = _bind(ctypes.CDLL(target))
+    return target
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        loaded = _loaded_path()
+        if loaded is None:
+            raise DtrError(
+                f"{LIBRARY_NAME} is not loaded in this process: run the script under "
+                f"build/bin/dtr-run or LD_PRELOAD={library_path()}, or call "
+                "torch.ops.load_library(path) / dtr.load() first")
+        _lib = _bind(ctypes.CDLL(loaded))
+    return _lib
+
+
+def is_enabled():
+    """True when libdtr_torch.so is loaded and its allocator is PyTorch's CPU allocator."""
+    if _lib is None and not is_loaded():
+        return False
+    return bool(_library().dtr_torch_is_enabled())
+
+
+def memory_stats():
+    """The allocator's counters, named as torch.cuda.memory_stats() names them
+    (allocated_bytes.all.current / .peak / .allocated / .freed, reserved_bytes.*,
+    allocation.*, segment.*, num_alloc_retries, num_ooms) plus dtr.* ones."""
+    lib = _library()
+    if not lib.dtr_torch_is_enabled():
+        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
+    return json.loads(lib.dtr_torch_memory_stats_json().decode())
+
+
+def set_budget(budget):
+    """Sets the hard budget on live CPU tensor bytes: an int (bytes) or a string as the
+    `budget` option takes it ("300M", "4G"); 0, None or "unlimited" remove it. Raises
+    DtrError when more than the new budget is allocated now."""
+    if budget is None:
+        text = "unlimited"
+    elif isinstance(budget, bool):
+        raise TypeError("budget must be bytes (int) or a size string such as '300M'")
+    elif isinstance(budget, int):
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0 bytes, not {budget}")
+        text = str(budget)
+    elif isinstance(budget, str):
+        text = budget
+    else:
+        raise TypeError("budget must be bytes (int) or a size string such as '300M'")
+    lib = _library()
+    if lib.dtr_torch_set_budget(text.encode()) != 0:
+        raise DtrError(lib.dtr_torch_last_error().decode())
+
+
+def get_budget():
+    """The budget in bytes, or None when unlimited."""
+    value = _library().dtr_torch_budget_bytes()
+    return None if value == _UNLIMITED else value
+
+
+def reset_peak_stats():
+    """Peaks restart from the current values, as torch.cuda.reset_peak_memory_stats()."""
+    _library().dtr_torch_reset_peak_stats()
+
+
+def _eviction_not_yet(name):
+    raise NotImplementedError(
+        f"dtr.{name}() switches eviction off/on for a region; eviction is not part of this "
+        "build of libdtr_torch.so yet (issue #4: the allocator hook and budget came first, "
+        "the dispatcher-level eviction comes next). See docs/torch.md.")
+
+
+def disable():
+    """Not available yet: see docs/torch.md ("What comes next")."""
+    _eviction_not_yet("disable")
+
+
+def enable():
+    """Not available yet: see docs/torch.md ("What comes next")."""
+    _eviction_not_yet("enable")

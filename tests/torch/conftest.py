@@ -1,0 +1,111 @@
+"""Shared set-up for the PyTorch integration tests (run by ctest as `torch.pytest`).
+
+Every test starts fresh /usr/bin/python3 processes, with and without libdtr_torch.so, and
+compares what they print: the pytest process itself never loads the library.
+The library comes from DTR_LIBRARY (ctest sets it) or build/lib; dtr-run from DTR_RUN or
+build/bin. Without torch in this Python the whole run stops with exit status 77, which
+ctest reports as skipped, and says why.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+PYTHON = os.environ.get("DTR_PYTHON", "/usr/bin/python3")
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    print(f"SKIPPED: tests/torch need PyTorch in {sys.executable}: {exc} "
+          "(Debian: apt-get install python3-torch)", flush=True)
+    sys.exit(77)
+
+
+def library_path():
+    return Path(os.environ.get("DTR_LIBRARY", ROOT / "build" / "lib" / "libdtr_torch.so"))
+
+
+def dtr_run_path():
+    return Path(os.environ.get("DTR_RUN", ROOT / "build" / "bin" / "dtr-run"))
+
+
+@pytest.fixture(scope="session")
+def lib():
+    path = library_path()
+    if not path.exists():
+        pytest.skip(f"{path} is not built (cmake --build <dir> --target dtr_torch)")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def dtr_run():
+    path = dtr_run_path()
+    if not path.exists():
+        pytest.skip(f"{path} is not built (cmake --build <dir> --target dtr-run)")
+    return str(path)
+
+
+def clean_env(**extra):
+    """The environment minus anything dtr-related, plus `extra` (None values removed)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("DTR_") and k != "LD_PRELOAD"}
+    env["PYTHONPATH"] = str(ROOT / "python")
+    env["DTR_LIBRARY"] = str(library_path())
+    # Same thread count in every run: results are compared bit for bit.
+    env["OMP_NUM_THREADS"] = "2"
+    for k, v in extra.items():
+        if v is not None:
+            env[k] = v
+    return env
+
+
+def run(args, env, check=True, timeout=600):
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                             f"stderr:\n{proc.stderr}")
+    return proc
+
+
+def driver(*script_args, load_library=None, tensor_first=False):
+    """argv running SCRIPTS/<script_args[0]> through run_script.py."""
+    argv = [PYTHON, str(SCRIPTS / "run_script.py")]
+    if load_library:
+        argv += ["--load-library", load_library]
+    if tensor_first:
+        argv += ["--make-tensor-first"]
+    return argv + ["--", str(SCRIPTS / script_args[0]), *script_args[1:]]
+
+
+class Result:
+    """What a run_script.py run printed: the script's lines and the DTR_TEST facts."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.lines = []
+        self.facts = {}
+        for line in proc.stdout.splitlines():
+            if line.startswith("DTR_TEST "):
+                key, _, value = line[len("DTR_TEST "):].partition(" ")
+                self.facts[key] = value
+            else:
+                self.lines.append(line)
+
+    @property
+    def enabled(self):
+        return self.facts.get("enabled") == "1"
+
+    @property
+    def stats(self):
+        return json.loads(self.facts["stats"])
+
+    def losses(self):
+        return [line.split()[2] for line in self.lines if line.startswith("loss ")]
+
+    def params(self):
+        return [line for line in self.lines if line.startswith("param ")]

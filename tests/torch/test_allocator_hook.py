@@ -1,0 +1,122 @@
+"""The CPU allocator hook: an unmodified script trains bit for bit as without the
+library, with its tensors allocated (and counted) by dtr's caching allocator, whether the
+library comes by LD_PRELOAD or by torch.ops.load_library, and under a hard budget."""
+import json
+
+import pytest
+
+from conftest import Result, clean_env, driver, run
+
+MLP = ("mlp.py", "--steps", "5")
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    """The MLP without the library: the reference for every comparison."""
+    result = Result(run(driver(*MLP), clean_env()))
+    assert not result.enabled
+    assert len(result.losses()) == 5 and len(result.params()) == 8
+    return result
+
+
+def assert_same_training(result, baseline):
+    # Loss lines carry the float32 bit pattern; param lines a sha256 of the raw bytes.
+    assert result.losses() == baseline.losses()
+    assert result.params() == baseline.params()
+
+
+def assert_went_through_dtr(result):
+    assert result.enabled, result.proc.stderr
+    stats = result.stats
+    assert stats["allocation.all.allocated"] > 0
+    assert stats["allocated_bytes.all.peak"] > 0
+    assert stats["reserved_bytes.all.peak"] >= stats["allocated_bytes.all.peak"]
+    assert stats["num_ooms"] == 0
+    return stats
+
+
+def test_ld_preload_is_bit_identical(lib, baseline):
+    result = Result(run(driver(*MLP), clean_env(LD_PRELOAD=lib)))
+    assert_same_training(result, baseline)
+    stats = assert_went_through_dtr(result)
+    # Every step allocates activations and gradients: far more than a handful of blocks.
+    assert stats["allocation.all.allocated"] > 100
+    # The initializer took the library out of LD_PRELOAD (children do not load torch).
+    assert result.facts["ld_preload"] == "None"
+
+
+def test_ld_preload_keeps_other_preloads(lib):
+    # Another preloaded library (libmimalloc, harmless) stays for the children.
+    other = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
+    result = Result(run(driver(*MLP), clean_env(LD_PRELOAD=f"{lib}:{other}")))
+    assert result.enabled
+    assert result.facts["ld_preload"] == other
+
+
+def test_load_library_is_bit_identical(lib, baseline):
+    result = Result(run(driver(*MLP, load_library=lib), clean_env()))
+    assert_same_training(result, baseline)
+    assert_went_through_dtr(result)
+
+
+def test_tensor_from_before_loading_keeps_its_deleter(lib, baseline):
+    # A tensor made by PyTorch's default allocator before load_library is freed after it:
+    # our free() would stop the process (DTR_CHECK) if it ever saw that pointer.
+    result = Result(run(driver(*MLP, load_library=lib, tensor_first=True), clean_env()))
+    assert_same_training(result, baseline)
+    assert_went_through_dtr(result)
+
+
+def test_peak_stays_within_budget(lib, baseline):
+    free = Result(run(driver(*MLP), clean_env(LD_PRELOAD=lib)))
+    peak = free.stats["allocated_bytes.all.peak"]
+    # The budget is exactly the unconstrained peak: the run must fit, identically, and
+    # never go above it.
+    result = Result(run(driver(*MLP), clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{peak}")))
+    assert_same_training(result, baseline)
+    stats = assert_went_through_dtr(result)
+    assert 0 < stats["allocated_bytes.all.peak"] <= peak
+
+
+def test_report_at_exit(lib):
+    proc = run(driver(*MLP), clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
+                                       DTR_CONF="budget:64M"))
+    result = Result(proc)
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("dtr: report ")]
+    assert len(lines) == 1, proc.stderr
+    report = json.loads(lines[0][len("dtr: report "):])
+    assert report["budget_bytes"] == 64 * 1024 * 1024
+    assert report["allocated_bytes.all.peak"] == result.stats["allocated_bytes.all.peak"]
+    assert report["reserved_bytes.all.peak"] >= report["allocated_bytes.all.peak"] > 0
+    assert report["num_ooms"] == 0
+
+
+def test_no_report_by_default(lib):
+    proc = run(driver(*MLP), clean_env(LD_PRELOAD=lib))
+    assert "dtr: report" not in proc.stderr
+
+
+MALLOC_OWNER = r"""
+import ctypes, sys
+if len(sys.argv) > 1:
+    import torch
+    torch.ops.load_library(sys.argv[1])
+mi = ctypes.CDLL("libmimalloc.so.2")   # already loaded by libdtr_torch.so
+mi.mi_is_in_heap_region.argtypes = [ctypes.c_void_p]
+mi.mi_is_in_heap_region.restype = ctypes.c_bool
+mi.mi_malloc.restype = ctypes.c_void_p
+libc_malloc = ctypes.CDLL(None).malloc  # what the process's malloc() resolves to
+libc_malloc.restype = ctypes.c_void_p
+print("MIMALLOC_SEES_MI", int(mi.mi_is_in_heap_region(mi.mi_malloc(1 << 16))))
+print("MIMALLOC_SEES_MALLOC", int(mi.mi_is_in_heap_region(libc_malloc(1 << 16))))
+"""
+
+
+def test_process_malloc_stays_libc(lib):
+    # Note [mimalloc stays private] (integration/torch/CMakeLists.txt): libmimalloc.so
+    # exports malloc, but loading the library must not make it the process's malloc.
+    from conftest import PYTHON
+    for args, env in (([], clean_env(LD_PRELOAD=lib)), ([lib], clean_env())):
+        proc = run([PYTHON, "-c", MALLOC_OWNER, *args], env)
+        assert "MIMALLOC_SEES_MI 1" in proc.stdout, proc.stdout  # the check works
+        assert "MIMALLOC_SEES_MALLOC 0" in proc.stdout, proc.stdout

@@ -1,0 +1,46 @@
+"""A bad configuration stops the process at start, with the reason and the valid keys."""
+from conftest import PYTHON, clean_env, run
+
+VALID_KEYS = ("budget", "policy", "report")
+
+
+def assert_fails_at_start(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "STARTED" not in proc.stdout  # nothing of the script ran
+    assert "valid keys" in proc.stderr
+    for key in VALID_KEYS:
+        assert key in proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def test_unknown_key_under_ld_preload(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,bogus:1"), check=False)
+    assert_fails_at_start(proc, "bogus")
+
+
+def test_bad_value_under_ld_preload(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_BUDGET="lots"), check=False)
+    assert_fails_at_start(proc, "lots")
+
+
+def test_ratio_budget_is_refused_by_the_live_runtime(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:0.5"), check=False)
+    assert_fails_at_start(proc, "ratio")
+
+
+def test_unknown_key_at_load_library(lib):
+    script = ("import torch\nprint('IMPORTED')\n"
+              f"torch.ops.load_library({lib!r})\nprint('STARTED')\n")
+    proc = run([PYTHON, "-c", script], clean_env(DTR_CONF="polcy:dtr_eq"), check=False)
+    assert "IMPORTED" in proc.stdout
+    assert_fails_at_start(proc, "polcy")
+
+
+def test_good_config_starts(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,policy:dtr_eq"))
+    assert "STARTED" in proc.stdout

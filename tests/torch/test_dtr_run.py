@@ -1,0 +1,38 @@
+"""build/bin/dtr-run: preloads the library for a command, with flags as DTR_CONF."""
+import json
+
+from conftest import PYTHON, Result, clean_env, driver, run
+
+MLP = ("mlp.py", "--steps", "3")
+
+
+def test_dtr_run_end_to_end(lib, dtr_run):
+    baseline = Result(run(driver(*MLP), clean_env()))
+    proc = run([dtr_run, "--budget", "64M", "--report", "--", *driver(*MLP)], clean_env())
+    result = Result(proc)
+    assert result.losses() == baseline.losses() and result.params() == baseline.params()
+    assert result.enabled
+    assert result.stats["allocation.all.allocated"] > 0
+    assert 0 < result.stats["allocated_bytes.all.peak"] <= 64 * 2**20
+    assert result.facts["ld_preload"] == "None"
+    report = next(l for l in proc.stderr.splitlines() if l.startswith("dtr: report "))
+    assert json.loads(report[len("dtr: report "):])["budget_bytes"] == 64 * 2**20
+
+
+def test_dtr_run_budget_is_enforced(lib, dtr_run):
+    script = ("import torch\ntry:\n    torch.empty(2**20)\nexcept RuntimeError as e:\n"
+              "    print('OOM', 'budget of 1.00 MiB' in str(e))\n")
+    proc = run([dtr_run, "--budget", "1M", "--", PYTHON, "-c", script], clean_env())
+    assert "OOM True" in proc.stdout
+
+
+def test_dtr_run_exit_status_is_the_commands(dtr_run):
+    proc = run([dtr_run, "--", PYTHON, "-c", "raise SystemExit(7)"], clean_env(), check=False)
+    assert proc.returncode == 7
+
+
+def test_dtr_run_bad_flags_exit_2(dtr_run):
+    for args in (["--budget", "lots", "--", "true"], ["--no-such-flag", "--", "true"],
+                 ["--conf", "bogus:1", "--", "true"], ["--budget", "0.5", "--", "true"], []):
+        proc = run([dtr_run, *args], clean_env(), check=False)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)

@@ -1,0 +1,83 @@
+"""python/dtr: memory_stats, set_budget, get_budget, reset_peak_stats, is_enabled."""
+from conftest import PYTHON, clean_env, run
+
+API = r"""
+import torch, dtr
+assert dtr.is_enabled()
+s = dtr.memory_stats()
+for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak",
+            "reserved_bytes.all.peak", "allocation.all.allocated", "num_ooms"):
+    assert key in s, key
+assert dtr.get_budget() is None
+
+keep = torch.empty(1024 * 1024)                       # 4 MiB live
+big = torch.empty(4 * 1024 * 1024); del big           # peak >= 20 MiB
+s = dtr.memory_stats()
+assert s["allocated_bytes.all.peak"] >= 20 * 2**20 > s["allocated_bytes.all.current"]
+dtr.reset_peak_stats()
+s = dtr.memory_stats()
+assert s["allocated_bytes.all.peak"] == s["allocated_bytes.all.current"] >= 4 * 2**20
+
+dtr.set_budget("6M")
+assert dtr.get_budget() == 6 * 2**20
+try:
+    torch.empty(1024 * 1024)                          # 4 + 4 MiB > 6 MiB
+except torch.cuda.OutOfMemoryError as e:
+    assert "budget of 6.00 MiB" in str(e), str(e)
+else:
+    raise SystemExit("set_budget did not take effect")
+
+try:
+    dtr.set_budget(1024)                              # below the 4 MiB live now
+except dtr.DtrError as e:
+    assert "allocated now" in str(e), str(e)
+else:
+    raise SystemExit("a budget below the live bytes was accepted")
+assert dtr.get_budget() == 6 * 2**20
+
+try:
+    dtr.set_budget("0.5")
+except dtr.DtrError as e:
+    assert "ratio" in str(e)
+else:
+    raise SystemExit("a ratio budget was accepted")
+
+dtr.set_budget(None)
+assert dtr.get_budget() is None
+more = torch.empty(4 * 1024 * 1024)                   # fits again
+dtr.set_budget(64 * 2**20)
+assert dtr.get_budget() == 64 * 2**20
+try:
+    dtr.disable()
+except NotImplementedError as e:
+    assert "eviction" in str(e)
+else:
+    raise SystemExit("disable() pretended to work")
+print("API OK")
+"""
+
+NOT_LOADED = r"""
+import torch, dtr
+assert not dtr.is_enabled()
+try:
+    dtr.memory_stats()
+except dtr.DtrError as e:
+    assert "not loaded" in str(e)
+else:
+    raise SystemExit("memory_stats without the library")
+dtr.load()
+assert dtr.is_enabled()
+x = torch.ones(10)
+assert dtr.memory_stats()["allocation.all.allocated"] >= 1
+print("LOAD OK")
+"""
+
+
+def test_python_api_under_ld_preload(lib):
+    proc = run([PYTHON, "-c", API], clean_env(LD_PRELOAD=lib))
+    assert "API OK" in proc.stdout
+
+
+def test_python_api_without_library_then_load(lib):
+    proc = run([PYTHON, "-c", NOT_LOADED], clean_env())
+    assert "LOAD OK" in proc.stdout

@@ -1,0 +1,102 @@
+// dtr-run: run a command (a training script) with libdtr_torch.so preloaded.
+//
+//   dtr-run --budget 300M [--policy dtr_eq] [--report] [--conf k:v,...] -- python3 train.py
+//
+// Sets LD_PRELOAD to the library next to this tool (<dir of dtr-run>/../lib/
+// libdtr_torch.so, or --library), appends the flags to DTR_CONF (after any DTR_CONF
+// already set, so the flags win) and execs the command: its exit status is the command's.
+// Options are checked here with the same parser the library uses, so a bad flag or a bad
+// inherited DTR_CONF exits with code 2 before anything runs (as the library would at
+// start). docs/torch.md has the whole story.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dtr/core/options.h"
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitCannotRun = 127;  // as a shell reports a command it cannot run
+
+// Directory holding this executable, from /proc/self/exe.
+std::string executable_dir() {
+  std::vector<char> buf(4096);
+  const ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return ".";
+  std::string path(buf.data(), static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+void append_entry(std::string& conf, const std::string& entry) {
+  if (!conf.empty()) conf += ',';
+  conf += entry;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtr-run: run a command with libdtr_torch.so preloaded (docs/torch.md)"};
+  app.footer("Example: dtr-run --budget 300M --report -- /usr/bin/python3 train.py --epochs 1");
+  std::string budget, policy, conf, library;
+  bool report = false;
+  std::vector<std::string> command;
+  app.add_option("--budget", budget, "hard cap on live CPU tensor bytes: 300M, 4G, 0 = unlimited");
+  app.add_option("--policy", policy, "eviction heuristic, by registry name (used once eviction lands)");
+  app.add_flag("--report", report, "print a summary of the allocator's stats at exit");
+  app.add_option("--conf", conf, "more DTR_CONF entries, e.g. debug:1");
+  app.add_option("--library", library, "the library to preload (default: ../lib/libdtr_torch.so "
+                 "next to this tool)");
+  app.add_option("command", command, "the command to run, after --")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+
+  std::string full_conf;
+  if (const char* inherited = std::getenv("DTR_CONF")) full_conf = inherited;
+  if (!conf.empty()) append_entry(full_conf, conf);
+  if (!budget.empty()) append_entry(full_conf, "budget:" + budget);
+  if (!policy.empty()) append_entry(full_conf, "policy:" + policy);
+  if (report) append_entry(full_conf, "report:True");
+  try {
+    dtr::Config check;
+    check.apply_conf(full_conf);
+    if (check.budget.kind == dtr::Budget::Kind::ratio)
+      throw dtr::ConfigError("dtr-run: --budget " + budget + " is a ratio; a live run needs bytes, "
+                             "e.g. --budget 300M");
+  } catch (const dtr::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kExitBadInput;
+  }
+
+  if (library.empty()) library = executable_dir() + "/../lib/libdtr_torch.so";
+  if (access(library.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "dtr-run: cannot read the library %s (%s); build the dtr_torch target "
+                 "or pass --library\n", library.c_str(), std::strerror(errno));
+    return kExitBadInput;
+  }
+  std::string preload = library;
+  if (const char* inherited = std::getenv("LD_PRELOAD"); inherited && *inherited)
+    preload += std::string(" ") + inherited;
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("DTR_CONF", full_conf.c_str(), 1);
+
+  std::vector<char*> args;
+  for (std::string& arg : command) args.push_back(arg.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "dtr-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+  return kExitCannotRun;
+}
