@@ -71,6 +71,20 @@ StorageId CandidateSearch::sample(uint32_t sample_size, uint64_t& scored) {
   return best.id;
 }
 
+// The storage owning allocated block `b` if it is evictable now; kNoId for a pinned or
+// locked storage, or a block the engine does not own.
+StorageId CandidateSearch::evictable_owner(const BlockView& b) const {
+  const StorageId s = b.owner ? Engine::storage_of_owner(b.owner) : kNoId;
+  return s != kNoId && s < engine_.num_storages() && engine_.is_evictable(s) ? s : kNoId;
+}
+
+// A storage's score inside a window, clamped so that sums and differences of costs stay
+// finite.
+double CandidateSearch::window_score(StorageId s, uint64_t& scored) {
+  ++scored;
+  return std::min(heuristic_.score(engine_, s), 1e300);
+}
+
 // Note [Window search]
 // ~~~~~~~~~~~~~~~~~~~~
 // Coop (Zhang et al., NeurIPS 2023) evicts runs of adjacent blocks, so that what it frees
@@ -143,15 +157,13 @@ std::vector<StorageId> CandidateSearch::window(const std::vector<BlockView>& blo
       items.push_back(Item{0.0, contiguous ? b.size : 0, kNoId});
       continue;
     }
-    const StorageId s = b.owner ? Engine::storage_of_owner(b.owner) : kNoId;
-    if (s == kNoId || s >= engine_.num_storages() || !engine_.is_evictable(s)) {
+    const StorageId s = evictable_owner(b);
+    if (s == kNoId) {
       flush();
       continue;
     }
-    // Clamped so that sums and differences of costs stay finite.
-    const double c = std::min(heuristic_.score(engine_, s), 1e300);
-    ++scored;
-    items.push_back(Item{c, contiguous ? b.size : round_block_size(engine_.storage_size(s)), s});
+    items.push_back(Item{window_score(s, scored),
+                         contiguous ? b.size : round_block_size(engine_.storage_size(s)), s});
   }
   flush();
   if (contiguous && result.empty()) result = clear_segment(blocks, bytes_needed, scored);
@@ -181,13 +193,12 @@ std::vector<StorageId> CandidateSearch::clear_segment(const std::vector<BlockVie
       const BlockView& b = blocks[i];
       span += b.size;
       if (!b.allocated || !clearable) continue;
-      const StorageId s = b.owner ? Engine::storage_of_owner(b.owner) : kNoId;
-      if (s == kNoId || s >= engine_.num_storages() || !engine_.is_evictable(s)) {
+      const StorageId s = evictable_owner(b);
+      if (s == kNoId) {
         clearable = false;
         continue;
       }
-      cost += std::min(heuristic_.score(engine_, s), 1e300);
-      ++scored;
+      cost += window_score(s, scored);
       current.push_back(s);
     }
     if (!clearable || current.empty()) continue;

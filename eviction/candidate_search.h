@@ -38,6 +38,9 @@ class CandidateSearch {
                                        uint64_t bytes_needed, uint64_t& scored);
 
  private:
+  StorageId evictable_owner(const BlockView& b) const;
+  double window_score(StorageId s, uint64_t& scored);
+
   struct Best {
     StorageId id = kNoId;
     double cost = 0;

@@ -334,7 +334,8 @@ Status Engine::make_room(uint64_t bytes) {
 // free memory is fragmented); a scoring policy evicts one choice per call, and the
 // allocator retries after each. A policy that reads address order (coop) instead evicts
 // the cheapest window of adjacent blocks that frees enough, in one go (candidate_search.cpp,
-// Note [Window search]); when no window qualifies it falls back to one scored choice.
+// Note [Window search]), or for a contiguous request that no window serves, a whole
+// segment (Note [Segment fallback]); when even that finds nothing, one scored choice.
 // Each request also samples fragmentation: the free bytes within the budget at that
 // moment (large at a contiguous request: memory was free, just not in one piece).
 uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
