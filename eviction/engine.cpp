@@ -207,13 +207,23 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
     rec.outputs.push_back(t);
     outputs.push_back(t);
   }
+  bool alias_output = false;
+  for (const OutputSpec& spec : specs) alias_output |= spec.alias >= 0;
   for (TensorId in : inputs) {
-    auto& children = tensors_[in].children;
-    children.insert(children.end(), rec.outputs.begin(), rec.outputs.end());
+    TensorRec& trec = tensors_[in];
+    // Note [Children of discarded storages]
+    if (trec.children.size() >= 64 && trec.children.size() >= 2 * trec.children_kept)
+      compact_children(in);
+    trec.children.insert(trec.children.end(), rec.outputs.begin(), rec.outputs.end());
   }
   if (track_eq_) {
-    // New edges may join storages to evicted inputs: Note [Evicted neighbour count].
-    for (TensorId in : inputs) recount_evicted_neighbors(tensors_[in].storage);
+    // New edges may join storages to evicted inputs: Note [Evicted neighbour count]. An
+    // input gains only this op's outputs as neighbours, and a new output storage was never
+    // evicted, so an input's count can change only through an alias output (a storage
+    // that existed before).
+    if (alias_output)
+      for (TensorId in : inputs)
+        if (!storages_[tensors_[in].storage].pinned) recount_evicted_neighbors(tensors_[in].storage);
     for (TensorId out : rec.outputs) recount_evicted_neighbors(tensors_[out].storage);
   }
   ++stats_.num_ops;
@@ -226,6 +236,100 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
   }
   if (config_.debug >= 3) check_invariants();
   return status;
+}
+
+// Note [Recording an op that ran]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The simulator asks the engine to run each op; a live host (PyTorch) has to run it first:
+// only then does it know the outputs' sizes, and the op's own allocations go through the
+// allocator, which may ask the engine to evict meanwhile (the host locks the inputs with
+// lock_tensors first). record() goes through exactly the steps of call(), so the pool
+// order, clock and stats are the simulator's, except that compute() does not call the
+// host for this op: its outputs already exist.
+Status Engine::record(uint64_t compute_ns, const std::vector<TensorId>& inputs,
+                      const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs) {
+  for (TensorId in : inputs)
+    DTR_CHECK(tensors_[in].defined, "record: an input of an op that ran is not defined");
+  op_already_ran_ = true;
+  Status status = call(compute_ns, inputs, specs, outputs);
+  op_already_ran_ = false;
+  return status;
+}
+
+Status Engine::record_constant(uint64_t size_bytes, TensorId& out) {
+  std::vector<TensorId> outs;
+  Status status = record(0, {}, {OutputSpec{size_bytes, -1}}, outs);
+  out = outs[0];
+  if (!status.ok()) return status;
+  return pin(out);
+}
+
+Status Engine::lock_tensors(const std::vector<TensorId>& ts) {
+  // Defined inputs first: rematerializing an evicted one may evict, and must not take
+  // another input away (ARCHITECTURE.md "Proven" 7).
+  std::vector<char> locked(ts.size(), 0);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!tensors_[ts[i]].defined) continue;
+    lock(tensors_[ts[i]].storage);
+    locked[i] = 1;
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (locked[i]) continue;
+    if (!tensors_[ts[i]].defined) {
+      Status status = run_materialize(ts[i], /*remat=*/true);
+      if (!status.ok()) {
+        for (size_t j = 0; j < ts.size(); ++j)
+          if (locked[j]) unlock(tensors_[ts[j]].storage);
+        return status;
+      }
+    }
+    lock(tensors_[ts[i]].storage);
+    locked[i] = 1;
+  }
+  if (config_.debug >= 3) check_invariants();
+  return Status::success();
+}
+
+void Engine::unlock_tensors(const std::vector<TensorId>& ts) {
+  for (TensorId t : ts) unlock(tensors_[t].storage);
+}
+
+// Note [Discarding]
+// ~~~~~~~~~~~~~~~~~
+// A live host learns late that a storage is dead (its tensors were dropped while lineage
+// still refers to it) and later still that no live storage can ever be rematerialized
+// through it. Eager eviction (release) frees the first kind unless it is pinned: a
+// seeded-random output such as a dropout mask, or an old parameter value kept for the
+// lineage that read it. discard() frees such a storage for good; the host must never
+// name it again.
+void Engine::discard(StorageId s) {
+  StorageRec& rec = storages_[s];
+  rec.discarded = true;
+  if (rec.pinned) {
+    rec.pinned = false;
+    stats_.pinned_current -= rec.size_bytes;
+    if (track_eq_) recount_evicted_neighbors(s);  // not kept while pinned
+    unlock(s);
+  }
+  if (rec.material && rec.locks == 0) evict(s, /*eager=*/true);
+  if (config_.debug >= 3) check_invariants();
+}
+
+// Note [Children of discarded storages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A live host never forgets an op, and a tensor that every step reads (a parameter, a
+// constant) gains children every step: walking them (eq-class counts, a host's walk of
+// descendants) would grow with the length of the run. Children whose storage was
+// discarded are never needed again, so a children list is compacted whenever it has
+// doubled since its last compaction: amortized O(1) per edge.
+void Engine::compact_children(TensorId t) {
+  TensorRec& trec = tensors_[t];
+  trec.children.erase(std::remove_if(trec.children.begin(), trec.children.end(),
+                                     [&](TensorId c) {
+                                       return storages_[tensors_[c].storage].discarded;
+                                     }),
+                      trec.children.end());
+  trec.children_kept = static_cast<uint32_t>(trec.children.size());
 }
 
 Status Engine::constant(uint64_t size_bytes, TensorId& out) {
@@ -379,6 +483,15 @@ StorageId Engine::choose_victim() {
              : search.sample(config_.sample_size, stats_.candidates_scored);
 }
 
+bool Engine::drop(StorageId s) {
+  if (s >= storages_.size() || storages_[s].pool_index < 0) return false;
+  evict(s, /*eager=*/true);
+  --stats_.num_eager_evictions;  // not a release: counted as a plan drop instead
+  ++stats_.num_plan_drops;
+  if (config_.debug >= 3) check_invariants();
+  return true;
+}
+
 // --- materialization ------------------------------------------------------------------------
 
 void Engine::enter_frame(TensorId t, bool remat) {
@@ -448,6 +561,7 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     held_.resize(held_begin);
     pending_.resize(pending_begin);
     frames_.pop_back();
+    if (is_remat) hooks_->after_remat(tensors_[t].op);
     if (config_.max_remat_ns != 0 && stats_.remat_compute_ns > config_.max_remat_ns)
       return abandon(Status::thrashing());
   }
@@ -508,7 +622,8 @@ void Engine::compute(TensorId t, bool remat) {
   const OpId op_id = tensors_[t].op;
   const OpRec& op = ops_[op_id];
   // The host runs the op while its outputs are not yet material: Note [Budget owner].
-  hooks_->on_compute(op_id, remat);
+  // A recorded op has run already: Note [Recording an op that ran].
+  if (remat || !op_already_ran_) hooks_->on_compute(op_id, remat);
   clock_.advance(op.compute_ns);
   if (remat) {
     stats_.remat_compute_ns += op.compute_ns;
@@ -739,7 +854,7 @@ bool Engine::is_valid(std::string* why) const {
     if (refs != rec.ext_refs) return fail("storage " + std::to_string(s) + " ref count mismatch");
     if (track_eq_ && rec.material && rec.eq_node != kNoId)
       return fail("material storage still in an eq class");
-    if (track_eq_) {
+    if (track_eq_ && !rec.pinned) {  // not kept while pinned: Engine::call
       uint32_t evicted = 0;
       for_each_neighbor(s, [&](StorageId n) {
         evicted += !storages_[n].material && storages_[n].eq_node != kNoId;

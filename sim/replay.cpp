@@ -10,6 +10,8 @@
 // the argument's name moves to it, and the old version is released, so lineages that read
 // the old value keep reading it. At the end every tensor still referenced is
 // rematerialized if needed and pinned: the step's results must exist when it returns.
+// With a warm-start plan, a PlanGuide (eviction/plan_guide.h) is the engine's hooks and
+// sees the end of every event: after a CALL, MUTATE or CONSTANT it is told the op.
 #include "dtr/sim/replay.h"
 
 #include <chrono>
@@ -113,6 +115,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
   o.memory = parse_memory_model(config.allocator);
+  o.plan_path = config.plan;
   return o;
 }
 
@@ -123,19 +126,21 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Runs the events; returns the first failure.
-Status run_events(const Trace& trace, Engine& engine) {
+// Runs the events; returns the first failure. `guide` (may be null) follows a plan.
+Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide) {
   std::vector<TensorId> tensor_of(trace.names.size(), kNoId);
   std::vector<TensorId> inputs, outputs;
   std::vector<OutputSpec> specs;
   Status status;
   for (const TraceEvent& ev : trace.events) {
+    OpId op = kNoId;  // the op this event recorded, for the guide
     switch (ev.kind) {
       case TraceEventKind::annotate: break;
       case TraceEventKind::constant: {
         TensorId t;
         status = engine.constant(ev.results[0].size_bytes, t);
         tensor_of[ev.results[0].name] = t;
+        op = engine.op_of(t);
         break;
       }
       case TraceEventKind::call: {
@@ -147,6 +152,7 @@ Status run_events(const Trace& trace, Engine& engine) {
         // output (an op has at least one) and drop it at once.
         if (specs.empty()) specs.push_back(OutputSpec{0, -1});
         status = engine.call(ev.time_ns, inputs, specs, outputs);
+        op = engine.op_of(outputs[0]);
         for (size_t i = 0; i < ev.results.size(); ++i) tensor_of[ev.results[i].name] = outputs[i];
         if (ev.results.empty() && status.ok()) engine.release(outputs[0]);
         break;
@@ -158,6 +164,7 @@ Status run_events(const Trace& trace, Engine& engine) {
           specs.push_back(OutputSpec{engine.storage_size(engine.storage_of(inputs[m])), -1});
         status = engine.call(ev.time_ns, inputs, specs, outputs);
         if (!status.ok()) break;
+        op = engine.op_of(outputs[0]);
         for (size_t i = 0; i < ev.mutated.size(); ++i) {
           const NameId name = ev.args[ev.mutated[i]];
           const TensorId old = tensor_of[name];
@@ -186,6 +193,7 @@ Status run_events(const Trace& trace, Engine& engine) {
       case TraceEventKind::pin: status = engine.pin(tensor_of[ev.dst]); break;
     }
     if (!status.ok()) return status;
+    if (guide) guide->end_op(engine, op);
   }
   // The step's results: everything still referenced must be material at the end.
   for (NameId n = 0; n < tensor_of.size(); ++n) {
@@ -193,6 +201,7 @@ Status run_events(const Trace& trace, Engine& engine) {
     if (t == kNoId || engine.external_refs(t) == 0) continue;
     status = engine.pin(t);
     if (!status.ok()) return status;
+    if (guide) guide->end_op(engine);
   }
   return status;
 }
@@ -247,10 +256,21 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
     memory.engine_allocates = true;
   }
   result.allocator = options.memory == ReplayOptions::Memory::fake ? "fake" : "none";
+  if (!options.plan_path.empty() && !options.plan_hints)
+    throw ConfigError("dtr: plan '" + options.plan_path +
+                      "' was not loaded; the simulator's host loads it for the trace "
+                      "(planner/warm_start.h: load_warm_start)");
+  std::unique_ptr<PlanGuide> guide;
+  if (options.plan_hints) {
+    guide = std::make_unique<PlanGuide>(*options.plan_hints);
+    result.plan = options.plan_hints->source;
+  }
   {
-    Engine engine(config, registry.make(options.policy, params), clock, nullptr, memory);
-    result.status = run_events(trace, engine);
+    Engine engine(config, registry.make(options.policy, params), clock, guide.get(), memory);
+    if (guide) guide->bind(engine);
+    result.status = run_events(trace, engine, guide.get());
     result.stats = engine.stats();
+    if (guide) result.plan_departure = guide->departure();
     if (allocator) {
       const AllocatorStats astats = allocator->stats();
       result.allocator_stats = astats;
@@ -295,6 +315,11 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["fragmentation"] = r.fragmentation;
   j["contiguous_failures"] = r.contiguous_failures;
   j["wall_seconds"] = r.wall_seconds;
+  j["plan"] = r.plan;
+  j["plan_drops"] = r.stats.num_plan_drops;
+  j["plan_departure"] = r.plan_departure;
+  j["eviction_searches"] = r.stats.eviction_searches;
+  j["candidates_scored"] = r.stats.candidates_scored;
   j["stats"] = r.stats.to_json();
   if (r.allocator == "fake") j["allocator_stats"] = r.allocator_stats.to_json();
   return j;

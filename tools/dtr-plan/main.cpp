@@ -2,7 +2,7 @@
 //
 //   dtr-plan --trace F|--graph G --budget 0.4|300M --method NAME [--out plan.json]
 //   dtr-plan eval --trace F|--graph G --plan plan.json
-//   dtr-plan compare --trace F --budgets 0.2:0.9:0.1 [--csv F] [--svg F]
+//   dtr-plan compare --trace F --budgets 0.2:0.9:0.1 [--warm dtr_eq] [--csv F] [--svg F]
 //   dtr-plan methods
 //
 // A thin main over the planner library (docs/planner.md). A budget ratio refers to the
@@ -27,6 +27,7 @@
 #include "dtr/planner/plan.h"
 #include "dtr/planner/plan_eval.h"
 #include "dtr/planner/planner.h"
+#include "dtr/planner/warm_start.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/svg_plot.h"
 #include "dtr/sim/sweep.h"
@@ -106,10 +107,13 @@ void print_result(const Input& in, const dtr::PlanResult& r) {
 struct Row {
   double ratio;
   uint64_t budget_bytes;
-  std::string kind, method, status;
+  std::string kind, method, status;  // kind: static, dynamic, warm (a policy + a plan)
   double overhead;
   uint64_t peak_bytes, compute_ns;
-  double seconds;
+  double seconds;  // solve time (static) or replay wall time (dynamic, warm)
+  // Dynamic and warm rows: heuristic evictions, eviction searches, candidates scored, and
+  // the storages the plan dropped (warm).
+  uint64_t evictions = 0, searches = 0, scored = 0, plan_drops = 0;
 };
 
 }  // namespace
@@ -134,12 +138,16 @@ int main(int argc, char** argv) {
   eval->add_option("--plan", eval_plan, "plan file")->required();
 
   std::string cmp_trace, cmp_graph, cmp_budgets = "0.2:0.9:0.1", cmp_methods, cmp_policies, cmp_csv, cmp_svg;
+  std::string cmp_warm;
   CLI::App* compare = app.add_subcommand("compare", "every method and dynamic policy at each budget");
   compare->add_option("--trace", cmp_trace, "trace file");
   compare->add_option("--graph", cmp_graph, "graph file (static methods only)");
   compare->add_option("--budgets", cmp_budgets, "START:STOP:STEP or a comma list of ratios")->capture_default_str();
   compare->add_option("--methods", cmp_methods, "comma-separated methods (default: all)");
   compare->add_option("--policies", cmp_policies, "comma-separated dynamic policies (default: all)");
+  compare->add_option("--warm", cmp_warm,
+                      "comma-separated policies to also run warm-started from each budget's best "
+                      "static plan (rows of kind `warm`; needs --trace)");
   compare->add_option("--csv", cmp_csv, "write the rows as CSV here");
   compare->add_option("--svg", cmp_svg, "plot overhead against budget here (SVG)");
 
@@ -189,6 +197,12 @@ int main(int argc, char** argv) {
       if (!policies.empty() && !in.have_trace)
         throw dtr::PlanError("dynamic policies need --trace, not --graph; drop --policies");
       for (const std::string& p : policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
+      const std::vector<std::string> warm_policies = split_list(cmp_warm);
+      if (!warm_policies.empty() && !in.have_trace)
+        throw dtr::PlanError("--warm replays the trace: give --trace, not --graph");
+      if (!warm_policies.empty() && planners.empty())
+        throw dtr::PlanError("--warm needs at least one static method (--methods)");
+      for (const std::string& p : warm_policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
       popts.trace_name = in.name;
 
       std::vector<Row> rows;
@@ -197,8 +211,20 @@ int main(int argc, char** argv) {
         std::printf("budget %.2f = %s\n  %-8s %-18s %-12s %9s %12s %10s\n", ratio,
                     dtr::format_bytes(budget).c_str(), "kind", "method", "status", "overhead", "peak", "seconds");
         auto print = [](const Row& r) {
-          std::printf("  %-8s %-18s %-12s %9.4f %12s %10.3f\n", r.kind.c_str(), r.method.c_str(),
+          std::printf("  %-8s %-18s %-12s %9.4f %12s %10.3f", r.kind.c_str(), r.method.c_str(),
                       r.status.c_str(), r.overhead, dtr::format_bytes(r.peak_bytes).c_str(), r.seconds);
+          if (r.kind != "static")
+            std::printf("  searches %llu, drops %llu", (unsigned long long)r.searches,
+                        (unsigned long long)r.plan_drops);
+          std::printf("\n");
+        };
+        // The plan warm rows start from: the cheapest feasible one, else the least peak.
+        dtr::PlanResult best_plan;
+        bool have_plan = false;
+        auto better = [](const dtr::PlanResult& a, const dtr::PlanResult& b) {
+          if (a.feasible != b.feasible) return a.feasible;
+          return a.feasible ? a.predicted_compute_ns < b.predicted_compute_ns
+                            : a.predicted_peak_bytes < b.predicted_peak_bytes;
         };
         for (auto& planner : planners) {
           Row row{ratio, budget, "static", planner->name(), "", NAN, 0, 0, 0};
@@ -209,35 +235,60 @@ int main(int argc, char** argv) {
             row.compute_ns = r.predicted_compute_ns;
             row.overhead = double(r.predicted_compute_ns) / double(std::max<uint64_t>(1, in.graph.total_compute_ns()));
             row.seconds = r.solve_seconds;
+            if (!have_plan || better(r, best_plan)) best_plan = r, have_plan = true;
           } catch (const dtr::PlanError& e) {
             row.status = "below-op-need";
           }
           print(row);
           rows.push_back(row);
         }
+        auto dynamic_row = [&](const std::string& kind, const std::string& label,
+                               const dtr::ReplayOptions& ro) {
+          const dtr::ReplayResult r = dtr::replay(in.trace, in.baseline, ro);
+          Row row{ratio, r.budget_bytes, kind, label, r.status_name, r.overhead,
+                  r.peak_bytes, r.compute_ns, r.wall_seconds};
+          row.evictions = r.stats.num_evictions;
+          row.searches = r.stats.eviction_searches;
+          row.scored = r.stats.candidates_scored;
+          row.plan_drops = r.stats.num_plan_drops;
+          print(row);
+          rows.push_back(row);
+        };
         for (const std::string& policy : policies) {
           dtr::ReplayOptions ro;
           ro.policy = policy;
           ro.budget.kind = dtr::Budget::Kind::ratio;
           ro.budget.ratio = ratio;
           ro.memory = dtr::ReplayOptions::Memory::none;  // byte accounting, like the evaluator
-          const dtr::ReplayResult r = dtr::replay(in.trace, in.baseline, ro);
-          Row row{ratio, r.budget_bytes, "dynamic", policy, r.status_name, r.overhead,
-                  r.peak_bytes, r.compute_ns, r.wall_seconds};
-          print(row);
-          rows.push_back(row);
+          dynamic_row("dynamic", policy, ro);
+        }
+        if (!warm_policies.empty() && have_plan) {
+          const auto hints = std::make_shared<const dtr::PlanHints>(
+              dtr::plan_hints(in.graph, best_plan.plan, best_plan.plan.method));
+          for (const std::string& policy : warm_policies) {
+            dtr::ReplayOptions ro;
+            ro.policy = policy;
+            ro.budget.kind = dtr::Budget::Kind::ratio;
+            ro.budget.ratio = ratio;
+            ro.memory = dtr::ReplayOptions::Memory::none;
+            ro.plan_hints = hints;
+            dynamic_row("warm", policy + "+" + best_plan.plan.method, ro);
+          }
         }
       }
       if (!cmp_csv.empty()) {
         std::ofstream csv(cmp_csv);
         if (!csv) throw dtr::PlanError(cmp_csv + ": cannot open for writing");
-        csv << "trace,budget_ratio,budget_bytes,kind,method,status,overhead,peak_bytes,compute_ns,seconds\n";
+        csv << "trace,budget_ratio,budget_bytes,kind,method,status,overhead,peak_bytes,compute_ns,seconds,"
+               "evictions,eviction_searches,candidates_scored,plan_drops\n";
         for (const Row& r : rows) {
           char buf[512];
-          std::snprintf(buf, sizeof buf, "%s,%.4f,%llu,%s,%s,%s,%.6f,%llu,%llu,%.6f\n", in.name.c_str(),
-                        r.ratio, (unsigned long long)r.budget_bytes, r.kind.c_str(), r.method.c_str(),
-                        r.status.c_str(), r.overhead, (unsigned long long)r.peak_bytes,
-                        (unsigned long long)r.compute_ns, r.seconds);
+          std::snprintf(buf, sizeof buf, "%s,%.4f,%llu,%s,%s,%s,%.6f,%llu,%llu,%.6f,%llu,%llu,%llu,%llu\n",
+                        in.name.c_str(), r.ratio, (unsigned long long)r.budget_bytes, r.kind.c_str(),
+                        r.method.c_str(), r.status.c_str(), r.overhead, (unsigned long long)r.peak_bytes,
+                        (unsigned long long)r.compute_ns, r.seconds, (unsigned long long)r.evictions,
+                        (unsigned long long)r.searches, (unsigned long long)r.scored,
+                        (unsigned long long)r.plan_drops);
           csv << buf;
         }
       }
@@ -248,7 +299,7 @@ int main(int argc, char** argv) {
         panel.y_label = "overhead (compute / baseline)";
         std::vector<std::string> labels;
         for (const Row& r : rows) {
-          const std::string label = (r.kind == "static" ? "plan:" : "") + r.method;
+          const std::string label = (r.kind == "static" ? "plan:" : r.kind == "warm" ? "warm:" : "") + r.method;
           size_t k = 0;
           while (k < labels.size() && labels[k] != label) ++k;
           if (k == labels.size()) {

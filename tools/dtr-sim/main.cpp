@@ -2,7 +2,8 @@
 //
 // A thin main over the sim library: `run` (one replay), `sweep` (a grid of replays on all
 // cores, CSV + SVG), `convert` (a trace to our versioned format), `policies` (the
-// heuristic registry), `options` (the options table).
+// heuristic registry), `options` (the options table). `run --plan` (or DTR_PLAN) warm-starts
+// the policy from a static plan made by dtr-plan for the same trace (docs/planner.md).
 // Options come from DTR_CONF / DTR_* first, then from the flags. Bad input (a malformed
 // trace, an unknown policy or option, a bad budget) exits with code 2 and a message that
 // names the file and line or the valid values; it never crashes.
@@ -17,6 +18,8 @@
 #include "dtr/core/options.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/heuristic_registry.h"
+#include "dtr/planner/graph.h"
+#include "dtr/planner/warm_start.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 
@@ -73,6 +76,17 @@ std::string format_result(const dtr::ReplayResult& r) {
                   (unsigned long long)r.contiguous_failures);
     out += buf;
   }
+  if (!r.plan.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "  warm start from %s: %llu plan drops, %llu eviction searches (%llu candidates "
+                  "scored)%s%s\n",
+                  r.plan.c_str(), (unsigned long long)r.stats.num_plan_drops,
+                  (unsigned long long)r.stats.eviction_searches,
+                  (unsigned long long)r.stats.candidates_scored,
+                  r.plan_departure.empty() ? "" : "; departed from the plan: ",
+                  r.plan_departure.c_str());
+    out += buf;
+  }
   if (r.status.code == dtr::StatusCode::oom) out += "  " + r.status.message() + "\n";
   return out;
 }
@@ -84,12 +98,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   CommonFlags run_flags;
-  std::string run_trace, run_policy, run_budget;
+  std::string run_trace, run_policy, run_budget, run_plan;
   bool run_json = false;
   CLI::App* run = app.add_subcommand("run", "replay one trace under one policy and budget");
   run->add_option("--trace", run_trace, "trace file (DTR log or dtr trace format)")->required();
   run->add_option("--policy", run_policy, "eviction policy (see `dtr-sim policies`)");
   run->add_option("--budget", run_budget, "ratio of the baseline peak (0.3) or bytes (300M)");
+  run->add_option("--plan", run_plan,
+                  "warm start from this plan (dtr-plan --out) made for the same trace (option `plan`)");
   run->add_flag("--json", run_json, "print one JSON object instead of text");
   run_flags.add_to(*run);
 
@@ -162,11 +178,13 @@ int main(int argc, char** argv) {
     if (*run) {
       if (!run_policy.empty()) config.set("policy", run_policy);
       if (!run_budget.empty()) config.set("budget", run_budget);
+      if (!run_plan.empty()) config.set("plan", run_plan);
       run_flags.apply(config);
       const dtr::Trace trace = dtr::read_trace(run_trace);
       const dtr::Baseline baseline = dtr::compute_baseline(trace);
-      const dtr::ReplayResult result =
-          dtr::replay(trace, baseline, dtr::ReplayOptions::from_config(config));
+      dtr::ReplayOptions ro = dtr::ReplayOptions::from_config(config);
+      if (!ro.plan_path.empty()) ro.plan_hints = dtr::load_warm_start(trace, ro.plan_path);
+      const dtr::ReplayResult result = dtr::replay(trace, baseline, ro);
       if (run_json)
         std::cout << dtr::to_json(result).dump() << "\n";
       else
@@ -175,6 +193,11 @@ int main(int argc, char** argv) {
     }
     if (*sweep) {
       sweep_flags.apply(config);
+      if (!config.plan.empty())
+        throw dtr::ConfigError("dtr: plan '" + config.plan +
+                               "' (DTR_PLAN or DTR_CONF): a plan is made for one trace and one "
+                               "budget; warm-start with `dtr-sim run --plan`, or compare cold and "
+                               "warm with `dtr-plan compare --warm`");
       dtr::SweepSpec spec;
       spec.trace_paths = sweep_traces;
       spec.base = dtr::ReplayOptions::from_config(config);
@@ -202,6 +225,9 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const dtr::TraceError& e) {
+    std::fprintf(stderr, "dtr-sim: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const dtr::PlanError& e) {
     std::fprintf(stderr, "dtr-sim: %s\n", e.what());
     return kExitBadInput;
   } catch (const dtr::ConfigError& e) {

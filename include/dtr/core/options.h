@@ -56,6 +56,13 @@ struct Budget {
   X(debug, uint32_t, "debug", "DTR_DEBUG", "0",                                                    \
     "0..3; at 3 the engine checks all its invariants after every operation (slow)")              \
   X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")            \
+  X(plan, std::string, "plan", "DTR_PLAN", "",                                                     \
+    "warm start: follow this static plan (`dtr-plan --out`) made for the trace being run: drop "  \
+    "what it recomputes, keep its checkpoints, fall back to the policy where the run departs "   \
+    "from it (docs/planner.md)")                                                                  \
+  X(remat, bool, "remat", "DTR_REMAT", "True",                                                    \
+    "PyTorch: record lineage, evict and rematerialize under the budget; False = the caching "    \
+    "allocator and its hard budget only (a baseline run)")                                       \
   X(report, bool, "report", "DTR_REPORT", "False", "print a summary of the run at exit")
 
 struct Config {

@@ -26,6 +26,10 @@ namespace dtr {
   X(num_ops, "dtr.num_ops", "ops recorded")                                                         \
   X(num_evictions, "dtr.num_evictions", "storages evicted to make room (heuristic choices)")        \
   X(num_eager_evictions, "dtr.num_eager_evictions", "storages evicted at their last release")      \
+  X(num_plan_drops, "dtr.num_plan_drops",                                                          \
+    "storages dropped because a warm-start plan drops them (eviction/plan_guide.h)")              \
+  X(plan_departures, "dtr.plan_departures",                                                       \
+    "1 once the program departed from the warm-start plan's graph (the guide then stops)")       \
   X(num_remats, "dtr.num_remats", "ops re-run to rematerialize a storage")                         \
   X(evicted_bytes, "dtr.evicted_bytes", "bytes freed by heuristic evictions")                      \
   X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")             \

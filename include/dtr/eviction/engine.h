@@ -84,6 +84,10 @@ class EngineHooks {
   virtual void on_compute(OpId op, bool remat) {}
   // Storage `s` lost its memory (heuristic eviction or eager eviction of a dead storage).
   virtual void on_evict(StorageId s) {}
+  // Remat `op` ran and its inputs were unlocked, inside a materialization: the host may
+  // drop (Engine::drop) storages that are not locked, as a warm-start plan does with
+  // intermediates it no longer needs (eviction/plan_guide.h).
+  virtual void after_remat(OpId op) {}
 };
 
 // The caching allocator the engine works with, if any (see the header comment).
@@ -123,6 +127,28 @@ class Engine {
   uint64_t free_for_allocator(uint64_t bytes_needed, bool contiguous);
   // The storage the policy would evict now (the pool must not be empty); evicts nothing.
   StorageId choose_victim();
+  // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not
+  // to make room; counted in dtr.num_plan_drops. False, and nothing done, when `s` is not
+  // evictable (evicted, locked or pinned).
+  bool drop(StorageId s);
+
+  // --- hosts that run an op before recording it (the torch integration) -----------------
+  // Note [Recording an op that ran]. Like call(), but the op has already run: its inputs
+  // must be defined (lock_tensors), its outputs are material on return, and the host is
+  // not asked to compute it (on_compute comes only for remats).
+  Status record(uint64_t compute_ns, const std::vector<TensorId>& inputs,
+                const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs);
+  // A storage the engine cannot recompute (external memory, a seeded-random op's output):
+  // recorded as an op without inputs, then pinned.
+  Status record_constant(uint64_t size_bytes, TensorId& out);
+  // Makes every tensor of `ts` defined and locks its storage, until unlock_tensors(ts)
+  // with the same list (a tensor may appear twice). Defined tensors are locked first, so
+  // rematerializing one input never evicts another. On failure nothing stays locked.
+  Status lock_tensors(const std::vector<TensorId>& ts);
+  void unlock_tensors(const std::vector<TensorId>& ts);
+  // The host promises `s` will never be read again, nor rematerialized through: unpins it
+  // and evicts it if material and unlocked (Note [Discarding]).
+  void discard(StorageId s);
 
   // Block owners in the allocator: storage s <-> s + 1 (0 is "no owner").
   static uint64_t owner_of(StorageId s) { return uint64_t{s} + 1; }
@@ -157,6 +183,10 @@ class Engine {
   bool is_material(StorageId s) const { return storages_[s].material; }
   bool is_pinned(StorageId s) const { return storages_[s].pinned; }
   bool is_evictable(StorageId s) const { return storages_[s].pool_index >= 0; }
+  bool is_locked(StorageId s) const { return storages_[s].locks > 0; }
+  uint32_t storage_refs(StorageId s) const { return storages_[s].ext_refs; }
+  const std::vector<TensorId>& storage_tensors(StorageId s) const { return storages_[s].tensors; }
+  const std::vector<TensorId>& tensor_children(TensorId t) const { return tensors_[t].children; }
   uint64_t pool_seq(StorageId s) const { return storages_[s].pool_seq; }
   const std::vector<StorageId>& pool() const { return pool_; }
   Tick last_access(StorageId s) const { return storages_[s].last_access; }
@@ -187,6 +217,7 @@ class Engine {
     mutable uint32_t visit_epoch = 0;
     bool material = false;
     bool pinned = false;
+    bool discarded = false;  // Engine::discard: Note [Children of discarded storages]
     void* memory = nullptr;         // the allocator block, when the engine allocates
     std::vector<TensorId> tensors;  // root first, then aliases
   };
@@ -196,6 +227,7 @@ class Engine {
     uint32_t ext_refs = 0;
     bool defined = false;
     std::vector<TensorId> children;  // outputs of ops that read this tensor
+    uint32_t children_kept = 0;      // size after the last compact_children
   };
   struct OpRec {
     uint64_t compute_ns = 0;
@@ -228,6 +260,7 @@ class Engine {
   void pool_remove(StorageId s);
   OomInfo oom_info(uint64_t requested) const;
   void check_invariants() const;
+  void compact_children(TensorId t);
 
 
   uint32_t eq_find(uint32_t node) const;
@@ -245,6 +278,7 @@ class Engine {
   EngineHooks default_hooks_;
   EngineHooks* hooks_;
   bool track_eq_ = false;
+  bool op_already_ran_ = false;  // Note [Recording an op that ran]
 
   std::vector<StorageRec> storages_;
   std::vector<TensorRec> tensors_;

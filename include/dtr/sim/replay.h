@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -19,6 +20,7 @@
 #include "dtr/core/trace.h"
 #include "dtr/eviction/engine.h"
 #include "dtr/eviction/heuristic_registry.h"
+#include "dtr/eviction/plan_guide.h"
 
 namespace dtr {
 
@@ -40,6 +42,11 @@ struct ReplayOptions {
   // exactly the budget (Note [Fake device] in replay.cpp), or byte accounting only.
   enum class Memory : uint8_t { fake, none };
   Memory memory = Memory::fake;
+  // Warm start (option `plan`; eviction/plan_guide.h): the plan file, and the hints the
+  // planner layer made from it for this trace (planner/warm_start.h, load_warm_start).
+  // The simulator reads no plan files: a plan_path without hints is a ConfigError.
+  std::string plan_path;
+  std::shared_ptr<const PlanHints> plan_hints;
 
   static ReplayOptions from_config(const Config& config);
 };
@@ -65,6 +72,10 @@ struct ReplayResult {
   double fragmentation = 0;            // mean free bytes in the budget / budget at evictions
   uint64_t contiguous_failures = 0;    // allocations that failed with enough free bytes
   AllocatorStats allocator_stats;      // the allocator's own counters at the end
+  // Warm start: the hints' source ("" for a cold run) and, if the program departed from
+  // the plan's graph, where (the guide then stopped). Drops: stats.num_plan_drops.
+  std::string plan;
+  std::string plan_departure;
   double wall_seconds = 0;
 };
 
