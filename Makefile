@@ -50,12 +50,12 @@ demo: build
 	$(BUILD)/bin/dtr-sim sweep --trace $(RESNET) --policies dtr_eq,dtr,dtr_local,msps,lru,size,random,coop \
 	  --budgets 0.1:0.9:0.1 --csv $(BUILD)/demo-sweep.csv --svg $(BUILD)/demo-sweep.svg
 	@echo "wrote $(BUILD)/demo-sweep.csv and $(BUILD)/demo-sweep.svg"
-	@echo "== an unmodified PyTorch script (tests/torch/scripts/mlp.py) under a 64M hard budget =="
-	@echo "   (allocator hook and budget only: eviction in PyTorch is not built yet, docs/torch.md)"
-	$(BUILD)/bin/dtr-run --budget 64M --report -- /usr/bin/python3 tests/torch/scripts/mlp.py --steps 3
+	@echo "== an unmodified PyTorch training script (torchvision resnet18), without and under half its peak =="
+	/usr/bin/python3 tools/torch_demo.py --fraction 0.5 --steps 4
 
 bench: build
 	$(BUILD)/bin/dtr-bench --benchmark_counters_tabular=true
+	/usr/bin/python3 bench/torch_step_time.py --rounds 5
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

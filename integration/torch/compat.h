@@ -29,13 +29,21 @@
 //    RuntimeError); earlier releases have only c10::Error (DTR_TORCH_HAS_OOM_ERROR).
 //  - Batch norm: 1.13's native_batch_norm mutates running stats without an `(a!)`
 //    annotation; 2.x adds _native_batch_norm_legit / _native_batch_norm_legit_no_training
-//    with proper annotations. The eviction part's never-recompute table keys on this.
+//    with proper annotations. kHiddenWriteBatchNorm names the op whose running stats are
+//    treated as written (Note [Batch norm] in dispatch_hook.cpp). The 2.x `_legit` variants
+//    carry annotations and need no special case; whether 2.x's native_batch_norm schema is
+//    annotated is not checked here: keep the name until a 2.x build shows (a!) on it.
+//  - The dispatch key of the fallback (kDtrKey): `Fake` is unused by core PyTorch 1.13.
+//    2.x keeps the enumerator but Python's FakeTensor mode uses the Python key, not it;
+//    check DispatchKey.h of the target release before porting.
+//  - Op tags (at::Tag::nondeterministic_seeded, inplace_view) exist from 1.13.
 //
 // Lock rules: none here; every function is a thin wrapper.
 #pragma once
 
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/DispatchKey.h>
 #include <torch/version.h>
 
 #include <cstddef>
@@ -52,6 +60,10 @@
 #define DTR_TORCH_HAS_OOM_ERROR DTR_TORCH_VERSION_AT_LEAST(1, 13)
 
 namespace dtr::torch_compat {
+
+// Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
+constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;
+constexpr const char* kHiddenWriteBatchNorm = "aten::native_batch_norm";
 
 // The version this library was compiled against, "1.13".
 std::string compiled_torch_version();

@@ -29,12 +29,11 @@
 //
 // Note [Eviction hook-up]
 // ~~~~~~~~~~~~~~~~~~~~~~~
-// This increment installs the allocator only: when a request does not fit, the
-// out-of-memory chain has no eviction step and ends in PyTorch's out-of-memory error.
-// The eviction part (issue #4, next increment) builds an EvictionCallback from the same
-// Config (policy, search, sample, seed) and hands it to TorchRuntime::attach_eviction,
-// which owns it and passes it to CachingAllocator::set_eviction_callback. The allocator
-// then calls it, without its lock, before giving up.
+// After the allocator, the initializer starts the lineage (lineage.h): the DTR engine,
+// built from the same Config (policy, search, sample, seed, debug), becomes the
+// allocator's eviction callback, and the dispatcher fallback starts recording on the
+// loading thread. From then on a request that does not fit the budget evicts before the
+// out-of-memory error is raised.
 //
 // Lock rules: the runtime pointer is published once (release) and read with acquire;
 // everything after that is the CachingAllocator's (one mutex).
@@ -60,6 +59,7 @@
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
 #include "integration/torch/cpu_allocator.h"
+#include "integration/torch/lineage.h"
 
 namespace dtr::torch_integration {
 
@@ -78,13 +78,6 @@ class TorchRuntime {
   // The process that loaded the library (a forked DataLoader worker is another one).
   pid_t pid() const { return pid_; }
 
-  // Note [Eviction hook-up]: the eviction part's entry point. Call before any tensor is
-  // allocated on another thread.
-  void attach_eviction(std::unique_ptr<EvictionCallback> callback) {
-    allocator_.set_eviction_callback(callback.get());
-    eviction_ = std::move(callback);
-  }
-
  private:
   static AllocatorConfig allocator_config(const Config& config, uint64_t budget_bytes) {
     AllocatorConfig out;
@@ -95,7 +88,6 @@ class TorchRuntime {
 
   const Config config_;
   CachingAllocator allocator_;
-  std::unique_ptr<EvictionCallback> eviction_;  // null until the eviction part lands
   const pid_t pid_;
 };
 
@@ -191,6 +183,13 @@ void report_at_exit() {
   summary["allocation.all.allocated"] = stats.allocation.all.allocated;
   summary["num_alloc_retries"] = stats.num_alloc_retries;
   summary["num_ooms"] = stats.num_ooms;
+  const Stats engine = lineage_stats();
+  summary["dtr.num_ops"] = engine.num_ops;
+  summary["dtr.num_evictions"] = engine.num_evictions;
+  summary["dtr.num_eager_evictions"] = engine.num_eager_evictions;
+  summary["dtr.num_remats"] = engine.num_remats;
+  summary["dtr.remat_compute_ns"] = engine.remat_compute_ns;
+  summary["dtr.model_compute_ns"] = engine.model_compute_ns;
   std::fprintf(stderr, "dtr: report %s\n", summary.dump().c_str());
   std::fflush(stderr);
 }
@@ -206,9 +205,6 @@ void load_runtime() {
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }
-  if (!config.trace.empty())
-    std::fprintf(stderr, "dtr: note: trace=%s is ignored: recording comes with the eviction "
-                 "part (docs/torch.md)\n", config.trace.c_str());
   const bool report = config.report;
   auto* rt = new TorchRuntime(std::move(config), budget_bytes);  // never deleted
   switch (install_cpu_allocator(rt->allocator())) {
@@ -222,6 +218,11 @@ void load_runtime() {
       return;
   }
   runtime_ptr.store(rt, std::memory_order_release);
+  try {
+    if (rt->config().remat) start_lineage(rt->config(), rt->allocator());  // Note [Eviction hook-up]
+  } catch (const ConfigError& e) {
+    fail_at_start(e.what());
+  }
   if (report) std::atexit(report_at_exit);
 }
 
@@ -243,7 +244,14 @@ const char* dtr_torch_memory_stats_json(void) {
   try {
     dtr::torch_integration::TorchRuntime* rt = runtime();
     if (!rt) return dtr::torch_integration::keep_text("{}");
-    return dtr::torch_integration::keep_text(rt->allocator().stats().to_json().dump());
+    nlohmann::ordered_json stats = rt->allocator().stats().to_json();
+    // The engine's own counters under dtr.*; the allocator's are the PyTorch-named ones.
+    const dtr::Stats engine = dtr::torch_integration::lineage_stats();
+#define DTR_ENGINE_STAT(member, key, doc) \
+  if (std::string(key).rfind("dtr.", 0) == 0) stats[key] = engine.member;
+    DTR_STATS(DTR_ENGINE_STAT)
+#undef DTR_ENGINE_STAT
+    return dtr::torch_integration::keep_text(stats.dump());
   } catch (const std::exception& e) {
     dtr::torch_integration::last_error = e.what();
     return dtr::torch_integration::keep_text("{}");
@@ -288,5 +296,9 @@ const char* dtr_torch_last_error(void) {
 const char* dtr_torch_compiled_torch_version(void) {
   return dtr::torch_integration::keep_text(dtr::torch_integration::compiled_torch_version());
 }
+
+void dtr_torch_set_recording(int on) { dtr::torch_integration::set_recording(on != 0); }
+
+int dtr_torch_recording(void) { return dtr::torch_integration::recording() ? 1 : 0; }
 
 }  // extern "C"

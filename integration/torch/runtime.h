@@ -44,5 +44,8 @@ DTR_TORCH_API void dtr_torch_reset_peak_stats(void);
 DTR_TORCH_API const char* dtr_torch_last_error(void);
 // "1.13": the PyTorch version the library was compiled against.
 DTR_TORCH_API const char* dtr_torch_compiled_torch_version(void);
+// Recording on the calling thread (1 on, 0 off): dtr.enable() / dtr.disable().
+DTR_TORCH_API void dtr_torch_set_recording(int on);
+DTR_TORCH_API int dtr_torch_recording(void);
 
 }  // extern "C"

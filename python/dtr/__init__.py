@@ -9,6 +9,7 @@ torch.ops.load_library(path)); this module only reads and adjusts it:
     dtr.set_budget("300M")  # or bytes as an int; 0 / None / "unlimited" = no budget
     dtr.get_budget()        # bytes, or None when unlimited
     dtr.reset_peak_stats()
+    with dtr.disable(): ...  # no lineage recorded on this thread inside (dtr.enable())
 
 The library is found, in order: already loaded in this process (/proc/self/maps), the
 DTR_LIBRARY environment variable, build/lib/libdtr_torch.so of the source tree this file
@@ -28,6 +29,7 @@ __all__ = [
     "get_budget",
     "is_enabled",
     "is_loaded",
+    "is_recording",
     "library_path",
     "load",
     "memory_stats",
@@ -78,6 +80,9 @@ def _bind(lib):
     lib.dtr_torch_reset_peak_stats.restype = None
     lib.dtr_torch_last_error.restype = ctypes.c_char_p
     lib.dtr_torch_compiled_torch_version.restype = ctypes.c_char_p
+    lib.dtr_torch_set_recording.argtypes = [ctypes.c_int]
+    lib.dtr_torch_set_recording.restype = None
+    lib.dtr_torch_recording.restype = ctypes.c_int
     return lib
 
 
@@ -163,18 +168,35 @@ def reset_peak_stats():
     _library().dtr_torch_reset_peak_stats()
 
 
-def _eviction_not_yet(name):
-    raise NotImplementedError(
-        f"dtr.{name}() switches eviction off/on for a region; eviction is not part of this "
-        "build of libdtr_torch.so yet (issue #4: the allocator hook and budget came first, "
-        "the dispatcher-level eviction comes next). See docs/torch.md.")
-
-
 def disable():
-    """Not available yet: see docs/torch.md ("What comes next")."""
-    _eviction_not_yet("disable")
+    """Stops recording lineage on this thread: ops still run (evicted inputs are refilled
+    first), but what they make is never evicted nor recomputed. The allocator and its
+    budget stay on. Returns a context manager that re-enables on exit:
+
+        with dtr.disable():
+            evaluate(model)
+    """
+    _library().dtr_torch_set_recording(0)
+    return _Recording(previous=True)
 
 
 def enable():
-    """Not available yet: see docs/torch.md ("What comes next")."""
-    _eviction_not_yet("enable")
+    """Records lineage on this thread again (the default)."""
+    _library().dtr_torch_set_recording(1)
+
+
+def is_recording():
+    """Whether this thread records lineage (False inside dtr.disable())."""
+    return bool(_library().dtr_torch_recording())
+
+
+class _Recording:
+    def __init__(self, previous):
+        self._previous = previous
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _library().dtr_torch_set_recording(1 if self._previous else 0)
+        return False

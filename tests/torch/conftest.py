@@ -109,3 +109,6 @@ class Result:
 
     def params(self):
         return [line for line in self.lines if line.startswith("param ")]
+
+    def buffers(self):
+        return [line for line in self.lines if line.startswith("buffer ")]

@@ -47,12 +47,19 @@ assert dtr.get_budget() is None
 more = torch.empty(4 * 1024 * 1024)                   # fits again
 dtr.set_budget(64 * 2**20)
 assert dtr.get_budget() == 64 * 2**20
-try:
-    dtr.disable()
-except NotImplementedError as e:
-    assert "eviction" in str(e)
-else:
-    raise SystemExit("disable() pretended to work")
+assert dtr.is_recording()
+ops = dtr.memory_stats()["dtr.num_ops"]
+with dtr.disable():
+    assert not dtr.is_recording()
+    y = torch.ones(100) * 2                            # runs, is not recorded
+    assert dtr.memory_stats()["dtr.num_ops"] == ops
+assert dtr.is_recording()
+z = y * 2                                              # recorded again
+assert dtr.memory_stats()["dtr.num_ops"] > ops
+dtr.disable()
+assert not dtr.is_recording()
+dtr.enable()
+assert dtr.is_recording()
 print("API OK")
 """
 

@@ -17,15 +17,14 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--depth", type=int, default=2, help="hidden width x width layers")
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(256, args.width), nn.ReLU(),
-        nn.Linear(args.width, args.width), nn.ReLU(),
-        nn.Linear(args.width, args.width), nn.ReLU(),
-        nn.Linear(args.width, 10),
-    )
+    layers = [nn.Linear(256, args.width), nn.ReLU()]
+    for _ in range(args.depth):
+        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(args.width, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     for step in range(args.steps):

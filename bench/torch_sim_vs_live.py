@@ -1,0 +1,60 @@
+"""How close dtr-sim's prediction is to the live run (issue #4): records an unmodified
+script's run with DTR_TRACE (no budget), replays the trace in dtr-sim at budget fractions
+of its peak, and runs the script live under the same fractions of its own baseline peak.
+Prints, per fraction, the overhead (1 + remat compute / model compute) and the peak of
+each, side by side:
+
+    /usr/bin/python3 bench/torch_sim_vs_live.py [--fractions 0.7,0.6] -- script.py args...
+"""
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+from dtr import runs  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fractions", default="0.7,0.6")
+    parser.add_argument("--sim", default=str(ROOT / "build" / "bin" / "dtr-sim"))
+    parser.add_argument("script", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    path = Path(script[0])
+    if not path.exists():
+        path = ROOT / "tests" / "torch" / "scripts" / script[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "run.trace"
+        free = runs.run(path, script[1:], conf="remat:False")
+        traced = runs.run(path, script[1:], conf=f"trace:{trace}")
+        if free.returncode or traced.returncode or not trace.exists():
+            runs.fail("the baseline or the traced run failed", traced)
+        print(f"{path.name}: live baseline peak {free.peak_bytes / 2**20:.1f} MiB; trace of "
+              f"{traced.report['dtr.num_ops']} ops")
+        print("| budget | live overhead | sim overhead | live peak | sim peak | live evictions |"
+              " sim evictions | sim status |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for fraction in map(float, args.fractions.split(",")):
+            live = runs.run(path, script[1:], conf=f"budget:{int(free.peak_bytes * fraction)}")
+            sim = json.loads(subprocess.run(
+                [args.sim, "run", "--trace", str(trace), "--budget", str(fraction), "--json",
+                 "--max-overhead", "0"], capture_output=True, text=True, check=True).stdout)
+            if live.returncode:
+                live_cells = ["failed", "-", "-"]
+            else:
+                r = live.report
+                live_cells = [f"{1 + r['dtr.remat_compute_ns'] / r['dtr.model_compute_ns']:.3f}",
+                              f"{r['allocated_bytes.all.peak'] / 2**20:.1f} MiB",
+                              str(r["dtr.num_evictions"])]
+            print(f"| {fraction} | {live_cells[0]} | {sim['overhead']:.3f} | {live_cells[1]} | "
+                  f"{sim['peak_allocated_bytes'] / 2**20:.1f} MiB | {live_cells[2]} | "
+                  f"{sim['evictions']} | {sim['status']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Step time of unmodified training scripts with libdtr_torch.so against without it,
+measured side by side: the configurations are interleaved round by round, so drift in
+the machine's speed hits all of them alike. Reported as ratios of medians (issue #4):
+
+    /usr/bin/python3 bench/torch_step_time.py [--rounds 5] [--steps 4] [--out docs/...]
+
+For each script (resnet18, transformer): `plain` (no library), `dtr` (library, no budget:
+recording and bookkeeping only), `dtr 0.5x` (a hard budget of half the peak, evicting
+and rematerializing; where half is infeasible, the next fraction in --fractions). Each run's first step is dropped (warm-up); a configuration's
+figure is the median over rounds of the run's median step time. Peak RSS is each
+process's own (wait4), the median over rounds.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+from dtr import runs  # noqa: E402
+
+SCRIPTS = {
+    "resnet18": ROOT / "tests/torch/scripts/resnet18.py",
+    "transformer": ROOT / "tests/torch/scripts/transformer.py",
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--fractions", default="0.5,0.6,0.7",
+                        help="budget fractions of the peak to try in order: the first under "
+                             "which the script runs is timed (said in the table)")
+    parser.add_argument("--scripts", default="resnet18,transformer")
+    args = parser.parse_args()
+    rows = []
+    for name in args.scripts.split(","):
+        script = SCRIPTS[name]
+        script_args = ["--steps", str(args.steps)]
+        free = runs.run(script, script_args, conf="remat:False")
+        if free.returncode != 0:
+            runs.fail(f"{name} failed", free)
+        for fraction in map(float, args.fractions.split(",")):
+            budget = int(free.peak_bytes * fraction)
+            if runs.run(script, script_args, conf=f"budget:{budget}").returncode == 0:
+                break
+            print(f"{name}: infeasible at {fraction}x of its peak", flush=True)
+        else:
+            runs.fail(f"{name}: no budget in {args.fractions} is feasible")
+        configs = {
+            "plain": dict(library=False),
+            "dtr": dict(conf=None),
+            f"dtr {fraction}x": dict(conf=f"budget:{budget}"),
+        }
+        times = {c: [] for c in configs}
+        rss = {c: [] for c in configs}
+        remats = 0
+        for r in range(args.rounds):
+            for config, kw in configs.items():
+                run = runs.run(script, script_args, **kw)
+                if run.returncode != 0:
+                    runs.fail(f"{name} {config} failed", run)
+                times[config].append(runs.median(run.step_times()[1:]))
+                rss[config].append(run.max_rss_kib / 1024)
+                if config.endswith("x"):
+                    remats = run.report.get("dtr.num_remats", 0)
+            print(f"{name} round {r + 1}/{args.rounds}: " +
+                  ", ".join(f"{c} {t[-1]:.3f} s" for c, t in times.items()), flush=True)
+        med = {c: runs.median(t) for c, t in times.items()}
+        rows.append((name, med, budget, remats, {c: runs.median(v) for c, v in rss.items()},
+                     fraction))
+    print()
+    print("| model | plain step | dtr, no budget | ratio | dtr, budget | ratio | remats/run |"
+          " peak RSS plain / dtr / dtr budget |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, med, budget, remats, rss, fraction in rows:
+        plain = med["plain"]
+        keys = list(med)
+        print(f"| {name} | {plain:.3f} s | {med[keys[1]]:.3f} s | {med[keys[1]] / plain:.3f} | "
+              f"{med[keys[2]]:.3f} s ({fraction}x: {budget / 2**20:.0f} MiB) | "
+              f"{med[keys[2]] / plain:.3f} | "
+              f"{remats} | {' / '.join(f'{rss[k]:.0f} MiB' for k in keys)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+// dispatch_hook.cpp: the dispatcher fallback that sees every op below autograd, decides
+// how each op is treated (view, compute, opaque), and hands the op to the lineage
+// (lineage.cpp) before and after running it. Also the dtr:: ops and the Python-level guard
+// against raw access to evicted tensors.
+//
+// Note [Dispatch key]
+// ~~~~~~~~~~~~~~~~~~~
+// The fallback sits on a dispatch key that core PyTorch leaves unused, included in the
+// thread-local dispatch key set of every thread that records (ARCHITECTURE.md "Proven" 1):
+// `Fake` in 1.13, which sits below autograd, so the fallback sees what autograd calls
+// (convolution, addmm, threshold_backward): the right level for lineage. The fallback
+// excludes its own key while the op runs, so whatever the op calls inside is not seen.
+// The key is one constant (kDtrKey, compat.h): it may differ between versions.
+// Registering a second fallback on a key calls std::terminate, so registration checks
+// first and happens once per process.
+//
+// Note [Never recompute]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// Opaque ops run once and are never recomputed: their outputs stay pinned (a dropout mask
+// is pinned; the multiply that uses it stays recomputable). They are: ops outside aten
+// (a profiler op returns a tensor that owns a C++ object; collectives), ops tagged
+// nondeterministic_seeded or nondeterministic_bitwise, the empty* family (its values are
+// whatever memory held), resize_/set_ (they change a storage, not its values), in-place
+// ops that write more than one tensor (a foreach optimizer step: a remat would apply the
+// step again to every target that is still material), and ops that return no tensor.
+// A written storage of an opaque op is pinned (Note [Mutation] in lineage.cpp).
+//
+// Note [Batch norm]
+// ~~~~~~~~~~~~~~~~~
+// 1.13's native_batch_norm updates running_mean and running_var in place in training mode
+// without an (a!) annotation. Those two are treated as written (so lineage that read them
+// keeps their old values), and the recorded call gets no running stats: in training mode
+// the output depends on batch statistics only, so a remat computes the same bits without
+// touching the running stats again. In eval mode it reads them and writes nothing.
+//
+// Note [Raw access]
+// ~~~~~~~~~~~~~~~~~
+// `.numpy()`, `np.asarray`, `.tolist()`, `data_ptr()` and `storage()` read a tensor's
+// memory without the dispatcher; on an evicted tensor they would see no data (an
+// uninitialised buffer, silently). The first op the fallback sees in a Python process
+// installs Python-level guards on those torch.Tensor methods: each first calls
+// torch.ops.dtr.pin_raw(self), which refills the storage if evicted and pins it for good
+// (the memory is exported: it must not move or vanish while numpy holds it). The guard is
+// installed through the CPython API found in the process (no link to libpython), and the
+// Python code reports success through torch.ops.dtr.raw_access_guarded. C++ code that
+// reads data_ptr() of a tensor it did not get through the dispatcher is not covered.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "integration/torch/lineage.h"
+#include "integration/torch/lineage_impl.h"
+
+namespace dtr::torch_integration {
+
+namespace {
+
+// Note [Never recompute]: by name, without the overload.
+const std::unordered_set<std::string>& never_recompute_names() {
+  static const std::unordered_set<std::string> names = {
+      "aten::empty",          "aten::empty_like",   "aten::empty_strided",
+      "aten::new_empty",      "aten::new_empty_strided", "aten::_empty_affine_quantized",
+      "aten::resize_",        "aten::resize_as_",   "aten::set_",
+      "aten::bernoulli",      "aten::bernoulli_",   "aten::native_dropout",
+      "aten::rand",           "aten::rand_like",    "aten::randn",
+      "aten::randn_like",     "aten::randint",      "aten::randint_like",
+      "aten::randperm",       "aten::normal",       "aten::normal_",
+      "aten::uniform_",       "aten::exponential_", "aten::geometric_",
+      "aten::cauchy_",        "aten::log_normal_",  "aten::random_",
+      "aten::multinomial",    "aten::poisson",      "aten::rrelu_with_noise",
+      "aten::rrelu_with_noise_", "aten::_fused_dropout", "aten::_standard_gamma",
+      "aten::_local_scalar_dense",
+  };
+  return names;
+}
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  if (type->kind() == c10::TypeKind::ListType)
+    return type->containedType(0)->kind() == c10::TypeKind::TensorType;
+  return false;
+}
+
+OpInfo classify_op(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
+  OpInfo info;
+  info.num_args = static_cast<uint16_t>(schema.arguments().size());
+  info.num_returns = static_cast<uint16_t>(schema.returns().size());
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    if (alias && alias->isWrite()) info.write_args.push_back(static_cast<uint16_t>(i));
+  }
+  bool returns_alias = false, returns_all_written = info.num_returns > 0,
+       returns_tensor = false;
+  for (const c10::Argument& ret : schema.returns()) {
+    const c10::AliasInfo* alias = ret.alias_info();
+    returns_alias |= alias != nullptr && !alias->isWrite();
+    returns_all_written &= alias != nullptr && alias->isWrite();
+    returns_tensor |= is_tensor_type(ret.type());
+  }
+  const std::string& name = schema.name();
+  if (name.rfind("aten::", 0) != 0) return info;  // opaque
+  if (op.hasTag(at::Tag::inplace_view) || (info.write_args.empty() && returns_alias)) {
+    info.kind = OpKind::view;
+    return info;
+  }
+  if (op.hasTag(at::Tag::nondeterministic_seeded) ||
+      op.hasTag(at::Tag::nondeterministic_bitwise) || never_recompute_names().count(name) ||
+      !returns_tensor)
+    return info;  // opaque
+  if (name == torch_compat::kHiddenWriteBatchNorm && info.num_args == 8) {
+    info.kind = OpKind::compute;
+    info.batch_norm = true;  // write_args depend on `training`: before_op
+    return info;
+  }
+  if (info.write_args.empty()) {
+    info.kind = OpKind::compute;
+    return info;
+  }
+  const bool one_tensor_written =
+      info.write_args.size() == 1 &&
+      schema.arguments()[info.write_args[0]].type()->kind() == c10::TypeKind::TensorType;
+  if (one_tensor_written && returns_all_written) {
+    info.kind = OpKind::compute;
+    info.in_place = true;
+    // Note [Overwrite] in lineage.cpp
+    info.overwrites = name == "aten::zero_" || name == "aten::fill_" || name == "aten::copy_";
+  }
+  return info;
+}
+
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  // Per thread, so no lock; the schema's address identifies the op for the process.
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> cache;
+  const c10::FunctionSchema* key = &op.schema();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  return cache.emplace(key, classify_op(op)).first->second;
+}
+
+// --- Note [Raw access] ---------------------------------------------------------------------
+
+std::atomic<bool> raw_access_guarded{false};
+std::atomic<int> raw_access_attempts{0};
+
+constexpr const char* kRawAccessGuard = R"PY(
+def _dtr_guard_raw_access():
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "Tensor") or not hasattr(torch, "ops"):
+        return
+    try:
+        pin = torch.ops.dtr.pin_raw
+        done = torch.ops.dtr.raw_access_guarded
+    except Exception:
+        return
+    T = torch.Tensor
+    if not getattr(T, "_dtr_raw_access_guard", False):
+        import functools
+        def guard(name):
+            original = getattr(T, name, None)
+            if original is None:
+                return
+            @functools.wraps(original)
+            def method(self, *args, **kwargs):
+                pin(self)
+                return original(self, *args, **kwargs)
+            setattr(T, name, method)
+        for name in ("numpy", "__array__", "tolist", "data_ptr", "storage",
+                     "untyped_storage", "_typed_storage", "__dlpack__"):
+            guard(name)
+        T._dtr_raw_access_guard = True
+    done()
+_dtr_guard_raw_access()
+del _dtr_guard_raw_access
+)PY";
+
+void guard_raw_access() {
+  if (raw_access_guarded.load(std::memory_order_relaxed)) return;
+  // Until torch is importable (a few ops at most), then never again; a process without
+  // Python stops trying at once.
+  if (raw_access_attempts.fetch_add(1, std::memory_order_relaxed) > 10000) return;
+  using IsInit = int (*)();
+  using Ensure = int (*)();
+  using Release = void (*)(int);
+  using RunString = int (*)(const char*);
+  static auto is_init = reinterpret_cast<IsInit>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  static auto ensure = reinterpret_cast<Ensure>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
+  static auto release = reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
+  static auto run = reinterpret_cast<RunString>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
+  if (!is_init || !ensure || !release || !run) {
+    raw_access_attempts.store(1 << 30, std::memory_order_relaxed);
+    return;
+  }
+  if (!is_init()) return;
+  const int gil = ensure();
+  run(kRawAccessGuard);
+  release(gil);
+}
+
+void pin_raw_kernel(const at::Tensor& self) {
+  if (Lineage* lineage = the_lineage())
+    if (self.defined() && self.device().type() == c10::DeviceType::CPU)
+      lineage->pin_for_raw_access(self);
+}
+
+void raw_access_guarded_kernel() { raw_access_guarded.store(true, std::memory_order_relaxed); }
+
+// --- the fallback ----------------------------------------------------------------------------
+
+void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_reentry(kDtrKey);
+  const c10::DispatchKeySet below =
+      ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kDtrKey);
+  Lineage* lineage = the_lineage();
+  const OpInfo& info = op_info(op);
+  if (!lineage || info.kind == OpKind::view) {
+    op.redispatchBoxed(below, stack);
+    return;
+  }
+  guard_raw_access();
+  PendingOp pending;
+  pending.info = &info;
+  pending.record = info.kind == OpKind::compute && recording();
+  try {
+    lineage->before_op(op, info, *stack, pending);
+  } catch (...) {
+    lineage->abort_op(pending);
+    throw;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    op.redispatchBoxed(below, stack);
+  } catch (...) {
+    lineage->abort_op(pending);
+    throw;
+  }
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  lineage->after_op(op, pending, *stack, static_cast<uint64_t>(ns > 0 ? ns : 1));
+}
+
+// Note [Fork]: no other thread may be inside the engine when a DataLoader worker is
+// forked (its copy of the engine would stay half-updated), so fork waits for the lock. The
+// child cannot unlock it (a recursive mutex belongs to a thread id the child does not
+// have), so it starts with a new one; its copy of the lineage then works on its own.
+void lock_before_fork() {
+  if (Lineage* lineage = the_lineage()) lineage->mutex().lock();
+}
+void unlock_in_parent() {
+  if (Lineage* lineage = the_lineage()) lineage->mutex().unlock();
+}
+void renew_in_child() {
+  if (Lineage* lineage = the_lineage()) new (&lineage->mutex()) std::recursive_mutex();
+}
+
+}  // namespace
+
+void register_dispatch_hook() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+    // Note [Dispatch key]
+    if (dispatcher.hasBackendFallbackForDispatchKey(kDtrKey)) {
+      std::fprintf(stderr, "dtr: another library already handles dispatch key %s; eviction "
+                   "stays off in this process (the allocator and its budget stay on)\n",
+                   c10::toString(kDtrKey));
+      return;
+    }
+    // Never destroyed: PyTorch keeps calling into them until the process ends.
+    auto* impl = new torch::Library(torch::Library::IMPL, "_", kDtrKey, __FILE__, __LINE__);
+    impl->fallback(torch::CppFunction::makeFromBoxedFunction<&dtr_fallback>());
+    if (!dispatcher.findSchema({"dtr::pin_raw", ""}).has_value()) {
+      auto* def = new torch::Library(torch::Library::DEF, "dtr", c10::nullopt, __FILE__,
+                                     __LINE__);
+      def->def("pin_raw(Tensor self) -> ()", &pin_raw_kernel);
+      def->def("raw_access_guarded() -> ()", &raw_access_guarded_kernel);
+    }
+    pthread_atfork(&lock_before_fork, &unlock_in_parent, &renew_in_child);
+  });
+}
+
+void enable_hook_on_this_thread(bool on) {
+  c10::impl::tls_set_dispatch_key_included(kDtrKey, on);
+}
+
+}  // namespace dtr::torch_integration

@@ -1,0 +1,886 @@
+// lineage.cpp: the host of the DTR engine inside PyTorch (lineage_impl.h has the model).
+//
+// Note [Engine lock]
+// ~~~~~~~~~~~~~~~~~~
+// The engine is single-threaded; one lock serializes every use of it. It is recursive by
+// design, not by accident: while this thread holds it to rematerialize (the op's own
+// allocations) or to copy a storage (Note [Copy on write]), the caching allocator may call
+// make_room on the same thread, and the engine is consistent at those points (Note [Budget
+// owner] in eviction/engine.cpp). Another thread asking for room waits, except an ATen
+// worker inside a parallel region: its caller may be the thread holding the lock, waiting
+// for the region to end, so the worker only tries the lock and, failing, frees nothing
+// (its allocation then fails with the out-of-memory error).
+//
+// Note [Mutation]
+// ~~~~~~~~~~~~~~~
+// An op that writes a tensor (an (a!) argument) changes a storage that lineage may need
+// as it was. Before it runs, for each written storage S the engine knows:
+//  - if a recorded op read S's current version (it has readers): Note [Copy on write];
+//  - else, if S is pinned, it stays pinned: the new value is a constant;
+//  - else, if the op is recordable in place (one written tensor, returns alias it) and S
+//    has fewer than kMaxVersions versions: the op is recorded as a new version of S (an
+//    alias output in the engine), so rematerializing S re-runs its op, then this one;
+//  - else S is pinned for good (a persistent buffer mutated every step, such as a momentum
+//    buffer, would otherwise grow an unbounded chain of versions).
+//
+// Note [Overwrite]
+// ~~~~~~~~~~~~~~~~~
+// zero_, fill_ and copy_ on a tensor that covers its whole storage do not read the old
+// value. Recorded as a new version, they would tie the storage to its whole past: a
+// gradient zeroed by opt.zero_grad() would stay recomputable only through the previous
+// step's backward pass and its old parameters. Instead the user's storage gets a new
+// engine storage made by the op from its other inputs alone (none for zero_), and the old
+// engine storage is orphaned (copied first if lineage reads it: Note [Copy on write]) and
+// discarded. zero_ and fill_ with a number make even a pinned storage recomputable (a
+// zeroed gradient is then evictable until the next backward pass writes it).
+//
+// Note [Copy on write]
+// ~~~~~~~~~~~~~~~~~~~~
+// Lineages that read S's old value must keep reading it. The old value is copied into a
+// new StorageImpl S', every snapshot that pointed at S is pointed at S', and S' takes S's
+// engine storage (lineage, pin, children). The user's S then gets a new engine storage:
+// the in-place op recorded with S' as its input (rematerializing S copies S' into S and
+// re-runs the op), or a pinned constant when the op is not recorded. One copy per written
+// storage per step: an optimizer step copies each parameter once, which is cheaper than
+// pinning everything the forward pass computed from the old parameters (ARCHITECTURE.md
+// "Proven" 5). The copy is dead to the program at once; it lives as long as some lineage
+// may need it (Note [Collecting dead lineage]).
+//
+// Note [Collecting dead lineage]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch does not say when a tensor dies. A storage is dead when only our snapshots hold
+// it (its use count equals its snapshot count) or it is gone. collect() finds those and
+// releases their engine references, so the engine evicts them at once (eager eviction),
+// before any live storage is chosen: at every eviction request, and every so many ops.
+// A dead storage may still be needed: a live storage may have to be rematerialized
+// through it. Every so many ops a full collect marks what is needed (walking parents from
+// every live unpinned storage, through unpinned parents), discards every dead storage
+// that is not (Engine::discard: pinned ones too, such as dropout masks and old parameter
+// values), and drops the lineage (snapshots) of ops whose outputs are all discarded,
+// which lets their inputs die in turn. Without this, recording alone grows memory without
+// bound (ARCHITECTURE.md "Proven" 6).
+#include "integration/torch/lineage_impl.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "dtr/core/check.h"
+#include "dtr/eviction/heuristic_registry.h"
+#include "integration/torch/compat.h"
+
+namespace dtr::torch_integration {
+
+namespace {
+
+constexpr uint32_t kMaxVersions = 4;  // Note [Mutation]
+constexpr uint64_t kMinOpsBetweenCollects = 1024;  // full collects: Note [Collecting dead lineage]
+constexpr uint64_t kOpsBetweenDeadScans = 64;
+// Note [Small storages]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Evicting a storage smaller than this frees next to nothing, yet keeps its whole lineage
+// needed: a loss scalar the script holds across opt.step() would otherwise need every
+// old parameter value (Note [Copy on write]) to stay recomputable. Such outputs are pinned
+// when recorded; they are still freed when they die.
+constexpr size_t kMinEvictableBytes = 16384;
+
+at::Tensor& slot_tensor_ref(std::vector<c10::IValue>& values, size_t base, TensorSlot slot,
+                            at::Tensor& scratch) {
+  c10::IValue& v = values[base + slot.index];
+  if (slot.element < 0) {
+    scratch = v.toTensor();
+    return scratch;
+  }
+  scratch = v.toListRef()[slot.element].toTensor();
+  return scratch;
+}
+
+at::Tensor slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot slot) {
+  at::Tensor scratch;
+  return slot_tensor_ref(values, base, slot, scratch);
+}
+
+void set_slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot slot,
+                     at::Tensor t) {
+  c10::IValue& v = values[base + slot.index];
+  if (slot.element < 0) {
+    v = std::move(t);
+    return;
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list = v.toTensorList().copy();
+    list.set(slot.element, std::move(t));
+    v = std::move(list);
+  } else {  // List[Optional[Tensor]]
+    c10::List<c10::optional<at::Tensor>> list = v.toOptionalTensorList().copy();
+    list.set(slot.element, c10::optional<at::Tensor>(std::move(t)));
+    v = std::move(list);
+  }
+}
+
+// A private view of `t`'s storage with t's metadata, no autograd: what lineage keeps.
+at::Tensor snapshot_of(const at::Tensor& t) {
+  return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
+      /*version_counter=*/c10::VariableVersion(/*version=*/0),
+      /*allow_tensor_metadata_change=*/true));
+}
+
+// Whether writing all of `t` writes every byte of its storage.
+bool covers_storage(const at::Tensor& t) {
+  return t.is_contiguous() && t.storage_offset() == 0 &&
+         t.numel() * static_cast<int64_t>(t.element_size()) ==
+             static_cast<int64_t>(t.storage().nbytes());
+}
+
+std::atomic<Lineage*> lineage_ptr{nullptr};
+thread_local bool recording_on = true;
+
+}  // namespace
+
+Lineage* the_lineage() { return lineage_ptr.load(std::memory_order_acquire); }
+
+Lineage::Lineage(const Config& config, CachingAllocator& allocator)
+    : config_(config), allocator_(allocator) {
+  EngineConfig ec;
+  ec.search = parse_search_mode(config.search);
+  ec.sample_size = config.sample;
+  ec.seed = config.seed;
+  ec.debug = config.debug;
+  HeuristicParams params;
+  params.seed = config.seed;
+  EngineMemory memory;
+  memory.allocator = &allocator;
+  memory.engine_allocates = false;
+  engine_ = std::make_unique<Engine>(ec, builtin_heuristics().make(config.policy, params),
+                                     clock_, this, memory);
+  our_deleter_ = torch_compat::cpu_allocator()->raw_deleter();
+  if (!config.trace.empty()) {
+    trace_ = std::make_unique<Trace>();
+    trace_->version = kTraceFormatVersion;
+    TraceEvent start;
+    start.op = "START";
+    trace_->events.push_back(std::move(start));
+  }
+  // The engine made itself the allocator's callback; requests must take the engine lock
+  // and collect dead storages first, so this object stands in front of it.
+  allocator.set_eviction_callback(this);
+}
+
+// --- tables --------------------------------------------------------------------------------
+
+StorageId Lineage::lookup(const c10::StorageImpl* impl) const {
+  // A StorageImpl we hold a weak reference to keeps its address: a live one found here
+  // is the one recorded (c10 frees the memory only when the weak count drops too).
+  auto it = by_impl_.find(impl);
+  return it == by_impl_.end() ? kNoId : it->second;
+}
+
+void Lineage::sync_tables() {
+  if (storages_.size() < engine_->num_storages()) storages_.resize(engine_->num_storages());
+  while (ops_.size() < engine_->num_ops()) ops_.emplace_back();
+}
+
+void Lineage::adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>& impl,
+                    TensorId current) {
+  StorageRec& rec = storages_[s];
+  rec.impl = impl;
+  rec.current = current;
+  by_impl_[impl._unsafe_get_target()] = s;
+  active_.push_back(s);
+  alive_.push_back(s);
+  set_block_owner(s);
+}
+
+void Lineage::set_block_owner(StorageId s) {
+  auto impl = storages_[s].impl.lock();
+  if (impl && impl->data()) allocator_.set_owner(impl->data(), Engine::owner_of(s));
+}
+
+bool Lineage::is_ours(const c10::StorageImpl& impl) const {
+  return impl.data_ptr().get_deleter() == our_deleter_;
+}
+
+TensorId Lineage::register_constant(const at::Tensor& t) {
+  TensorId id = kNoId;
+  const Status status = engine_->record_constant(t.storage().nbytes(), id);
+  DTR_CHECK(status.ok(), "recording a constant cannot fail");
+  sync_tables();
+  adopt(engine_->storage_of(id), t.storage().getWeakStorageImpl(), id);
+  if (trace_) {
+    TraceEvent e;
+    e.kind = TraceEventKind::constant;
+    e.results.push_back(TraceResult{trace_name(id), t.storage().nbytes(), -1});
+    trace_->events.push_back(std::move(e));
+  }
+  return id;
+}
+
+TensorId Lineage::input_tensor(const at::Tensor& t, bool register_unknown) {
+  const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
+  if (s != kNoId) return storages_[s].current;
+  return register_unknown ? register_constant(t) : kNoId;
+}
+
+bool Lineage::has_readers(StorageId s) {
+  // Entries of ops whose lineage was dropped are pruned here, so a parameter read by every
+  // step does not accumulate them.
+  auto& readers = storages_[s].readers;
+  readers.erase(std::remove_if(readers.begin(), readers.end(),
+                               [&](const auto& r) { return ops_[r.first].args.empty(); }),
+                readers.end());
+  return !readers.empty();
+}
+
+// --- the fallback's side -----------------------------------------------------------------
+
+void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
+                        torch::jit::Stack& stack, PendingOp& pending) {
+  const size_t base = stack.size() - info.num_args;
+  std::vector<at::Tensor> tensors;
+  for (uint16_t i = 0; i < info.num_args; ++i) {
+    const c10::IValue& v = stack[base + i];
+    auto take = [&](const at::Tensor& t, int16_t element) {
+      if (!t.defined() || !t.has_storage() || t.device().type() != c10::DeviceType::CPU) return;
+      pending.input_slots.push_back(TensorSlot{i, element});
+      tensors.push_back(t);
+    };
+    if (v.isTensor()) {
+      take(v.toTensor(), -1);
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) take(list.get(j), static_cast<int16_t>(j));
+    } else if (v.isList()) {
+      const auto& list = v.toListRef();
+      for (size_t j = 0; j < list.size(); ++j)
+        if (list[j].isTensor()) take(list[j].toTensor(), static_cast<int16_t>(j));
+    }
+  }
+
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
+  // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs
+  // memory but not its old value: it is not refilled.
+  int32_t overwritten = -1;
+  if (pending.record && info.overwrites) {
+    for (size_t k = 0; k < pending.input_slots.size(); ++k) {
+      const at::Tensor& t = tensors[k];
+      const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
+      // A pinned storage (a gradient, a constant) becomes recomputable only when the op
+      // reads nothing else (zero_, fill_ with a number): its remat costs a memset.
+      if (pending.input_slots[k].index != info.write_args[0] || s == kNoId ||
+          (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t))
+        continue;
+      if (has_readers(s) && full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
+      if (!has_readers(s)) overwritten = static_cast<int32_t>(k);
+    }
+  }
+  std::vector<TensorId> to_lock;
+  for (size_t k = 0; k < pending.inputs.size(); ++k)
+    if (pending.inputs[k] != kNoId && static_cast<int32_t>(k) != overwritten)
+      to_lock.push_back(pending.inputs[k]);
+  const Status status = engine_->lock_tensors(to_lock);
+  if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+  pending.locked = std::move(to_lock);
+  if (overwritten >= 0) {
+    c10::StorageImpl* impl = tensors[overwritten].storage().unsafeGetStorageImpl();
+    if (!impl->data() && impl->nbytes() > 0)
+      impl->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(impl->nbytes()));
+    pending.target = overwritten;
+    pending.target_nbytes = impl->nbytes();
+    pending.overwrite = true;
+    pending.orphan = lookup(impl);
+  }
+
+  // Note [Mutation]; Note [Batch norm] in dispatch_hook.cpp.
+  const bool batch_norm_training = info.batch_norm && stack[base + 5].isBool() &&
+                                   stack[base + 5].toBool();
+  static const std::vector<uint16_t> kRunningStats = {3, 4};
+  for (uint16_t w : batch_norm_training ? kRunningStats : info.write_args) {
+    for (size_t k = 0; k < pending.input_slots.size(); ++k) {
+      if (pending.input_slots[k].index != w || static_cast<int32_t>(k) == overwritten) continue;
+      StorageId s = lookup(tensors[k].storage().unsafeGetStorageImpl());
+      if (s == kNoId) continue;  // no lineage reads it
+      if (has_readers(s) && full_collect_ops_ != ops_recorded_) {
+        // Readers whose outputs are all dead and unneeded need no copy: find them first.
+        collect(/*full=*/true);
+      }
+      bool readers = has_readers(s);
+      if (readers && engine_->is_pinned(s)) {
+        // Note [Pinned writes]
+        pin_live_descendants(s);
+        collect(/*full=*/true);
+        readers = has_readers(s);
+      }
+      const bool recordable = pending.record && info.in_place && !info.batch_norm;
+      if (recordable) {
+        pending.target = static_cast<int32_t>(k);
+        pending.target_nbytes = tensors[k].storage().nbytes();
+      }
+      const bool overwrite = recordable && info.overwrites && covers_storage(tensors[k]);
+      // After a copy, the user's storage is unknown to the engine: read again, it becomes
+      // a constant, unless this op is recorded and makes it its output.
+      if (readers) copy_on_write(s);
+      if (engine_->is_pinned(s)) {
+        if (recordable) pending.record = false;
+      } else if (overwrite) {
+        pending.overwrite = true;
+        if (!readers) pending.orphan = s;
+      } else if (readers) {
+        if (recordable) pending.new_target_storage = true;
+      } else if (!recordable || storages_[s].versions >= kMaxVersions) {
+        const Status pinned = pin_tensor(storages_[s].current);
+        DTR_CHECK(pinned.ok(), "pinning a locked storage cannot fail");
+        if (recordable) pending.record = false;
+      }
+    }
+  }
+
+  if (batch_norm_training) {
+    // The running stats are locked, but not inputs of the recorded call.
+    for (size_t k = pending.input_slots.size(); k-- > 0;) {
+      if (pending.input_slots[k].index != 3 && pending.input_slots[k].index != 4) continue;
+      pending.input_slots.erase(pending.input_slots.begin() + static_cast<std::ptrdiff_t>(k));
+      pending.inputs.erase(pending.inputs.begin() + static_cast<std::ptrdiff_t>(k));
+      tensors.erase(tensors.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  if (!pending.record) return;
+  pending.args.assign(stack.begin() + static_cast<std::ptrdiff_t>(base), stack.end());
+  for (size_t k = 0; k < pending.input_slots.size(); ++k) {
+    at::Tensor snap = snapshot_of(tensors[k]);
+    for (const auto& [from, to] : cow_)
+      if (tensors[k].storage().unsafeGetStorageImpl() == from)
+        snap.unsafeGetTensorImpl()->set_storage_keep_dtype(c10::Storage(to));
+    set_slot_tensor(pending.args, 0, pending.input_slots[k], std::move(snap));
+  }
+  if (batch_norm_training) {
+    // Note [Batch norm] (dispatch_hook.cpp): a training-mode remat gets no running stats.
+    pending.args[3] = c10::IValue();
+    pending.args[4] = c10::IValue();
+  }
+}
+
+// Note [Pinned writes]
+// ~~~~~~~~~~~~~~~~~~~~
+// A pinned storage that lineage read is written: in a training step, a parameter updated
+// by the optimizer, whose old value the forward and backward passes read. By then the
+// storages that could need that old value are the live ones computed from it (the
+// gradients: the activations are dead). Pinning those (refilled first, while the old
+// value is still there) and collecting leaves no lineage that needs it, so no copy is
+// made (Note [Copy on write] is the fallback): gradients are live until zero_grad anyway,
+// while a copy would add a parameter's size per parameter until the step ends.
+// A new mark for a walk over storages: marks_[s] == the value returned means "marked in
+// this walk"; nothing is cleared, so a walk costs what it visits, not every storage ever.
+uint32_t Lineage::begin_marks() {
+  if (marks_.size() < storages_.size()) marks_.resize(storages_.size(), 0);
+  return ++mark_epoch_;
+}
+
+void Lineage::pin_live_descendants(StorageId root) {
+  const uint32_t seen_mark = begin_marks();
+  auto seen = [&](StorageId s) { return marks_[s] == seen_mark; };
+  std::vector<StorageId> stack{root};
+  std::vector<TensorId> to_pin;
+  marks_[root] = seen_mark;
+  while (!stack.empty()) {
+    const StorageId s = stack.back();
+    stack.pop_back();
+    for (TensorId t : engine_->storage_tensors(s)) {
+      for (TensorId c : engine_->tensor_children(t)) {
+        const StorageId cs = engine_->storage_of(c);
+        if (seen(cs) || engine_->is_pinned(cs) || storages_[cs].discarded) continue;
+        marks_[cs] = seen_mark;
+        if (!storages_[cs].dead) to_pin.push_back(storages_[cs].current);
+        stack.push_back(cs);
+      }
+    }
+  }
+  for (TensorId t : to_pin) {
+    const Status status = pin_tensor(t);
+    if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+  }
+}
+
+void Lineage::copy_on_write(StorageId s) {
+  // Note [Copy on write]
+  c10::intrusive_ptr<c10::StorageImpl> user = storages_[s].impl.lock();
+  DTR_CHECK(user, "a written storage is alive");
+  const size_t nbytes = user->nbytes();
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  c10::DataPtr data = allocator->allocate(nbytes);  // may evict: S is locked
+  if (nbytes > 0) std::memcpy(data.get(), user->data(), nbytes);
+  auto copy = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                    std::move(data), allocator,
+                                                    /*resizable=*/false);
+  StorageRec& rec = storages_[s];
+  for (const auto& [op, k] : rec.readers) {
+    OpRec& r = ops_[op];
+    if (r.args.empty()) continue;
+    at::Tensor snap = slot_tensor(r.args, 0, r.input_slots[k]);
+    if (snap.storage().unsafeGetStorageImpl() == user.get())
+      snap.unsafeGetTensorImpl()->set_storage_keep_dtype(c10::Storage(copy));
+  }
+  by_impl_.erase(user.get());
+  by_impl_[copy.get()] = s;
+  rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(copy);
+  set_block_owner(s);
+  cow_.emplace_back(user.get(), copy);
+}
+
+void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
+                       torch::jit::Stack& stack, uint64_t compute_ns) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  const OpInfo& info = *pending.info;
+  const size_t base = stack.size() - info.num_returns;
+  if (pending.record) {
+    std::vector<OutputSpec> specs;
+    std::vector<TensorSlot> output_slots;
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> impls;
+    std::vector<bool> evictable;
+    bool recordable = true;
+    TensorSlot target_slot;
+    if (pending.target >= 0) {
+      target_slot = pending.input_slots[pending.target];
+      if (pending.overwrite) {
+        // Note [Overwrite]: the written tensor is no input; its snapshot keeps only its
+        // metadata (a storage of no bytes), so it holds no reference to the user's storage.
+        const auto k = static_cast<std::ptrdiff_t>(pending.target);
+        pending.input_slots.erase(pending.input_slots.begin() + k);
+        pending.inputs.erase(pending.inputs.begin() + k);
+        at::Tensor shape = slot_tensor(pending.args, 0, target_slot);
+        shape.unsafeGetTensorImpl()->set_storage_keep_dtype(c10::Storage(
+            c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), 0,
+                                                  c10::DataPtr(nullptr, shape.device()),
+                                                  nullptr, /*resizable=*/false)));
+      }
+      if (pending.overwrite || pending.new_target_storage) {
+        specs.push_back(OutputSpec{pending.target_nbytes, -1});
+      } else {
+        specs.push_back(OutputSpec{0, pending.target});
+      }
+    } else {
+      for (uint16_t i = 0; i < info.num_returns && recordable; ++i) {
+        const c10::IValue& v = stack[base + i];
+        auto take = [&](const at::Tensor& t, int16_t element) {
+          if (!t.defined() || !t.has_storage() || t.device().type() != c10::DeviceType::CPU)
+            return;
+          const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+          int32_t alias = -1;
+          for (size_t k = 0; k < pending.inputs.size() && alias < 0; ++k)
+            if (pending.inputs[k] != kNoId &&
+                storages_[engine_->storage_of(pending.inputs[k])].impl._unsafe_get_target() ==
+                    impl)
+              alias = static_cast<int32_t>(k);
+          if (alias < 0) {
+            for (const auto& w : impls)
+              if (w._unsafe_get_target() == impl) recordable = false;  // two outputs, one storage
+            if (lookup(impl) != kNoId) recordable = false;  // an old storage, not an input
+          }
+          specs.push_back(OutputSpec{alias < 0 ? t.storage().nbytes() : 0, alias});
+          output_slots.push_back(TensorSlot{i, element});
+          impls.push_back(t.storage().getWeakStorageImpl());
+          evictable.push_back(alias < 0 && t.storage().nbytes() >= kMinEvictableBytes &&
+                              is_ours(*t.storage().unsafeGetStorageImpl()));
+        };
+        if (v.isTensor()) {
+          take(v.toTensor(), -1);
+        } else if (v.isTensorList()) {
+          const auto list = v.toTensorList();
+          for (size_t j = 0; j < list.size(); ++j) take(list.get(j), static_cast<int16_t>(j));
+        }
+      }
+    }
+    if (specs.empty()) recordable = false;
+    if (recordable) {
+      std::vector<TensorId> outputs;
+      const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs);
+      DTR_CHECK(status.ok(), "recording an op that ran cannot fail");
+      sync_tables();
+      if (trace_) trace_call(op.schema().name(), pending.inputs, specs, outputs, compute_ns);
+      const OpId id = engine_->op_of(outputs[0]);
+      OpRec& r = ops_[id];
+      r.op = op;
+      r.args = std::move(pending.args);
+      r.input_slots = pending.input_slots;
+      r.output_slots = std::move(output_slots);
+      r.in_place = pending.target >= 0;
+      r.overwrite = pending.overwrite;
+      r.target_slot = target_slot;
+      for (size_t k = 0; k < pending.inputs.size(); ++k) {
+        StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
+        in.readers.emplace_back(id, static_cast<uint32_t>(k));
+        ++in.snapshot_refs;
+      }
+      if (pending.target >= 0) {
+        if (pending.new_target_storage || pending.overwrite) {
+          // The user's storage, copied away before the op ran, is this op's output (the
+          // op returns the written tensor: OpInfo::in_place).
+          const at::Tensor written = stack[base].toTensor();
+          adopt(engine_->storage_of(outputs[0]), written.storage().getWeakStorageImpl(),
+                outputs[0]);
+        } else {
+          const StorageId old = engine_->storage_of(pending.inputs[pending.target]);
+          storages_[old].current = outputs[0];
+          ++storages_[old].versions;
+        }
+      } else {
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          if (specs[i].alias >= 0) continue;
+          const StorageId s = engine_->storage_of(outputs[i]);
+          adopt(s, impls[i], outputs[i]);
+          if (!evictable[i]) {
+            const Status pinned = pin_tensor(outputs[i]);
+            DTR_CHECK(pinned.ok(), "pinning a material storage cannot fail");
+          }
+        }
+      }
+    }
+  }
+  abort_op(pending);
+  if (pending.orphan != kNoId && !pending.record) pending.orphan = kNoId;
+  if (pending.orphan != kNoId) {
+    // Note [Overwrite]: the old value is unreachable (no lineage reads it); the user's
+    // storage has moved to the op's output.
+    StorageRec& rec = storages_[pending.orphan];
+    rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
+    release_storage(pending.orphan);
+    engine_->discard(pending.orphan);
+    rec.discarded = true;
+  }
+  ++ops_recorded_;
+  if (++ops_since_collect_ >= std::max<uint64_t>(kMinOpsBetweenCollects, active_.size()))
+    collect(/*full=*/true);
+  else if (ops_since_collect_ % kOpsBetweenDeadScans == 0)
+    collect(/*full=*/false);
+}
+
+void Lineage::abort_op(PendingOp& pending) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  engine_->unlock_tensors(pending.locked);
+  pending.locked.clear();
+  cow_.clear();
+}
+
+// --- the engine's side ---------------------------------------------------------------------
+
+void Lineage::on_compute(OpId op, bool remat) {
+  DTR_CHECK(remat, "the torch host runs each op itself before recording it");
+  OpRec& r = ops_[op];
+  DTR_CHECK(r.op.has_value() && !r.args.empty(),
+            "dtr: internal error: rematerializing an op whose lineage was dropped");
+  c10::impl::ExcludeDispatchKeyGuard no_hook(kDtrKey);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  torch::jit::Stack stack(r.args.begin(), r.args.end());
+  const std::vector<TensorId>& outputs = engine_->op_outputs(op);
+  if (r.in_place) {
+    // In place: the written storage gets the input's value first if they differ (Note
+    // [Copy on write]; none for Note [Overwrite]), then the op runs on it again.
+    const StorageId out = engine_->storage_of(outputs[0]);
+    c10::intrusive_ptr<c10::StorageImpl> user = storages_[out].impl.lock();
+    if (!user) return;  // nobody can read it any more
+    const TensorSlot slot = r.target_slot;
+    at::Tensor input = slot_tensor(stack, 0, slot);
+    c10::StorageImpl* from = input.storage().unsafeGetStorageImpl();
+    if (from != user.get()) {
+      const size_t nbytes = user->nbytes();
+      if (!user->data() && nbytes > 0) {
+        user->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(nbytes));
+        set_block_owner(out);
+      }
+      if (nbytes > 0 && !r.overwrite) std::memcpy(user->data(), from->data(), nbytes);
+      at::Tensor target = snapshot_of(input);
+      target.unsafeGetTensorImpl()->set_storage_keep_dtype(c10::Storage(user));
+      set_slot_tensor(stack, 0, slot, std::move(target));
+    }
+    r.op->callBoxed(&stack);
+    return;
+  }
+  r.op->callBoxed(&stack);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorId u = outputs[i];
+    const StorageId s = engine_->storage_of(u);
+    if (engine_->storage_tensors(s)[0] != u || engine_->is_material(s)) continue;
+    c10::intrusive_ptr<c10::StorageImpl> impl = storages_[s].impl.lock();
+    if (!impl) continue;
+    at::Tensor fresh = slot_tensor(stack, 0, r.output_slots[i]);
+    c10::StorageImpl* made = fresh.storage().unsafeGetStorageImpl();
+    DTR_CHECK(made->nbytes() == impl->nbytes(),
+              "dtr: a rematerialized output has another size than the original (an op that "
+              "is not deterministic in its output shape?)");
+    impl->set_data_ptr_noswap(made->set_data_ptr(c10::DataPtr(nullptr, made->device())));
+    set_block_owner(s);
+  }
+}
+
+void Lineage::on_evict(StorageId s) {
+  c10::intrusive_ptr<c10::StorageImpl> impl = storages_[s].impl.lock();
+  if (!impl || !impl->data()) return;
+  evicted_bytes_in_call_ += round_block_size(impl->nbytes());
+  // The old DataPtr's deleter gives the block back to the caching allocator.
+  impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
+}
+
+uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
+  // Note [Engine lock]
+  std::unique_lock<std::recursive_mutex> lock(mutex_, std::defer_lock);
+  if (at::in_parallel_region()) {
+    if (!lock.try_lock()) return 0;
+  } else {
+    lock.lock();
+  }
+  evicted_bytes_in_call_ = 0;
+  collect(/*full=*/false);
+  // A full collect when something may have become unneeded since the last one: new ops,
+  // or new deaths (a dead pinned storage is freed only by a full collect).
+  if (full_collect_ops_ != ops_recorded_ || full_collect_deaths_ != deaths_)
+    collect(/*full=*/true);
+  const uint64_t freed = evicted_bytes_in_call_;
+  if (freed > 0 && (contiguous_request || freed >= bytes_needed)) return freed;
+  const uint64_t more = engine_->free_for_allocator(bytes_needed - freed, contiguous_request);
+  if (freed + more == 0 && config_.debug >= 1) print_storages();
+  return freed + more;
+}
+
+// DTR_DEBUG >= 1, when nothing more can be evicted: every material storage the engine
+// knows, to tell what holds the memory (pinned, locked by the op running, dead).
+void Lineage::print_storages() const {
+  std::fprintf(stderr, "dtr: nothing more to evict; material storages (bytes, state, op):\n");
+  for (StorageId s : active_) {
+    if (!engine_->is_material(s)) continue;
+    const OpRec& r = ops_[engine_->op_of(engine_->storage_tensors(s)[0])];
+    std::fprintf(stderr, "  s%u %llu%s%s%s %s\n", s,
+                 static_cast<unsigned long long>(engine_->storage_size(s)),
+                 engine_->is_pinned(s) ? " pinned" : "", engine_->is_locked(s) ? " locked" : "",
+                 storages_[s].dead ? " dead" : "",
+                 r.op ? r.op->schema().name().c_str() : "(constant)");
+  }
+}
+
+uint64_t Lineage::pinned_bytes() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return engine_->live_bytes() - engine_->evictable_bytes();
+}
+
+uint64_t Lineage::evictable_bytes() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return engine_->evictable_bytes();
+}
+
+// --- dead lineage ----------------------------------------------------------------------------
+
+void Lineage::release_storage(StorageId s) {
+  storages_[s].dead = true;
+  ++deaths_;
+  for (TensorId t : engine_->storage_tensors(s)) {
+    while (engine_->external_refs(t) > 0) {
+      if (trace_) trace_simple(TraceEventKind::release, t);
+      engine_->release(t);
+    }
+  }
+}
+
+Status Lineage::pin_tensor(TensorId t) {
+  if (trace_ && !engine_->is_pinned(engine_->storage_of(t))) trace_simple(TraceEventKind::pin, t);
+  return engine_->pin(t);
+}
+
+// --- DTR_TRACE ---------------------------------------------------------------------------------
+
+// Note [Recording a trace]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// DTR_TRACE=path writes, at exit, what the engine was told, in our trace format: each
+// engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
+// new version: a result aliasing the written input), a constant a CONSTANT, a death a
+// RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
+// the optimizer step) a PIN. `dtr-sim run --trace path` replays it under any policy and
+// budget. Not in the trace: what the live run frees by a full collect (a pinned storage
+// discarded once nothing can need it) and memory outside the engine (an op's workspace,
+// tensors made with recording off), so a replay keeps some bytes pinned that the live run
+// freed: its peak is conservative (docs/torch.md compares the two).
+NameId Lineage::trace_name(TensorId t) {
+  if (trace_names_.size() <= t) trace_names_.resize(t + 1, UINT32_MAX);
+  if (trace_names_[t] == UINT32_MAX) trace_names_[t] = trace_->intern("t" + std::to_string(t));
+  return trace_names_[t];
+}
+
+void Lineage::trace_call(const std::string& op, const std::vector<TensorId>& inputs,
+                         const std::vector<OutputSpec>& specs,
+                         const std::vector<TensorId>& outputs, uint64_t compute_ns) {
+  TraceEvent e;
+  e.kind = TraceEventKind::call;
+  e.op = op;
+  e.time_ns = compute_ns;
+  for (TensorId in : inputs) e.args.push_back(trace_name(in));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});
+  trace_->events.push_back(std::move(e));
+}
+
+void Lineage::trace_simple(TraceEventKind kind, TensorId t) {
+  TraceEvent e;
+  e.kind = kind;
+  e.dst = trace_name(t);
+  trace_->events.push_back(std::move(e));
+}
+
+void Lineage::write_trace_file() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!trace_) return;
+  try {
+    write_trace(*trace_, config_.trace);
+    std::fprintf(stderr, "dtr: wrote trace %s (%zu events)\n", config_.trace.c_str(),
+                 trace_->events.size());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtr: could not write the trace %s: %s\n", config_.trace.c_str(),
+                 e.what());
+  }
+}
+
+void Lineage::drop_lineage(OpId op) {
+  OpRec& r = ops_[op];
+  if (r.args.empty()) return;
+  for (TensorId in : engine_->op_inputs(op)) --storages_[engine_->storage_of(in)].snapshot_refs;
+  r.args.clear();
+  r.args.shrink_to_fit();
+}
+
+void Lineage::collect(bool full) {
+  // Note [Collecting dead lineage]
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (full || dead_scan_ops_ != ops_recorded_) {
+    dead_scan_ops_ = ops_recorded_;
+    // Only storages not yet found dead are scanned (alive_ drops the others as it goes),
+    // so a scan costs what the program holds, not what lineage remembers.
+    size_t kept = 0;
+    for (size_t i = 0; i < alive_.size(); ++i) {
+      const StorageId s = alive_[i];
+      StorageRec& rec = storages_[s];
+      if (rec.dead) continue;
+      // A locked storage is an input of an op running now (or of a remat in progress).
+      if (!(engine_->is_locked(s) && !engine_->is_pinned(s)) &&
+          rec.impl.use_count() <= rec.snapshot_refs) {
+        release_storage(s);
+        continue;
+      }
+      alive_[kept++] = s;
+    }
+    alive_.resize(kept);
+  }
+  if (!full) return;
+  full_collect_ops_ = ops_recorded_;
+  full_collect_deaths_ = deaths_;
+  ops_since_collect_ = 0;
+  const uint32_t needed_mark = begin_marks();
+  auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };
+  std::vector<StorageId> stack;
+  for (StorageId s : alive_) {
+    if (storages_[s].dead || engine_->is_pinned(s)) continue;
+    marks_[s] = needed_mark;
+    stack.push_back(s);
+  }
+  while (!stack.empty()) {
+    const StorageId s = stack.back();
+    stack.pop_back();
+    for (TensorId t : engine_->storage_tensors(s)) {
+      for (TensorId p : engine_->op_inputs(engine_->op_of(t))) {
+        const StorageId ps = engine_->storage_of(p);
+        if (needed(ps)) continue;
+        marks_[ps] = needed_mark;
+        if (!engine_->is_pinned(ps)) stack.push_back(ps);
+      }
+    }
+  }
+  std::vector<StorageId> kept;
+  std::vector<OpId> done;
+  for (StorageId s : active_) {
+    StorageRec& rec = storages_[s];
+    if (rec.discarded) {
+      for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
+      continue;
+    }
+    if (!rec.dead || needed(s) || (engine_->is_locked(s) && !engine_->is_pinned(s))) {
+      kept.push_back(s);
+      continue;
+    }
+    engine_->discard(s);
+    rec.discarded = true;
+    rec.readers.clear();
+    rec.readers.shrink_to_fit();
+    auto it = by_impl_.find(rec.impl._unsafe_get_target());
+    if (it != by_impl_.end() && it->second == s) by_impl_.erase(it);
+    rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
+    for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
+  }
+  active_.swap(kept);
+  // An op's lineage serves only to recompute its outputs: once each is discarded or
+  // pinned (never evicted again, as a gradient at the optimizer step), drop it, and with
+  // it the references its snapshots hold (Note [Pinned writes]).
+  for (StorageId s : active_) {
+    if (!engine_->is_pinned(s)) continue;
+    for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
+    has_readers(s);  // prunes readers whose lineage was dropped (a constant every op reads)
+  }
+  for (OpId op : done) {
+    if (ops_[op].args.empty()) continue;
+    bool droppable = true;
+    for (TensorId out : engine_->op_outputs(op)) {
+      const StorageId s = engine_->storage_of(out);
+      droppable &= storages_[s].discarded || engine_->is_pinned(s);
+    }
+    if (droppable) drop_lineage(op);
+  }
+}
+
+void Lineage::pin_for_raw_access(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  const StorageId s = lookup(tensor.storage().unsafeGetStorageImpl());
+  if (s == kNoId) return;  // never evicted
+  const Status status = pin_tensor(storages_[s].current);
+  if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+}
+
+// --- lineage.h ---------------------------------------------------------------------------------
+
+pid_t loader_pid = 0;
+
+void write_trace_at_exit() {
+  if (Lineage* lineage = the_lineage())
+    if (getpid() == loader_pid) lineage->write_trace_file();
+}
+
+void start_lineage(const Config& config, CachingAllocator& allocator) {
+  if (the_lineage()) return;
+  auto* lineage = new Lineage(config, allocator);  // never deleted: Note [Immortal allocator]
+  lineage_ptr.store(lineage, std::memory_order_release);
+  loader_pid = getpid();
+  if (!config.trace.empty()) std::atexit(write_trace_at_exit);
+  register_dispatch_hook();
+  enable_hook_on_this_thread(true);
+}
+
+bool lineage_started() { return the_lineage() != nullptr; }
+
+Stats lineage_stats() {
+  Lineage* lineage = the_lineage();
+  if (!lineage) return Stats{};
+  std::lock_guard<std::recursive_mutex> lock(lineage->mutex());
+  return lineage->engine().stats();
+}
+
+void set_recording(bool on) { recording_on = on; }
+bool recording() { return recording_on; }
+
+void collect_lineage() {
+  if (Lineage* lineage = the_lineage()) lineage->collect(/*full=*/true);
+}
+
+}  // namespace dtr::torch_integration

@@ -1,0 +1,39 @@
+// lineage.h: eviction and rematerialization inside PyTorch, as seen from runtime.cpp.
+//
+// No torch header here: runtime.cpp (torch-free) starts the lineage and reads its stats;
+// lineage.cpp and dispatch_hook.cpp hold the torch-facing parts (lineage_impl.h).
+//
+// Lock rules: every function here takes the lineage's engine lock itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dtr/core/stats.h"
+
+namespace dtr {
+
+class CachingAllocator;
+struct Config;
+
+namespace torch_integration {
+
+// Builds the engine (policy, search, sample, seed and debug from `config`), makes it the
+// allocator's eviction callback, registers the dispatcher fallback and enables it on the
+// calling thread. Throws ConfigError for a bad policy or search mode. Once per process.
+void start_lineage(const Config& config, CachingAllocator& allocator);
+bool lineage_started();
+
+// The engine's stats (dtr.* keys); zeros before start_lineage.
+Stats lineage_stats();
+
+// Recording on the calling thread (python: dtr.disable()/dtr.enable()): while off, ops run
+// without being recorded, but evicted inputs are still refilled first.
+void set_recording(bool on);
+bool recording();
+
+// Frees what lineage holds only for dead tensors (Note [Collecting dead lineage]).
+void collect_lineage();
+
+}  // namespace torch_integration
+}  // namespace dtr

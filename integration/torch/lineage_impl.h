@@ -1,0 +1,200 @@
+// lineage_impl.h: the torch-facing host of the DTR engine (lineage.cpp) and what the
+// dispatcher fallback (dispatch_hook.cpp) tells it about each op. Private to
+// integration/torch.
+//
+// Model (docs/torch.md, ARCHITECTURE.md "Proven"). Every c10::StorageImpl the engine knows
+// is one engine storage (StorageRec, indexed by StorageId). The engine's *current* tensor
+// of a storage is the version ops read now: an in-place op recorded on a storage adds a
+// new version (an alias tensor) on it. Lineage holds private shallow copies of each
+// recorded op's input tensors (*snapshots*) and only weak references to output storages.
+// Evict = the StorageImpl gives up its DataPtr (nbytes kept); remat = re-run the op below
+// autograd and move the fresh buffer into the same StorageImpl, so every view, detach()
+// and .data alias sees it.
+//
+// Lock rules. One lock (`mutex`, recursive: Note [Engine lock]) guards the engine and
+// every table here. The fallback holds it while it looks up and locks an op's inputs and
+// while it records the op, not while the op runs (the inputs stay locked in the engine).
+// Remats run with it held. The allocator's eviction callback takes it too.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <c10/core/StorageImpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "dtr/allocator/caching_allocator.h"
+#include "dtr/core/clock.h"
+#include "dtr/core/options.h"
+#include "dtr/core/trace.h"
+#include "dtr/eviction/engine.h"
+#include "integration/torch/compat.h"
+
+namespace dtr::torch_integration {
+
+// Where a tensor sits among an op's arguments or returns: value `index`, and `element`
+// inside a tensor list (-1 for a plain tensor).
+struct TensorSlot {
+  uint16_t index = 0;
+  int16_t element = -1;
+};
+
+// How the fallback treats an op (classify_op in dispatch_hook.cpp).
+enum class OpKind : uint8_t {
+  view,     // returns an alias of an input and writes nothing: runs untouched, no refill
+  compute,  // deterministic: recorded, may be recomputed
+  opaque,   // run once, never recomputed: Note [Never recompute] in dispatch_hook.cpp
+};
+
+struct OpInfo {
+  OpKind kind = OpKind::opaque;
+  uint16_t num_args = 0;
+  uint16_t num_returns = 0;
+  // Arguments the op writes ((a!) in the schema, or hidden: batch norm's running stats).
+  std::vector<uint16_t> write_args;
+  // compute ops with one written tensor argument whose returns all alias it (add_, copy_).
+  bool in_place = false;
+  // in_place ops whose result does not depend on the written tensor's old value (zero_,
+  // fill_, copy_): Note [Overwrite].
+  bool overwrites = false;
+  // native_batch_norm in training mode: remat passes no running stats (Note [Batch norm]).
+  bool batch_norm = false;
+};
+
+// One op the fallback is running: its inputs, found and locked before it runs, and what
+// recording needs afterwards. Built by Lineage::before_op, finished by after_op/abort_op.
+struct PendingOp {
+  const OpInfo* info = nullptr;
+  std::vector<TensorSlot> input_slots;  // every defined tensor argument, flattened
+  std::vector<TensorId> inputs;         // engine tensors, parallel to input_slots
+  std::vector<TensorId> locked;         // what before_op locked in the engine
+  std::vector<c10::IValue> args;        // snapshots in place of tensors (compute ops only)
+  int32_t target = -1;                  // index in `inputs` of the written tensor (in_place)
+  uint64_t target_nbytes = 0;
+  bool record = false;                  // record the op once it has run
+  bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
+  bool overwrite = false;               // Note [Overwrite]
+  StorageId orphan = kNoId;             // the overwritten storage's old engine storage
+};
+
+class Lineage final : public EngineHooks, public EvictionCallback {
+ public:
+  Lineage(const Config& config, CachingAllocator& allocator);
+
+  std::recursive_mutex& mutex() { return mutex_; }
+  Engine& engine() { return *engine_; }
+
+  // The fallback's side (dispatch_hook.cpp). `stack` holds the op's arguments on top.
+  void before_op(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& stack,
+                 PendingOp& pending);
+  // The op has run; its returns are on top of `stack`.
+  void after_op(const c10::OperatorHandle& op, PendingOp& pending, torch::jit::Stack& stack,
+                uint64_t compute_ns);
+  // The op threw: unlocks what before_op locked.
+  void abort_op(PendingOp& pending);
+
+  // Raw access (torch.ops.dtr.pin_raw, Note [Raw access] in dispatch_hook.cpp): refills the
+  // tensor's storage if evicted and pins it for good.
+  void pin_for_raw_access(const at::Tensor& tensor);
+
+  // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
+  // need; called every so many ops and before evicting for the allocator.
+  void collect(bool full);
+
+  // DTR_TRACE: writes what was recorded (the process that loaded the library only).
+  void write_trace_file();
+
+  // EngineHooks
+  void on_compute(OpId op, bool remat) override;
+  void on_evict(StorageId s) override;
+  // EvictionCallback (the allocator, without its lock)
+  uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
+  uint64_t pinned_bytes() const override;
+  uint64_t evictable_bytes() const override;
+
+ private:
+  struct StorageRec {
+    c10::weak_intrusive_ptr<c10::StorageImpl> impl{
+        c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>())};
+    TensorId current = kNoId;     // the version ops read now
+    uint32_t snapshot_refs = 0;   // live snapshots whose storage is `impl`
+    uint32_t versions = 0;        // in-place ops recorded on it: Note [Mutation]
+    std::vector<std::pair<OpId, uint32_t>> readers;  // (op, input index) snapshots
+    bool dead = false;            // unreachable from the program: refs released
+    bool discarded = false;       // Note [Collecting dead lineage]
+  };
+  struct OpRec {
+    c10::optional<c10::OperatorHandle> op;
+    std::vector<c10::IValue> args;  // empty once the lineage is dropped (or a constant)
+    std::vector<TensorSlot> input_slots;
+    std::vector<TensorSlot> output_slots;  // per engine output: its place among the returns
+    bool in_place = false;    // remat writes target_slot's tensor in its own storage
+    bool overwrite = false;   // Note [Overwrite]: the target's old value is not an input
+    TensorSlot target_slot;
+  };
+
+  StorageId lookup(const c10::StorageImpl* impl) const;
+  TensorId input_tensor(const at::Tensor& t, bool register_unknown);
+  TensorId register_constant(const at::Tensor& t);
+  void adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>& impl,
+             TensorId current);
+  void sync_tables();
+  bool has_readers(StorageId s);
+  void copy_on_write(StorageId s);
+  void pin_live_descendants(StorageId root);
+  uint32_t begin_marks();
+  bool is_ours(const c10::StorageImpl& impl) const;
+  void release_storage(StorageId s);
+  void drop_lineage(OpId op);
+  void set_block_owner(StorageId s);
+  void print_storages() const;
+  Status pin_tensor(TensorId t);
+  // Note [Recording a trace]
+  NameId trace_name(TensorId t);
+  void trace_call(const std::string& op, const std::vector<TensorId>& inputs,
+                  const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
+                  uint64_t compute_ns);
+  void trace_simple(TraceEventKind kind, TensorId t);
+
+  const Config config_;
+  CachingAllocator& allocator_;
+  c10::DeleterFnPtr our_deleter_ = nullptr;  // the CPU allocator hook's
+  uint64_t dead_scan_ops_ = UINT64_MAX;      // ops recorded at the last dead scan
+  uint64_t full_collect_ops_ = UINT64_MAX;   // ... and at the last full collect
+  uint64_t deaths_ = 0;                      // storages found dead so far
+  uint64_t full_collect_deaths_ = UINT64_MAX;
+  SteadyClock clock_;
+  std::unique_ptr<Engine> engine_;
+  mutable std::recursive_mutex mutex_;
+  std::vector<StorageRec> storages_;
+  std::vector<OpRec> ops_;
+  std::unordered_map<const c10::StorageImpl*, StorageId> by_impl_;
+  std::vector<StorageId> active_;  // storages not yet discarded
+  std::vector<StorageId> alive_;   // ... and not yet found dead (some may be, since)
+  std::vector<uint32_t> marks_;    // begin_marks()
+  uint32_t mark_epoch_ = 0;
+  // Copy on write within the current op: the user's storage -> the copy of its old value.
+  std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
+  std::unique_ptr<Trace> trace_;        // DTR_TRACE, else null
+  std::vector<NameId> trace_names_;     // TensorId -> name in trace_
+  uint64_t ops_recorded_ = 0;
+  uint64_t ops_since_collect_ = 0;
+  uint64_t evicted_bytes_in_call_ = 0;
+};
+
+// The process's lineage (null before start_lineage).
+Lineage* the_lineage();
+
+// The dispatch key our fallback sits on: Note [Dispatch key] in dispatch_hook.cpp.
+using torch_compat::kDtrKey;
+
+// dispatch_hook.cpp: registers the fallback and the dtr:: ops once per process.
+void register_dispatch_hook();
+void enable_hook_on_this_thread(bool on);
+
+}  // namespace dtr::torch_integration

@@ -1,0 +1,85 @@
+"""Running an unmodified training script with and without dtr, and reading what it did.
+
+Used by `make demo` (tools/torch_demo.py) and the step-time benchmark
+(bench/torch_step_time.py). A run is `/usr/bin/python3 script args...` in a fresh process:
+without the library, or with libdtr_torch.so preloaded and a DTR_CONF, with DTR_REPORT=1
+so the library prints its summary at exit. The script's own output lines are kept:
+`loss <step> <float32 bits> <value>`, `time <step> <seconds>`, `param ...`, `buffer ...`.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Run:
+    returncode: int
+    wall_s: float
+    lines: list = field(default_factory=list)  # the script's stdout lines
+    report: dict = field(default_factory=dict)  # the library's summary, {} without it
+    stderr: str = ""
+    max_rss_kib: int = 0  # the process's peak resident set (getrusage of the child)
+
+    def losses(self):
+        return [l.split()[2] for l in self.lines if l.startswith("loss ")]
+
+    def state(self):
+        """Loss bit patterns and parameter/buffer digests: what must match bit for bit."""
+        return [l for l in self.lines if l.startswith(("loss ", "param ", "buffer "))]
+
+    def step_times(self):
+        return [float(l.split()[2]) for l in self.lines if l.startswith("time ")]
+
+    @property
+    def peak_bytes(self):
+        return self.report.get("allocated_bytes.all.peak")
+
+
+def library_path():
+    return Path(os.environ.get("DTR_LIBRARY", ROOT / "build" / "lib" / "libdtr_torch.so"))
+
+
+def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/python3",
+        extra_env=None):
+    """Runs `script` once. conf=None with library=True: the library with its defaults."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTR_") and k != "LD_PRELOAD"}
+    env["OMP_NUM_THREADS"] = str(threads)
+    env.update(extra_env or {})
+    if library:
+        env["LD_PRELOAD"] = str(library_path())
+        env["DTR_REPORT"] = "1"
+        if conf:
+            env["DTR_CONF"] = conf
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([python, str(script), *map(str, args)], env=env,
+                                stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    report = {}
+    for line in stderr.splitlines():
+        if line.startswith("dtr: report "):
+            report = json.loads(line[len("dtr: report "):])
+    return Run(proc.returncode, wall, stdout.splitlines(), report, stderr, usage.ru_maxrss)
+
+
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+
+def fail(message, run_=None):
+    tail = "\n".join(run_.stderr.strip().splitlines()[-5:]) if run_ else ""
+    sys.exit(f"{message}\n{tail}")
