@@ -269,8 +269,9 @@ void renew_in_child() {
 
 }  // namespace
 
-void register_dispatch_hook() {
+bool register_dispatch_hook() {
   static std::once_flag once;
+  static bool registered = false;
   std::call_once(once, [] {
     c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
     // Note [Dispatch key]
@@ -290,7 +291,9 @@ void register_dispatch_hook() {
       def->def("raw_access_guarded() -> ()", &raw_access_guarded_kernel);
     }
     pthread_atfork(&lock_before_fork, &unlock_in_parent, &renew_in_child);
+    registered = true;
   });
+  return registered;
 }
 
 void enable_hook_on_this_thread(bool on) {

@@ -863,8 +863,7 @@ void start_lineage(const Config& config, CachingAllocator& allocator) {
   lineage_ptr.store(lineage, std::memory_order_release);
   loader_pid = getpid();
   if (!config.trace.empty()) std::atexit(write_trace_at_exit);
-  register_dispatch_hook();
-  enable_hook_on_this_thread(true);
+  if (register_dispatch_hook()) enable_hook_on_this_thread(true);
 }
 
 bool lineage_started() { return the_lineage() != nullptr; }

@@ -193,8 +193,9 @@ Lineage* the_lineage();
 // The dispatch key our fallback sits on: Note [Dispatch key] in dispatch_hook.cpp.
 using torch_compat::kDtrKey;
 
-// dispatch_hook.cpp: registers the fallback and the dtr:: ops once per process.
-void register_dispatch_hook();
+// dispatch_hook.cpp: registers the fallback and the dtr:: ops once per process; false
+// when another library already handles kDtrKey (then nothing records).
+bool register_dispatch_hook();
 void enable_hook_on_this_thread(bool on);
 
 }  // namespace dtr::torch_integration
