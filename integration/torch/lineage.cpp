@@ -92,20 +92,10 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // when recorded; they are still freed when they die.
 constexpr size_t kMinEvictableBytes = 16384;
 
-at::Tensor& slot_tensor_ref(std::vector<c10::IValue>& values, size_t base, TensorSlot slot,
-                            at::Tensor& scratch) {
-  c10::IValue& v = values[base + slot.index];
-  if (slot.element < 0) {
-    scratch = v.toTensor();
-    return scratch;
-  }
-  scratch = v.toListRef()[slot.element].toTensor();
-  return scratch;
-}
-
+// The tensor at `slot` of values[base...] (an argument or a return).
 at::Tensor slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot slot) {
-  at::Tensor scratch;
-  return slot_tensor_ref(values, base, slot, scratch);
+  const c10::IValue& v = values[base + slot.index];
+  return slot.element < 0 ? v.toTensor() : v.toListRef()[slot.element].toTensor();
 }
 
 void set_slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot slot,
