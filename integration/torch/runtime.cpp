@@ -205,6 +205,10 @@ void load_runtime() {
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }
+  if (!config.plan.empty())
+    std::fprintf(stderr, "dtr: note: plan=%s is not followed here: the PyTorch runtime does "
+                 "not read plans yet (dtr-sim run --plan does; docs/planner.md)\n",
+                 config.plan.c_str());
   const bool report = config.report;
   auto* rt = new TorchRuntime(std::move(config), budget_bytes);  // never deleted
   switch (install_cpu_allocator(rt->allocator())) {
