@@ -123,6 +123,26 @@ at::Tensor snapshot_of(const at::Tensor& t) {
       /*allow_tensor_metadata_change=*/true));
 }
 
+// Calls f(tensor, element) for each defined CPU tensor with storage in `v`: a Tensor
+// (element -1), a Tensor[] or a List[Optional[Tensor]] (its index).
+template <typename F>
+void for_each_cpu_tensor(const c10::IValue& v, F&& f) {
+  auto take = [&](const at::Tensor& t, int16_t element) {
+    if (t.defined() && t.has_storage() && t.device().type() == c10::DeviceType::CPU)
+      f(t, element);
+  };
+  if (v.isTensor()) {
+    take(v.toTensor(), -1);
+  } else if (v.isTensorList()) {
+    const auto list = v.toTensorList();
+    for (size_t j = 0; j < list.size(); ++j) take(list.get(j), static_cast<int16_t>(j));
+  } else if (v.isList()) {
+    const auto& list = v.toListRef();
+    for (size_t j = 0; j < list.size(); ++j)
+      if (list[j].isTensor()) take(list[j].toTensor(), static_cast<int16_t>(j));
+  }
+}
+
 // Whether writing all of `t` writes every byte of its storage.
 bool covers_storage(const at::Tensor& t) {
   return t.is_contiguous() && t.storage_offset() == 0 &&
@@ -229,6 +249,13 @@ bool Lineage::has_readers(StorageId s) {
   return !readers.empty();
 }
 
+// has_readers(s) after a full collect if ops were recorded since the last one: readers
+// whose outputs are all dead and unneeded need no copy, and the collect drops them.
+bool Lineage::has_live_readers(StorageId s) {
+  if (has_readers(s) && full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
+  return has_readers(s);
+}
+
 // --- the fallback's side -----------------------------------------------------------------
 
 void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
@@ -236,22 +263,10 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   const size_t base = stack.size() - info.num_args;
   std::vector<at::Tensor> tensors;
   for (uint16_t i = 0; i < info.num_args; ++i) {
-    const c10::IValue& v = stack[base + i];
-    auto take = [&](const at::Tensor& t, int16_t element) {
-      if (!t.defined() || !t.has_storage() || t.device().type() != c10::DeviceType::CPU) return;
+    for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
       pending.input_slots.push_back(TensorSlot{i, element});
       tensors.push_back(t);
-    };
-    if (v.isTensor()) {
-      take(v.toTensor(), -1);
-    } else if (v.isTensorList()) {
-      const auto list = v.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) take(list.get(j), static_cast<int16_t>(j));
-    } else if (v.isList()) {
-      const auto& list = v.toListRef();
-      for (size_t j = 0; j < list.size(); ++j)
-        if (list[j].isTensor()) take(list[j].toTensor(), static_cast<int16_t>(j));
-    }
+    });
   }
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -268,8 +283,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       if (pending.input_slots[k].index != info.write_args[0] || s == kNoId ||
           (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t))
         continue;
-      if (has_readers(s) && full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
-      if (!has_readers(s)) overwritten = static_cast<int32_t>(k);
+      if (!has_live_readers(s)) overwritten = static_cast<int32_t>(k);
     }
   }
   std::vector<TensorId> to_lock;
@@ -298,11 +312,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       if (pending.input_slots[k].index != w || static_cast<int32_t>(k) == overwritten) continue;
       StorageId s = lookup(tensors[k].storage().unsafeGetStorageImpl());
       if (s == kNoId) continue;  // no lineage reads it
-      if (has_readers(s) && full_collect_ops_ != ops_recorded_) {
-        // Readers whose outputs are all dead and unneeded need no copy: find them first.
-        collect(/*full=*/true);
-      }
-      bool readers = has_readers(s);
+      bool readers = has_live_readers(s);
       if (readers && engine_->is_pinned(s)) {
         // Note [Pinned writes]
         pin_live_descendants(s);
@@ -358,6 +368,13 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
 }
 
+// A new mark for a walk over storages: marks_[s] == the value returned means "marked in
+// this walk"; nothing is cleared, so a walk costs what it visits, not every storage ever.
+uint32_t Lineage::begin_marks() {
+  if (marks_.size() < storages_.size()) marks_.resize(storages_.size(), 0);
+  return ++mark_epoch_;
+}
+
 // Note [Pinned writes]
 // ~~~~~~~~~~~~~~~~~~~~
 // A pinned storage that lineage read is written: in a training step, a parameter updated
@@ -367,13 +384,6 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
 // value is still there) and collecting leaves no lineage that needs it, so no copy is
 // made (Note [Copy on write] is the fallback): gradients are live until zero_grad anyway,
 // while a copy would add a parameter's size per parameter until the step ends.
-// A new mark for a walk over storages: marks_[s] == the value returned means "marked in
-// this walk"; nothing is cleared, so a walk costs what it visits, not every storage ever.
-uint32_t Lineage::begin_marks() {
-  if (marks_.size() < storages_.size()) marks_.resize(storages_.size(), 0);
-  return ++mark_epoch_;
-}
-
 void Lineage::pin_live_descendants(StorageId root) {
   const uint32_t seen_mark = begin_marks();
   auto seen = [&](StorageId s) { return marks_[s] == seen_mark; };
@@ -458,10 +468,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       }
     } else {
       for (uint16_t i = 0; i < info.num_returns && recordable; ++i) {
-        const c10::IValue& v = stack[base + i];
-        auto take = [&](const at::Tensor& t, int16_t element) {
-          if (!t.defined() || !t.has_storage() || t.device().type() != c10::DeviceType::CPU)
-            return;
+        for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
           const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
           int32_t alias = -1;
           for (size_t k = 0; k < pending.inputs.size() && alias < 0; ++k)
@@ -479,13 +486,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
           impls.push_back(t.storage().getWeakStorageImpl());
           evictable.push_back(alias < 0 && t.storage().nbytes() >= kMinEvictableBytes &&
                               is_ours(*t.storage().unsafeGetStorageImpl()));
-        };
-        if (v.isTensor()) {
-          take(v.toTensor(), -1);
-        } else if (v.isTensorList()) {
-          const auto list = v.toTensorList();
-          for (size_t j = 0; j < list.size(); ++j) take(list.get(j), static_cast<int16_t>(j));
-        }
+        });
       }
     }
     if (specs.empty()) recordable = false;
