@@ -63,6 +63,18 @@ struct Budget {
   X(remat, bool, "remat", "DTR_REMAT", "True",                                                    \
     "PyTorch: record lineage, evict and rematerialize under the budget; False = the caching "    \
     "allocator and its hard budget only (a baseline run)")                                       \
+  X(snapshot, std::string, "snapshot", "DTR_SNAPSHOT", "",                                         \
+    "at exit, write a memory snapshot here: a pickle PyTorch's memory tools read (segments, "     \
+    "blocks, device_traces; docs/observability.md)")                                              \
+  X(snapshot_format, std::string, "snapshot_format", "DTR_SNAPSHOT_FORMAT", "dict",               \
+    "`dict`: {segments, device_traces} as torch.cuda.memory._dump_snapshot writes since 2.0 "    \
+    "(pytorch.org/memory_viz); `list`: the segment list of 1.13's memory_snapshot(), which "      \
+    "1.13's `python -m torch.cuda._memory_viz` reads")                                           \
+  X(snapshot_entries, uint32_t, "snapshot_entries", "DTR_SNAPSHOT_ENTRIES", "100000",             \
+    "device_traces keeps the last this many allocator events (PyTorch's max_entries)")           \
+  X(timeline, std::string, "timeline", "DTR_TIMELINE", "",                                         \
+    "at exit, write a Chrome-trace/Perfetto JSON timeline here: ops, remats, evictions, "         \
+    "allocated bytes and the budget")                                                             \
   X(report, bool, "report", "DTR_REPORT", "False", "print a summary of the run at exit")
 
 struct Config {
