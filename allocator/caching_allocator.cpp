@@ -65,6 +65,15 @@
 // segment, and it is not listed by blocks_in_address_order: it is not part of any range a
 // contiguous eviction could free. The fake backend does not serve small requests, so a
 // simulated replay sends everything through segments and sees their fragmentation.
+// An observer sees such a block as a segment of its own: segment_alloc then alloc, and
+// free_requested, free_completed then segment_free (segments() lists it the same way).
+//
+// Note [Observer]
+// ~~~~~~~~~~~~~~~
+// The observer is told each event where it happens, under the mutex, so the order it
+// sees is the order of the allocator's state changes, and a recorder needs no lock of its
+// own for its ring. The price: it must not call the allocator. With no observer an event
+// costs one branch on a pointer (notify_locked).
 #include "dtr/allocator/caching_allocator.h"
 
 #include <algorithm>
@@ -125,6 +134,18 @@ struct Attempt {
 
 }  // namespace
 
+const char* allocator_action_name(AllocatorAction action) {
+  switch (action) {
+    case AllocatorAction::alloc: return "alloc";
+    case AllocatorAction::free_requested: return "free_requested";
+    case AllocatorAction::free_completed: return "free_completed";
+    case AllocatorAction::segment_alloc: return "segment_alloc";
+    case AllocatorAction::segment_free: return "segment_free";
+    case AllocatorAction::oom: return "oom";
+  }
+  return "unknown";
+}
+
 class CachingAllocator::Impl {
  public:
   Impl(const AllocatorConfig& config, Backend& backend, EvictionCallback* callback)
@@ -183,6 +204,14 @@ class CachingAllocator::Impl {
     }
     // (4) out_of_memory
     ++stats_.num_ooms;
+    if (observer_) {
+      AllocatorEvent event;
+      event.action = AllocatorAction::oom;
+      event.size = event.requested_bytes = need;
+      if (config_.budget_bytes != kUnlimitedBytes)
+        event.free_bytes = config_.budget_bytes - stats_.allocated_bytes.all.current;
+      observer_->on_allocator_event(event);
+    }
     AllocatorOom oom;
     oom.requested_bytes = need;
     oom.budget_bytes = config_.budget_bytes;
@@ -250,6 +279,34 @@ class CachingAllocator::Impl {
     return largest_free_block_locked();
   }
 
+  std::vector<SegmentView> segments() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<SegmentView> out;
+    for (const auto& entry : segments_) {
+      const Segment& seg = *entry.second;
+      SegmentView view;
+      view.ptr = seg.ptr;
+      view.size = seg.size;
+      view.small_pool = seg.pool == StatPool::small_pool;
+      for (const Block* b = seg.first; b; b = b->next) view.blocks.push_back(block_view(*b, seg.id));
+      out.push_back(std::move(view));
+    }
+    for (const auto& entry : allocated_) {  // Note [Small path]: one segment per block
+      const Block& b = *entry.second;
+      if (b.segment) continue;
+      SegmentView view;
+      view.ptr = b.ptr;
+      view.size = b.size;
+      view.small_pool = true;
+      view.small_path = true;
+      view.blocks.push_back(block_view(b, 0));
+      out.push_back(std::move(view));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const SegmentView& x, const SegmentView& y) { return x.ptr < y.ptr; });
+    return out;
+  }
+
   AllocatorStats stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     AllocatorStats out = stats_;
@@ -274,6 +331,11 @@ class CachingAllocator::Impl {
     callback_ = callback;
   }
 
+  void set_observer(AllocatorObserver* observer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    observer_ = observer;
+  }
+
   bool set_budget(uint64_t budget_bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stats_.allocated_bytes.all.current > budget_bytes) return false;
@@ -287,6 +349,24 @@ class CachingAllocator::Impl {
   }
   const BlockPool& pool_for(StatPool pool) const {
     return pool == StatPool::small_pool ? small_blocks_ : large_blocks_;
+  }
+
+  static BlockView block_view(const Block& b, uint64_t segment_id) {
+    return BlockView{b.ptr,       b.size,      b.requested_size, segment_id,
+                     b.pool == StatPool::small_pool, b.allocated, b.evictable, b.owner};
+  }
+
+  // Note [Observer]: the one place events leave the allocator.
+  void notify_locked(AllocatorAction action, const Block& block, size_t size) {
+    if (!observer_) return;
+    AllocatorEvent event;
+    event.action = action;
+    event.addr = block.ptr;
+    event.size = size;
+    event.requested_bytes = block.requested_size;
+    event.owner = block.owner;
+    event.small_path = block.segment == nullptr;
+    observer_->on_allocator_event(event);
   }
 
   size_t largest_free_block_locked() const {
@@ -316,6 +396,7 @@ class CachingAllocator::Impl {
       block->size = need;
       block->pool = pool;
       stats_.reserved_bytes.increase(pool, need);
+      notify_locked(AllocatorAction::segment_alloc, *block, need);
       return {mark_allocated_locked(block, requested, owner), Shortfall::none};
     }
     BlockPool& free_blocks = pool_for(pool);
@@ -359,6 +440,7 @@ class CachingAllocator::Impl {
     stats_.reserved_bytes.increase(pool, bytes);
     stats_.segment.increase(pool, 1);
     ++stats_.num_device_alloc;
+    notify_locked(AllocatorAction::segment_alloc, *block, bytes);
     return block;
   }
 
@@ -391,11 +473,14 @@ class CachingAllocator::Impl {
     stats_.allocated_bytes.increase(block->pool, round_block_size(requested));
     stats_.active_bytes.increase(block->pool, block->size);
     stats_.allocation.increase(block->pool, 1);
+    notify_locked(AllocatorAction::alloc, *block, block->size);
     return block;
   }
 
   // `block` is already out of allocated_.
   void free_block_locked(Block* block) {
+    notify_locked(AllocatorAction::free_requested, *block, block->size);
+    notify_locked(AllocatorAction::free_completed, *block, block->size);
     ++num_frees_;
     stats_.allocated_bytes.decrease(block->pool, round_block_size(block->requested_size));
     stats_.active_bytes.decrease(block->pool, block->size);
@@ -403,6 +488,7 @@ class CachingAllocator::Impl {
     if (!block->segment) {  // Note [Small path]
       backend_.free_small(reinterpret_cast<void*>(block->ptr), block->size);
       stats_.reserved_bytes.decrease(block->pool, block->size);
+      notify_locked(AllocatorAction::segment_free, *block, block->size);
       arena_.recycle(block);
       return;
     }
@@ -445,6 +531,7 @@ class CachingAllocator::Impl {
         continue;
       }
       pool_for(segment.pool).erase(block);
+      notify_locked(AllocatorAction::segment_free, *block, segment.size);
       arena_.recycle(block);
       backend_.free_segment(reinterpret_cast<void*>(segment.ptr), segment.size);
       stats_.reserved_bytes.decrease(segment.pool, segment.size);
@@ -558,6 +645,7 @@ class CachingAllocator::Impl {
   AllocatorConfig config_;  // budget_bytes changes only through set_budget, under mutex_
   Backend& backend_;  // owned by CachingAllocator, which outlives *this
   EvictionCallback* callback_;
+  AllocatorObserver* observer_ = nullptr;  // Note [Observer]
   const bool small_path_;
 
   mutable std::mutex mutex_;  // Note [Lock rules]: guards everything below
@@ -593,11 +681,15 @@ std::vector<BlockView> CachingAllocator::blocks_in_address_order() const {
   return impl_->blocks_in_address_order();
 }
 size_t CachingAllocator::largest_free_block() const { return impl_->largest_free_block(); }
+std::vector<SegmentView> CachingAllocator::segments() const { return impl_->segments(); }
 AllocatorStats CachingAllocator::stats() const { return impl_->stats(); }
 void CachingAllocator::reset_peaks() { impl_->reset_peaks(); }
 bool CachingAllocator::is_valid(std::string* why) const { return impl_->is_valid(why); }
 void CachingAllocator::set_eviction_callback(EvictionCallback* callback) {
   impl_->set_eviction_callback(callback);
+}
+void CachingAllocator::set_observer(AllocatorObserver* observer) {
+  impl_->set_observer(observer);
 }
 bool CachingAllocator::set_budget(uint64_t budget_bytes) {
   if (!impl_->set_budget(budget_bytes)) return false;

@@ -12,19 +12,25 @@
 // rematerialized if needed and pinned: the step's results must exist when it returns.
 // With a warm-start plan, a PlanGuide (eviction/plan_guide.h) is the engine's hooks and
 // sees the end of every event: after a CALL, MUTATE or CONSTANT it is told the op.
+// With a timeline, a TimelineHooks (eviction/timeline_hooks.h) records under the guide (or
+// alone) and is told each op's name before the engine runs it.
 #include "dtr/sim/replay.h"
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
 #include "dtr/allocator/fake_backend.h"
 #include "dtr/core/check.h"
+#include "dtr/sim/replay_snapshot.h"
+#include "dtr/core/chrome_trace.h"
+#include "dtr/eviction/timeline_hooks.h"
 
 namespace dtr {
 
-Baseline compute_baseline(const Trace& trace) {
+Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
   // Storage-level reference counting with unlimited memory: memory is charged when an op
   // runs and freed at a storage's last release (constants included).
   std::vector<uint32_t> storage_of(trace.names.size(), kNoId);
@@ -32,6 +38,13 @@ Baseline compute_baseline(const Trace& trace) {
   std::vector<uint32_t> refs;
   uint64_t live = 0;
   Baseline b;
+  // The timeline's clock: recorded op time so far. An op's outputs are allocated when it
+  // starts (allocated() below); what it frees is sampled when it ends (after the switch).
+  uint64_t clock_ns = 0;
+  auto allocated = [&] {
+    b.peak_bytes = std::max(b.peak_bytes, live);
+    if (timeline) timeline->allocated(clock_ns, live);
+  };
   auto fresh = [&](uint64_t bytes) {
     size.push_back(bytes);
     refs.push_back(1);
@@ -47,7 +60,7 @@ Baseline compute_baseline(const Trace& trace) {
       case TraceEventKind::annotate: break;
       case TraceEventKind::constant:
         storage_of[ev.results[0].name] = fresh(ev.results[0].size_bytes);
-        b.peak_bytes = std::max(b.peak_bytes, live);
+        allocated();
         break;
       case TraceEventKind::call:
         b.compute_ns += ev.time_ns;
@@ -60,7 +73,7 @@ Baseline compute_baseline(const Trace& trace) {
             storage_of[r.name] = fresh(r.size_bytes);
           }
         }
-        b.peak_bytes = std::max(b.peak_bytes, live);
+        allocated();
         break;
       case TraceEventKind::mutate: {
         b.compute_ns += ev.time_ns;
@@ -69,7 +82,7 @@ Baseline compute_baseline(const Trace& trace) {
           const uint32_t old = storage_of[ev.args[m]];
           fresh_ids.push_back(fresh(old == kNoId ? 0 : size[old]));
         }
-        b.peak_bytes = std::max(b.peak_bytes, live);
+        allocated();
         for (size_t i = 0; i < ev.mutated.size(); ++i) {
           const NameId name = ev.args[ev.mutated[i]];
           const uint32_t old = storage_of[name];
@@ -95,6 +108,12 @@ Baseline compute_baseline(const Trace& trace) {
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
       case TraceEventKind::pin: break;
     }
+    if (!timeline) continue;
+    if (ev.kind == TraceEventKind::call || ev.kind == TraceEventKind::mutate) {
+      timeline->span(ev.op, clock_ns, ev.time_ns, /*remat=*/false);
+      clock_ns += ev.time_ns;
+    }
+    timeline->allocated(clock_ns, live);
   }
   return b;
 }
@@ -116,6 +135,10 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.debug = config.debug;
   o.memory = parse_memory_model(config.allocator);
   o.plan_path = config.plan;
+  o.snapshot_path = config.snapshot;
+  o.snapshot_format = parse_snapshot_format(config.snapshot_format);
+  o.snapshot_entries = config.snapshot_entries;
+  o.timeline_path = config.timeline;
   return o;
 }
 
@@ -126,8 +149,9 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Runs the events; returns the first failure. `guide` (may be null) follows a plan.
-Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide) {
+// Runs the events; returns the first failure. `guide` (may be null) follows a plan;
+// `recorder` (may be null) is told each op's name for the timeline.
+Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, TimelineHooks* recorder) {
   std::vector<TensorId> tensor_of(trace.names.size(), kNoId);
   std::vector<TensorId> inputs, outputs;
   std::vector<OutputSpec> specs;
@@ -138,6 +162,7 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide) {
       case TraceEventKind::annotate: break;
       case TraceEventKind::constant: {
         TensorId t;
+        if (recorder) recorder->name_next_op("constant");
         status = engine.constant(ev.results[0].size_bytes, t);
         tensor_of[ev.results[0].name] = t;
         op = engine.op_of(t);
@@ -151,6 +176,7 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide) {
         // An op that returns nothing still runs on its inputs: give the engine one empty
         // output (an op has at least one) and drop it at once.
         if (specs.empty()) specs.push_back(OutputSpec{0, -1});
+        if (recorder) recorder->name_next_op(ev.op);
         status = engine.call(ev.time_ns, inputs, specs, outputs);
         op = engine.op_of(outputs[0]);
         for (size_t i = 0; i < ev.results.size(); ++i) tensor_of[ev.results[i].name] = outputs[i];
@@ -162,6 +188,7 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide) {
         for (NameId a : ev.args) inputs.push_back(tensor_of[a]);
         for (uint32_t m : ev.mutated)
           specs.push_back(OutputSpec{engine.storage_size(engine.storage_of(inputs[m])), -1});
+        if (recorder) recorder->name_next_op(ev.op);
         status = engine.call(ev.time_ns, inputs, specs, outputs);
         if (!status.ok()) break;
         op = engine.op_of(outputs[0]);
@@ -256,20 +283,59 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
     memory.engine_allocates = true;
   }
   result.allocator = options.memory == ReplayOptions::Memory::fake ? "fake" : "none";
+  std::unique_ptr<ReplaySnapshot> snapshot;  // outlives the engine: replay_snapshot.h
+  nlohmann::ordered_json snapshot_data;
+  if (!options.snapshot_path.empty()) {
+    if (!allocator)
+      throw ConfigError("dtr: a memory snapshot (option `snapshot`) shows the allocator's "
+                        "segments: use allocator fake, not none");
+    snapshot = std::make_unique<ReplaySnapshot>(*allocator, clock, options.snapshot_entries);
+  }
   if (!options.plan_path.empty() && !options.plan_hints)
     throw ConfigError("dtr: plan '" + options.plan_path +
                       "' was not loaded; the simulator's host loads it for the trace "
                       "(planner/warm_start.h: load_warm_start)");
+  // Timeline: a recorder under the guide, if any (the guide forwards every hook).
+  std::unique_ptr<Timeline> own_timeline;
+  Timeline* timeline = options.timeline;
+  if (!timeline && !options.timeline_path.empty()) {
+    own_timeline = std::make_unique<Timeline>();
+    timeline = own_timeline.get();
+  }
+  std::unique_ptr<TimelineHooks> recorder;
+  if (timeline) recorder = std::make_unique<TimelineHooks>(*timeline);
   std::unique_ptr<PlanGuide> guide;
   if (options.plan_hints) {
-    guide = std::make_unique<PlanGuide>(*options.plan_hints);
+    guide = std::make_unique<PlanGuide>(*options.plan_hints, recorder.get());
     result.plan = options.plan_hints->source;
   }
   {
-    Engine engine(config, registry.make(options.policy, params), clock, guide.get(), memory);
+    EngineHooks* hooks = guide ? static_cast<EngineHooks*>(guide.get()) : recorder.get();
+    Engine engine(config, registry.make(options.policy, params), clock, hooks, memory);
     if (guide) guide->bind(engine);
-    result.status = run_events(trace, engine, guide.get());
+    if (snapshot) snapshot->bind(engine);
+    if (recorder) {
+      recorder->bind(engine);
+      timeline->budget(clock.now(), result.budget_bytes == UINT64_MAX
+                                        ? std::nullopt
+                                        : std::optional<uint64_t>(result.budget_bytes));
+    }
+    result.status = run_events(trace, engine, guide.get(), recorder.get());
     result.stats = engine.stats();
+    if (snapshot) {
+      nlohmann::ordered_json meta;
+      meta["host"] = "dtr-sim";
+      meta["trace"] = result.trace;
+      meta["policy"] = result.policy;
+      meta["budget_bytes"] = result.budget_bytes;
+      meta["budget_ratio"] = result.budget_ratio;
+      meta["baseline_peak_bytes"] = result.baseline_peak_bytes;
+      meta["evictions"] = result.stats.num_evictions;
+      meta["remats"] = result.stats.num_remats;
+      meta["status"] = result.status.name();
+      meta["clock"] = "logical: time_us is microseconds of simulated compute";
+      snapshot_data = snapshot->finish(options.snapshot_format, meta);
+    }
     if (guide) result.plan_departure = guide->departure();
     if (allocator) {
       const AllocatorStats astats = allocator->stats();
@@ -289,6 +355,20 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   result.overhead = baseline.compute_ns ? double(result.compute_ns) / double(baseline.compute_ns) : 1.0;
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (snapshot) write_snapshot(options.snapshot_path, snapshot_data);
+  if (!options.timeline_path.empty()) {
+    ChromeTraceInfo info;
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.3g", result.budget_ratio);
+    info.process_name = "dtr-sim " + result.trace + ": " + result.policy + " @ " + ratio;
+    info.host = "dtr-sim";
+    info.clock = "logical";
+    nlohmann::ordered_json summary = to_json(result);  // `dtr-sim run --json`, less the stats
+    summary.erase("stats");
+    summary.erase("allocator_stats");
+    info.extra["replay"] = std::move(summary);
+    write_chrome_trace(options.timeline_path, *timeline, info);
+  }
   return result;
 }
 

@@ -481,7 +481,7 @@ void render_panel(std::string& out, const PlotPanel& panel, size_t panel_index, 
 
     out += "<g class=\"points\" fill=\"" + std::string(style.colour) + "\">";
     for (const PlotPoint& p : s.points) {
-      if (is_missing(p)) continue;
+      if (is_missing(p) || !s.dots) continue;
       out += "<circle cx=\"" + fmt(f.px(clamp_value(p.x))) + "\" cy=\"" +
              fmt(f.py(clamp_value(p.y))) + "\" r=\"" + fmt(kPointRadiusPx) + "\"/>";
     }
@@ -550,11 +550,21 @@ void render_panel(std::string& out, const PlotPanel& panel, size_t panel_index, 
     double y = legend_y + static_cast<double>(i / legend.columns) * kLegendRowPx;
     std::string dash = *style.dash ? std::string(" stroke-dasharray=\"") + style.dash + "\"" : "";
     out += "<g class=\"legend-entry\" data-label=\"" + xml_escape(s.label) + "\">";
-    out += "<line x1=\"" + fmt(x) + "\" y1=\"" + fmt(y) + "\" x2=\"" + fmt(x + kLegendSwatchPx) +
-           "\" y2=\"" + fmt(y) + "\" stroke=\"" + style.colour + "\" stroke-width=\"2\"" + dash +
-           "/>";
-    out += "<circle cx=\"" + fmt(x + kLegendSwatchPx / 2) + "\" cy=\"" + fmt(y) + "\" r=\"" +
-           fmt(kPointRadiusPx) + "\" fill=\"" + style.colour + "\"/>";
+    const double mid = x + kLegendSwatchPx / 2;
+    if (s.points.empty() && !s.marks.empty()) {  // marks only: a cross, as in the plot
+      out += "<path d=\"M" + fmt(mid - kCrossHalfPx) + " " + fmt(y - kCrossHalfPx) + "L" +
+             fmt(mid + kCrossHalfPx) + " " + fmt(y + kCrossHalfPx) + "M" + fmt(mid - kCrossHalfPx) +
+             " " + fmt(y + kCrossHalfPx) + "L" + fmt(mid + kCrossHalfPx) + " " +
+             fmt(y - kCrossHalfPx) + "\" fill=\"none\" stroke=\"" + style.colour +
+             "\" stroke-width=\"1.5\"/>";
+    } else {
+      out += "<line x1=\"" + fmt(x) + "\" y1=\"" + fmt(y) + "\" x2=\"" + fmt(x + kLegendSwatchPx) +
+             "\" y2=\"" + fmt(y) + "\" stroke=\"" + style.colour + "\" stroke-width=\"2\"" + dash +
+             "/>";
+      if (s.dots)
+        out += "<circle cx=\"" + fmt(mid) + "\" cy=\"" + fmt(y) + "\" r=\"" +
+               fmt(kPointRadiusPx) + "\" fill=\"" + style.colour + "\"/>";
+    }
     std::string shown = s.label.empty() ? "(unnamed)" : s.label;
     out += "<text x=\"" + fmt(x + kLegendSwatchPx + 6) + "\" y=\"" +
            fmt(y + kLegendFontPx * 0.35) + "\" font-size=\"" + fmt(kLegendFontPx) + "\">" +

@@ -4,6 +4,10 @@
 // cores, CSV + SVG), `convert` (a trace to our versioned format), `policies` (the
 // heuristic registry), `options` (the options table). `run --plan` (or DTR_PLAN) warm-starts
 // the policy from a static plan made by dtr-plan for the same trace (docs/planner.md).
+// `run --timeline` (or DTR_TIMELINE) writes a Chrome trace of the replay and `run --svg` a
+// picture of allocated memory over time (docs/observability-timelines.md).
+// `run --snapshot` (or DTR_SNAPSHOT) writes a memory snapshot that PyTorch's memory tools read
+// (docs/observability-snapshots.md).
 // Options come from DTR_CONF / DTR_* first, then from the flags. Bad input (a malformed
 // trace, an unknown policy or option, a bad budget) exits with code 2 and a message that
 // names the file and line or the valid values; it never crashes.
@@ -20,6 +24,8 @@
 #include "dtr/eviction/heuristic_registry.h"
 #include "dtr/planner/graph.h"
 #include "dtr/planner/warm_start.h"
+#include "dtr/sim/plot_csv.h"
+#include "dtr/sim/memory_picture.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 
@@ -98,7 +104,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   CommonFlags run_flags;
-  std::string run_trace, run_policy, run_budget, run_plan;
+  std::string run_trace, run_policy, run_budget, run_plan, run_timeline, run_svg;
+  std::string run_snapshot, run_snapshot_format;
   bool run_json = false;
   CLI::App* run = app.add_subcommand("run", "replay one trace under one policy and budget");
   run->add_option("--trace", run_trace, "trace file (DTR log or dtr trace format)")->required();
@@ -107,6 +114,16 @@ int main(int argc, char** argv) {
   run->add_option("--plan", run_plan,
                   "warm start from this plan (dtr-plan --out) made for the same trace (option `plan`)");
   run->add_flag("--json", run_json, "print one JSON object instead of text");
+  run->add_option("--timeline", run_timeline,
+                  "write a Chrome trace (Perfetto) of the replay here (option `timeline`)");
+  run->add_option("--snapshot", run_snapshot,
+                  "write a memory snapshot (pickle for PyTorch's memory tools) of the end of the "
+                  "replay here (option `snapshot`; needs --allocator fake)");
+  run->add_option("--snapshot-format", run_snapshot_format,
+                  "dict (PyTorch >= 2.0, pytorch.org/memory_viz; default) | list (1.13's "
+                  "python -m torch.cuda._memory_viz) (option `snapshot_format`)");
+  run->add_option("--svg", run_svg,
+                  "draw allocated memory over time, baseline and under the budget, here (SVG)");
   run_flags.add_to(*run);
 
   CommonFlags sweep_flags;
@@ -132,6 +149,17 @@ int main(int argc, char** argv) {
   CLI::App* convert = app.add_subcommand("convert", "rewrite a trace (e.g. a DTR log) in dtr's versioned format");
   convert->add_option("--trace", convert_in, "input trace")->required();
   convert->add_option("--out", convert_out, "output file")->required();
+
+  std::string plot_csv, plot_svg, plot_title, plot_x_label = "x", plot_y_label = "y";
+  int plot_columns = 3;
+  CLI::App* plot = app.add_subcommand(
+      "plot", "draw line plots from a CSV of points (columns panel,series,x,y) as SVG");
+  plot->add_option("--csv", plot_csv, "input CSV (sim/plot_csv.h)")->required();
+  plot->add_option("--svg", plot_svg, "output SVG")->required();
+  plot->add_option("--title", plot_title, "figure title");
+  plot->add_option("--x-label", plot_x_label, "x axis label")->capture_default_str();
+  plot->add_option("--y-label", plot_y_label, "y axis label")->capture_default_str();
+  plot->add_option("--columns", plot_columns, "panels per row")->capture_default_str();
 
   CLI::App* policies = app.add_subcommand("policies", "list the eviction policies");
   bool options_markdown = false;
@@ -168,6 +196,13 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (*plot) {
+      dtr::PlotOptions po;
+      po.title = plot_title;
+      po.columns = plot_columns;
+      dtr::write_svg(plot_svg, dtr::read_plot_csv_file(plot_csv, plot_x_label, plot_y_label), po);
+      return 0;
+    }
     if (*convert) {
       const dtr::Trace trace = dtr::read_trace(convert_in);
       dtr::write_trace(trace, convert_out);
@@ -179,12 +214,27 @@ int main(int argc, char** argv) {
       if (!run_policy.empty()) config.set("policy", run_policy);
       if (!run_budget.empty()) config.set("budget", run_budget);
       if (!run_plan.empty()) config.set("plan", run_plan);
+      if (!run_timeline.empty()) config.set("timeline", run_timeline);
+      if (!run_snapshot.empty()) config.set("snapshot", run_snapshot);
+      if (!run_snapshot_format.empty()) config.set("snapshot_format", run_snapshot_format);
       run_flags.apply(config);
       const dtr::Trace trace = dtr::read_trace(run_trace);
-      const dtr::Baseline baseline = dtr::compute_baseline(trace);
+      // --svg: the baseline pass and the replay each record a timeline for the picture.
+      dtr::Timeline baseline_timeline, run_timeline_data;
+      const dtr::Baseline baseline =
+          dtr::compute_baseline(trace, run_svg.empty() ? nullptr : &baseline_timeline);
       dtr::ReplayOptions ro = dtr::ReplayOptions::from_config(config);
       if (!ro.plan_path.empty()) ro.plan_hints = dtr::load_warm_start(trace, ro.plan_path);
+      if (!run_svg.empty()) ro.timeline = &run_timeline_data;
       const dtr::ReplayResult result = dtr::replay(trace, baseline, ro);
+      if (!run_svg.empty()) {
+        dtr::MemoryPictureOptions mp;
+        char ratio[32];
+        std::snprintf(ratio, sizeof ratio, "%.3g", result.budget_ratio);
+        mp.title = result.trace + ": allocated memory (status " + result.status_name + ")";
+        mp.run_label = result.policy + " @ " + ratio;
+        dtr::write_memory_picture(run_svg, &baseline_timeline, run_timeline_data, mp);
+      }
       if (run_json)
         std::cout << dtr::to_json(result).dump() << "\n";
       else
@@ -193,6 +243,14 @@ int main(int argc, char** argv) {
     }
     if (*sweep) {
       sweep_flags.apply(config);
+      if (!config.timeline.empty())
+        throw dtr::ConfigError("dtr: timeline '" + config.timeline +
+                               "' (DTR_TIMELINE or DTR_CONF): a timeline is of one replay; "
+                               "record one with `dtr-sim run --timeline`");
+      if (!config.snapshot.empty())
+        throw dtr::ConfigError("dtr: snapshot '" + config.snapshot +
+                               "' (DTR_SNAPSHOT or DTR_CONF): a snapshot is of one replay; "
+                               "write one with `dtr-sim run --snapshot`");
       if (!config.plan.empty())
         throw dtr::ConfigError("dtr: plan '" + config.plan +
                                "' (DTR_PLAN or DTR_CONF): a plan is made for one trace and one "
@@ -225,6 +283,9 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const dtr::TraceError& e) {
+    std::fprintf(stderr, "dtr-sim: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const dtr::PlotInputError& e) {
     std::fprintf(stderr, "dtr-sim: %s\n", e.what());
     return kExitBadInput;
   } catch (const dtr::PlanError& e) {

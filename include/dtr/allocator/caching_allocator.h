@@ -32,6 +32,8 @@
 //    at once, so the callback serializes itself.
 //  - Every public method takes the mutex itself; none calls another public method while
 //    holding it. Views and stats are returned as copies.
+//  - The AllocatorObserver (set_observer) is called with the mutex held, at the moment of
+//    each event: it must be quick and must not call this allocator (it would deadlock).
 #pragma once
 
 #include <cstddef>
@@ -119,6 +121,48 @@ struct BlockView {
   uint64_t owner = 0;      // allocate()/set_owner(); 0 for a free block
 };
 
+// What the allocator just did, for an AllocatorObserver (allocator/memory_history.h
+// records these). Names as in PyTorch's memory snapshots (device_traces).
+enum class AllocatorAction : uint8_t {
+  alloc,           // a block was handed out
+  free_requested,  // free() was called on it
+  free_completed,  // it is free (always right after free_requested: no streams here)
+  segment_alloc,   // a segment came from the backend
+  segment_free,    // a segment went back to the backend
+  oom,             // allocate() returned an AllocatorOom
+};
+const char* allocator_action_name(AllocatorAction action);  // "alloc", "segment_free", ...
+
+struct AllocatorEvent {
+  AllocatorAction action = AllocatorAction::alloc;
+  uintptr_t addr = 0;          // block or segment address; 0 for oom
+  size_t size = 0;             // block or segment bytes; oom: the rounded request
+  size_t requested_bytes = 0;  // alloc/free: the caller's request; oom: the same as size
+  uint64_t owner = 0;          // alloc/free: the block's owner
+  // Note [Small path]: a block the backend served itself; it comes with its own
+  // segment_alloc before its alloc and segment_free after its free_completed, so that a
+  // snapshot can show it as a segment of its own (Note [Small-path segments] in
+  // allocator/memory_snapshot.cpp).
+  bool small_path = false;
+  uint64_t free_bytes = 0;  // oom: bytes left under the budget (what a device would call free)
+};
+
+// Sees every AllocatorEvent, with the allocator's mutex held (see the lock rules above).
+class AllocatorObserver {
+ public:
+  virtual ~AllocatorObserver() = default;
+  virtual void on_allocator_event(const AllocatorEvent& event) = 0;
+};
+
+// A segment and its blocks (which tile it), or one small-path block as its own segment.
+struct SegmentView {
+  uintptr_t ptr = 0;
+  size_t size = 0;
+  bool small_pool = false;  // serves requests <= kSmallSize
+  bool small_path = false;  // Note [Small path]: one block from Backend::allocate_small
+  std::vector<BlockView> blocks;  // address order; their sizes sum to `size`
+};
+
 class CachingAllocator {
  public:
   // `callback` may be null (then step (2) of the chain is skipped) and must outlive *this.
@@ -143,6 +187,9 @@ class CachingAllocator {
   // segments and not listed: Note [Small path]).
   std::vector<BlockView> blocks_in_address_order() const;
   size_t largest_free_block() const;
+  // Every segment with its blocks, and every small-path block as a segment of its own,
+  // in address order (what a memory snapshot shows).
+  std::vector<SegmentView> segments() const;
 
   AllocatorStats stats() const;  // a copy, gauges filled in
   void reset_peaks();
@@ -158,6 +205,9 @@ class CachingAllocator {
   const AllocatorConfig& config() const { return config_; }
   const Backend& backend() const { return *backend_; }
   void set_eviction_callback(EvictionCallback* callback);  // before concurrent use
+  // Every event from now on goes to `observer` (null: none; then an event costs one
+  // branch). It must outlive its use; it is called with the mutex held (lock rules above).
+  void set_observer(AllocatorObserver* observer);
 
  private:
   class Impl;  // the mutex, blocks, segments, pools and stats: allocator/caching_allocator.cpp

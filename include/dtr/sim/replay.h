@@ -14,9 +14,11 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "dtr/allocator/allocator_stats.h"
+#include "dtr/allocator/memory_snapshot.h"
 #include "dtr/core/options.h"
 #include "dtr/core/stats.h"
 #include "dtr/core/status.h"
+#include "dtr/core/timeline.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/engine.h"
 #include "dtr/eviction/heuristic_registry.h"
@@ -28,7 +30,9 @@ struct Baseline {
   uint64_t peak_bytes = 0;
   uint64_t compute_ns = 0;
 };
-Baseline compute_baseline(const Trace& trace);
+// With `timeline`, also records the baseline's ops and allocated bytes on its logical
+// clock (the sum of the recorded op times so far): the "baseline" of a memory picture.
+Baseline compute_baseline(const Trace& trace, Timeline* timeline = nullptr);
 
 struct ReplayOptions {
   Budget budget;  // ratio of the baseline peak, or bytes
@@ -47,6 +51,23 @@ struct ReplayOptions {
   // The simulator reads no plan files: a plan_path without hints is a ConfigError.
   std::string plan_path;
   std::shared_ptr<const PlanHints> plan_hints;
+  // Timeline (option `timeline`; docs/observability-timelines.md): record the replay's ops,
+  // remats, evictions, allocated bytes and budget on its LogicalClock (eviction/
+  // timeline_hooks.h) into `timeline` (the caller's; must outlive replay(); never shared
+  // by two replays at once), and/or write them as Chrome trace JSON to `timeline_path` at
+  // the end (std::runtime_error naming the path if it cannot be written). Neither set:
+  // no hooks, no cost.
+  std::string timeline_path;
+  Timeline* timeline = nullptr;
+
+  // Memory snapshot (options `snapshot`, `snapshot_format`, `snapshot_entries`;
+  // sim/replay_snapshot.h): at the end of the replay, also after an oom or thrash, write
+  // the fake device's segments and its last snapshot_entries allocator events to
+  // snapshot_path as a pickle PyTorch's memory tools read. Needs memory == fake
+  // (ConfigError otherwise); std::runtime_error naming the path if it cannot be written.
+  std::string snapshot_path;
+  SnapshotFormat snapshot_format = SnapshotFormat::dict;
+  uint32_t snapshot_entries = 100000;
 
   static ReplayOptions from_config(const Config& config);
 };

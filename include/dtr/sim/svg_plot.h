@@ -9,9 +9,10 @@
 // text escaped, invalid UTF-8 replaced) whose root is
 // `<svg xmlns="http://www.w3.org/2000/svg" ... viewBox=...>`. Each series is drawn as
 // `<g class="series" data-label="LABEL">` holding one `<polyline class="segment">`
-// per run of two or more consecutive finite points; each legend entry is a
-// `<g class="legend-entry" data-label="LABEL">`. Tests and tools may rely on these
-// names.
+// per run of two or more consecutive finite points, a `<g class="points">` (empty when
+// `dots` is off) and, if it has marks, one `<path class="marks">`; each legend entry is a
+// `<g class="legend-entry" data-label="LABEL">` (a cross for a series of marks only).
+// Tests and tools may rely on these names.
 //
 // Missing values: a point whose x or y is NaN or infinite is "missing" (an OOM run in
 // a sweep, say). It is not drawn and it breaks the line: the points before and after
@@ -38,6 +39,7 @@ struct PlotSeries {
   std::string label;
   std::vector<PlotPoint> points;
   std::vector<PlotPoint> marks = {};  // drawn as small crosses, not joined (e.g. evictions)
+  bool dots = true;  // a circle per point; false for long lines (memory over time)
 };
 
 struct PlotPanel {
