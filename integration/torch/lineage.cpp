@@ -157,8 +157,8 @@ thread_local bool recording_on = true;
 
 Lineage* the_lineage() { return lineage_ptr.load(std::memory_order_acquire); }
 
-Lineage::Lineage(const Config& config, CachingAllocator& allocator)
-    : config_(config), allocator_(allocator) {
+Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history)
+    : config_(config), allocator_(allocator), history_(history) {
   EngineConfig ec;
   ec.search = parse_search_mode(config.search);
   ec.sample_size = config.sample;
@@ -169,16 +169,11 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator)
   EngineMemory memory;
   memory.allocator = &allocator;
   memory.engine_allocates = false;
+  recording_ = std::make_unique<Recording>(config_, allocator, clock_);
   engine_ = std::make_unique<Engine>(ec, builtin_heuristics().make(config.policy, params),
-                                     clock_, this, memory);
+                                     clock_, recording_->engine_hooks(this), memory);
+  recording_->bind(*engine_);
   our_deleter_ = torch_compat::cpu_allocator()->raw_deleter();
-  if (!config.trace.empty()) {
-    trace_ = std::make_unique<Trace>();
-    trace_->version = kTraceFormatVersion;
-    TraceEvent start;
-    start.op = "START";
-    trace_->events.push_back(std::move(start));
-  }
   // The engine made itself the allocator's callback; requests must take the engine lock
   // and collect dead storages first, so this object stands in front of it.
   allocator.set_eviction_callback(this);
@@ -207,6 +202,14 @@ void Lineage::adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>
   active_.push_back(s);
   alive_.push_back(s);
   set_block_owner(s);
+  if (history_) {
+    // A snapshot's categories: a constant (a parameter, an input, a buffer) or an op's output.
+    auto strong = impl.lock();
+    const bool constant = !ops_[engine_->op_of(current)].op.has_value();
+    if (strong && strong->data())
+      history_->set_category(reinterpret_cast<uintptr_t>(strong->data()),
+                             constant ? MemoryCategory::parameter : MemoryCategory::activation);
+  }
 }
 
 void Lineage::set_block_owner(StorageId s) {
@@ -224,12 +227,7 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   DTR_CHECK(status.ok(), "recording a constant cannot fail");
   sync_tables();
   adopt(engine_->storage_of(id), t.storage().getWeakStorageImpl(), id);
-  if (trace_) {
-    TraceEvent e;
-    e.kind = TraceEventKind::constant;
-    e.results.push_back(TraceResult{trace_name(id), t.storage().nbytes(), -1});
-    trace_->events.push_back(std::move(e));
-  }
+  recording_->constant(id, t.storage().nbytes());
   return id;
 }
 
@@ -495,8 +493,9 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs);
       DTR_CHECK(status.ok(), "recording an op that ran cannot fail");
       sync_tables();
-      if (trace_) trace_call(op.schema().name(), pending.inputs, specs, outputs, compute_ns);
       const OpId id = engine_->op_of(outputs[0]);
+      if (recording_->active())
+        recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns);
       OpRec& r = ops_[id];
       r.op = op;
       r.args = std::move(pending.args);
@@ -569,6 +568,7 @@ void Lineage::on_compute(OpId op, bool remat) {
             "dtr: internal error: rematerializing an op whose lineage was dropped");
   c10::impl::ExcludeDispatchKeyGuard no_hook(kDtrKey);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  MemoryHistory::ContextScope remat_allocations(history_, MemoryContext::remat);
   torch::jit::Stack stack(r.args.begin(), r.args.end());
   const std::vector<TensorId>& outputs = engine_->op_outputs(op);
   if (r.in_place) {
@@ -635,7 +635,13 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
     collect(/*full=*/true);
   const uint64_t freed = evicted_bytes_in_call_;
   if (freed > 0 && (contiguous_request || freed >= bytes_needed)) return freed;
-  const uint64_t more = engine_->free_for_allocator(bytes_needed - freed, contiguous_request);
+  uint64_t more = 0;
+  {
+    // Frees from here are evictions (the storages keep their lineage); the dead storages
+    // collect() freed above are not.
+    MemoryHistory::ContextScope evicting(history_, MemoryContext::evicting);
+    more = engine_->free_for_allocator(bytes_needed - freed, contiguous_request);
+  }
   if (freed + more == 0 && config_.debug >= 1) print_storages();
   return freed + more;
 }
@@ -672,67 +678,22 @@ void Lineage::release_storage(StorageId s) {
   ++deaths_;
   for (TensorId t : engine_->storage_tensors(s)) {
     while (engine_->external_refs(t) > 0) {
-      if (trace_) trace_simple(TraceEventKind::release, t);
+      recording_->release(t);
       engine_->release(t);
     }
   }
 }
 
 Status Lineage::pin_tensor(TensorId t) {
-  if (trace_ && !engine_->is_pinned(engine_->storage_of(t))) trace_simple(TraceEventKind::pin, t);
+  if (!engine_->is_pinned(engine_->storage_of(t))) recording_->pin(t);
   return engine_->pin(t);
 }
 
-// --- DTR_TRACE ---------------------------------------------------------------------------------
+// --- DTR_TRACE, DTR_TIMELINE: Note [Recording a trace] in recording.cpp -------------------------
 
-// Note [Recording a trace]
-// ~~~~~~~~~~~~~~~~~~~~~~~~
-// DTR_TRACE=path writes, at exit, what the engine was told, in our trace format: each
-// engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
-// new version: a result aliasing the written input), a constant a CONSTANT, a death a
-// RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
-// the optimizer step) a PIN. `dtr-sim run --trace path` replays it under any policy and
-// budget. Not in the trace: what the live run frees by a full collect (a pinned storage
-// discarded once nothing can need it) and memory outside the engine (an op's workspace,
-// tensors made with recording off), so a replay keeps some bytes pinned that the live run
-// freed: its peak is conservative (docs/torch.md compares the two).
-NameId Lineage::trace_name(TensorId t) {
-  if (trace_names_.size() <= t) trace_names_.resize(t + 1, UINT32_MAX);
-  if (trace_names_[t] == UINT32_MAX) trace_names_[t] = trace_->intern("t" + std::to_string(t));
-  return trace_names_[t];
-}
-
-void Lineage::trace_call(const std::string& op, const std::vector<TensorId>& inputs,
-                         const std::vector<OutputSpec>& specs,
-                         const std::vector<TensorId>& outputs, uint64_t compute_ns) {
-  TraceEvent e;
-  e.kind = TraceEventKind::call;
-  e.op = op;
-  e.time_ns = compute_ns;
-  for (TensorId in : inputs) e.args.push_back(trace_name(in));
-  for (size_t i = 0; i < outputs.size(); ++i)
-    e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});
-  trace_->events.push_back(std::move(e));
-}
-
-void Lineage::trace_simple(TraceEventKind kind, TensorId t) {
-  TraceEvent e;
-  e.kind = kind;
-  e.dst = trace_name(t);
-  trace_->events.push_back(std::move(e));
-}
-
-void Lineage::write_trace_file() {
+void Lineage::write_recordings() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!trace_) return;
-  try {
-    write_trace(*trace_, config_.trace);
-    std::fprintf(stderr, "dtr: wrote trace %s (%zu events)\n", config_.trace.c_str(),
-                 trace_->events.size());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtr: could not write the trace %s: %s\n", config_.trace.c_str(),
-                 e.what());
-  }
+  recording_->write_files();
 }
 
 void Lineage::drop_lineage(OpId op) {
@@ -843,17 +804,17 @@ void Lineage::pin_for_raw_access(const at::Tensor& tensor) {
 
 pid_t loader_pid = 0;
 
-void write_trace_at_exit() {
+void write_recordings_at_exit() {
   if (Lineage* lineage = the_lineage())
-    if (getpid() == loader_pid) lineage->write_trace_file();
+    if (getpid() == loader_pid) lineage->write_recordings();
 }
 
-void start_lineage(const Config& config, CachingAllocator& allocator) {
+void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history) {
   if (the_lineage()) return;
-  auto* lineage = new Lineage(config, allocator);  // never deleted: Note [Immortal allocator]
+  auto* lineage = new Lineage(config, allocator, history);  // never deleted: Note [Immortal allocator]
   lineage_ptr.store(lineage, std::memory_order_release);
   loader_pid = getpid();
-  if (!config.trace.empty()) std::atexit(write_trace_at_exit);
+  if (!config.trace.empty() || !config.timeline.empty()) std::atexit(write_recordings_at_exit);
   if (register_dispatch_hook()) enable_hook_on_this_thread(true);
 }
 

@@ -14,6 +14,7 @@
 namespace dtr {
 
 class CachingAllocator;
+class MemoryHistory;
 struct Config;
 
 namespace torch_integration {
@@ -21,7 +22,8 @@ namespace torch_integration {
 // Builds the engine (policy, search, sample, seed and debug from `config`), makes it the
 // allocator's eviction callback, registers the dispatcher fallback and enables it on the
 // calling thread. Throws ConfigError for a bad policy or search mode. Once per process.
-void start_lineage(const Config& config, CachingAllocator& allocator);
+// `history` (may be null) is the snapshot's recorder: the lineage tells it categories.
+void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history);
 bool lineage_started();
 
 // The engine's stats (dtr.* keys); zeros before start_lineage.

@@ -28,6 +28,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dtr/allocator/memory_history.h"
+#include "integration/torch/recording.h"
+
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/core/clock.h"
 #include "dtr/core/options.h"
@@ -84,7 +87,9 @@ struct PendingOp {
 
 class Lineage final : public EngineHooks, public EvictionCallback {
  public:
-  Lineage(const Config& config, CachingAllocator& allocator);
+  // `history` (DTR_SNAPSHOT; may be null) learns which blocks are parameters and
+  // activations, and which frees are evictions and which allocations remats.
+  Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history);
 
   std::recursive_mutex& mutex() { return mutex_; }
   Engine& engine() { return *engine_; }
@@ -106,8 +111,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // need; called every so many ops and before evicting for the allocator.
   void collect(bool full);
 
-  // DTR_TRACE: writes what was recorded (the process that loaded the library only).
-  void write_trace_file();
+  // DTR_TRACE, DTR_TIMELINE: writes what was recorded (recording.h).
+  void write_recordings();
 
   // EngineHooks
   void on_compute(OpId op, bool remat) override;
@@ -155,15 +160,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void set_block_owner(StorageId s);
   void print_storages() const;
   Status pin_tensor(TensorId t);
-  // Note [Recording a trace]
-  NameId trace_name(TensorId t);
-  void trace_call(const std::string& op, const std::vector<TensorId>& inputs,
-                  const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
-                  uint64_t compute_ns);
-  void trace_simple(TraceEventKind kind, TensorId t);
 
   const Config config_;
   CachingAllocator& allocator_;
+  MemoryHistory* history_;  // null unless a snapshot is recorded
   c10::DeleterFnPtr our_deleter_ = nullptr;  // the CPU allocator hook's
   uint64_t dead_scan_ops_ = UINT64_MAX;      // ops recorded at the last dead scan
   uint64_t full_collect_ops_ = UINT64_MAX;   // ... and at the last full collect
@@ -181,8 +181,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint32_t mark_epoch_ = 0;
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
-  std::unique_ptr<Trace> trace_;        // DTR_TRACE, else null
-  std::vector<NameId> trace_names_;     // TensorId -> name in trace_
+  std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
   uint64_t ops_recorded_ = 0;
   uint64_t ops_since_collect_ = 0;
   uint64_t evicted_bytes_in_call_ = 0;

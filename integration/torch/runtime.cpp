@@ -56,6 +56,9 @@
 
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/allocator/host_backend.h"
+#include "dtr/allocator/memory_history.h"
+#include "dtr/allocator/memory_snapshot.h"
+#include "dtr/core/clock.h"
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
 #include "integration/torch/cpu_allocator.h"
@@ -71,10 +74,17 @@ class TorchRuntime {
   TorchRuntime(Config config, uint64_t budget_bytes)
       : config_(std::move(config)),
         allocator_(allocator_config(config_, budget_bytes), std::make_unique<HostBackend>()),
-        pid_(getpid()) {}
+        pid_(getpid()) {
+    // Note [Snapshot history]
+    if (!config_.snapshot.empty()) {
+      history_ = std::make_unique<MemoryHistory>(clock_, config_.snapshot_entries);
+      allocator_.set_observer(history_.get());
+    }
+  }
 
   const Config& config() const { return config_; }
   CachingAllocator& allocator() { return allocator_; }
+  MemoryHistory* history() { return history_.get(); }
   // The process that loaded the library (a forked DataLoader worker is another one).
   pid_t pid() const { return pid_; }
 
@@ -87,7 +97,9 @@ class TorchRuntime {
   }
 
   const Config config_;
+  SteadyClock clock_;
   CachingAllocator allocator_;
+  std::unique_ptr<MemoryHistory> history_;  // DTR_SNAPSHOT: the allocator's recent events
   const pid_t pid_;
 };
 
@@ -169,6 +181,45 @@ uint64_t live_budget_bytes(const Budget& budget) {
                     "bytes, e.g. DTR_CONF=budget:300M");
 }
 
+// Note [Snapshot history]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A snapshot's `segments` are read from the allocator when it is written; its
+// `device_traces` need every allocator event as it happens, which costs a ring entry and
+// a hash-map update per allocation and free. As PyTorch records history only after
+// torch.cuda.memory._record_memory_history(), the runtime records it only when
+// `snapshot` (DTR_SNAPSHOT) is set; dtr.dump_snapshot() without it writes the segments
+// and an empty device_traces. The lineage tells the recorder which blocks hold
+// parameters and activations and when frees are evictions and allocations remats.
+
+// The snapshot as PyTorch's tools read it, with dtr's facts in user_metadata.
+nlohmann::ordered_json runtime_snapshot(TorchRuntime& rt, SnapshotFormat format) {
+  nlohmann::ordered_json meta;
+  meta["host"] = "torch";
+  const uint64_t budget = rt.allocator().config().budget_bytes;
+  meta["budget_bytes"] = budget == kUnlimitedBytes ? nlohmann::ordered_json(nullptr)
+                                                   : nlohmann::ordered_json(budget);
+  meta["policy"] = rt.config().policy;
+  meta["remat"] = rt.config().remat;
+  const Stats engine = lineage_stats();
+  meta["dtr.num_ops"] = engine.num_ops;
+  meta["dtr.num_evictions"] = engine.num_evictions;
+  meta["dtr.num_remats"] = engine.num_remats;
+  meta["history_recorded"] = rt.history() != nullptr;
+  return memory_snapshot(rt.allocator(), rt.history(), format, meta);
+}
+
+void snapshot_at_exit() {
+  TorchRuntime* rt = runtime();
+  if (!rt || rt->pid() != getpid()) return;
+  const std::string& path = rt->config().snapshot;
+  try {
+    write_snapshot(path, runtime_snapshot(*rt, parse_snapshot_format(rt->config().snapshot_format)));
+    std::fprintf(stderr, "dtr: wrote snapshot %s\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtr: could not write the snapshot %s: %s\n", path.c_str(), e.what());
+  }
+}
+
 // The summary DTR_REPORT=1 prints at exit: one line of JSON on stderr.
 void report_at_exit() {
   TorchRuntime* rt = runtime();
@@ -202,6 +253,7 @@ void load_runtime() {
   try {
     config.apply_environment();
     budget_bytes = live_budget_bytes(config.budget);
+    parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }
@@ -223,11 +275,13 @@ void load_runtime() {
   }
   runtime_ptr.store(rt, std::memory_order_release);
   try {
-    if (rt->config().remat) start_lineage(rt->config(), rt->allocator());  // Note [Eviction hook-up]
+    if (rt->config().remat)  // Note [Eviction hook-up]
+      start_lineage(rt->config(), rt->allocator(), rt->history());
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }
   if (report) std::atexit(report_at_exit);
+  if (!rt->config().snapshot.empty()) std::atexit(snapshot_at_exit);
 }
 
 __attribute__((constructor)) void dtr_torch_initializer() { load_runtime(); }
@@ -299,6 +353,24 @@ const char* dtr_torch_last_error(void) {
 
 const char* dtr_torch_compiled_torch_version(void) {
   return dtr::torch_integration::keep_text(dtr::torch_integration::compiled_torch_version());
+}
+
+int dtr_torch_dump_snapshot(const char* path, const char* format) {
+  using namespace dtr::torch_integration;
+  try {
+    TorchRuntime* rt = runtime();
+    if (!rt) {
+      last_error = "dtr: libdtr_torch.so is loaded but not enabled in this process";
+      return 1;
+    }
+    const dtr::SnapshotFormat f = dtr::parse_snapshot_format(
+        format && *format ? std::string(format) : rt->config().snapshot_format);
+    dtr::write_snapshot(path ? path : "", runtime_snapshot(*rt, f));
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return 2;
+  }
 }
 
 void dtr_torch_set_recording(int on) { dtr::torch_integration::set_recording(on != 0); }

@@ -45,6 +45,11 @@ DTR_TORCH_API const char* dtr_torch_last_error(void);
 // "1.13": the PyTorch version the library was compiled against.
 DTR_TORCH_API const char* dtr_torch_compiled_torch_version(void);
 // Recording on the calling thread (1 on, 0 off): dtr.enable() / dtr.disable().
+// Writes a memory snapshot (docs/observability.md) to `path` as a pickle: format "dict"
+// (PyTorch >= 2.0) or "list" (1.13's _memory_viz); NULL or "" = the `snapshot_format`
+// option. device_traces is empty unless DTR_SNAPSHOT is set (Note [Snapshot history]).
+// 0 on success, else dtr_torch_last_error() says why.
+DTR_TORCH_API int dtr_torch_dump_snapshot(const char* path, const char* format);
 DTR_TORCH_API void dtr_torch_set_recording(int on);
 DTR_TORCH_API int dtr_torch_recording(void);
 

@@ -10,6 +10,7 @@ torch.ops.load_library(path)); this module only reads and adjusts it:
     dtr.get_budget()        # bytes, or None when unlimited
     dtr.reset_peak_stats()
     with dtr.disable(): ...  # no lineage recorded on this thread inside (dtr.enable())
+    dtr.dump_snapshot("mem.pickle")  # a memory snapshot PyTorch's memory tools read
 
 The library is found, in order: already loaded in this process (/proc/self/maps), the
 DTR_LIBRARY environment variable, build/lib/libdtr_torch.so of the source tree this file
@@ -25,6 +26,7 @@ import os
 __all__ = [
     "DtrError",
     "disable",
+    "dump_snapshot",
     "enable",
     "get_budget",
     "is_enabled",
@@ -83,6 +85,8 @@ def _bind(lib):
     lib.dtr_torch_set_recording.argtypes = [ctypes.c_int]
     lib.dtr_torch_set_recording.restype = None
     lib.dtr_torch_recording.restype = ctypes.c_int
+    lib.dtr_torch_dump_snapshot.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    lib.dtr_torch_dump_snapshot.restype = ctypes.c_int
     return lib
 
 
@@ -166,6 +170,20 @@ def get_budget():
 def reset_peak_stats():
     """Peaks restart from the current values, as torch.cuda.reset_peak_memory_stats()."""
     _library().dtr_torch_reset_peak_stats()
+
+
+def dump_snapshot(path, format=None):
+    """Writes a memory snapshot to `path`, a pickle PyTorch's memory tools read
+    (docs/observability.md): format "dict" ({segments, device_traces}, as
+    torch.cuda.memory._dump_snapshot writes since PyTorch 2.0; pytorch.org/memory_viz) or
+    "list" (1.13's segment list: python3 -m torch.cuda._memory_viz stats FILE); None = the
+    `snapshot_format` option. device_traces (the recent allocator events) is filled only
+    when the run was started with DTR_SNAPSHOT set, as PyTorch fills it only after
+    _record_memory_history()."""
+    lib = _library()
+    fmt = b"" if format is None else str(format).encode()
+    if lib.dtr_torch_dump_snapshot(os.fsencode(path), fmt) != 0:
+        raise DtrError(lib.dtr_torch_last_error().decode())
 
 
 def disable():

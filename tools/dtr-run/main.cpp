@@ -8,6 +8,12 @@
 // Options are checked here with the same parser the library uses, so a bad flag or a bad
 // inherited DTR_CONF exits with code 2 before anything runs (as the library would at
 // start). docs/torch.md has the whole story.
+//
+// With --svg PATH it runs the command twice instead of exec'ing it: once without a budget
+// (the baseline) and once as asked, each writing a timeline (DTR_TIMELINE) to a temporary
+// file, then draws both runs' allocated bytes, the budget, evictions and remats into PATH
+// (sim/memory_picture.h). The exit status is the budgeted run's.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -15,10 +21,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "dtr/core/chrome_trace.h"
 #include "dtr/core/options.h"
+#include "dtr/sim/memory_picture.h"
 
 namespace {
 
@@ -40,20 +50,77 @@ void append_entry(std::string& conf, const std::string& entry) {
   conf += entry;
 }
 
+// Runs `command` with DTR_CONF=conf and waits; its exit status (128+signal if killed).
+int run_child(std::vector<std::string> command, const std::string& conf) {
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "dtr-run: cannot fork: %s\n", std::strerror(errno));
+    return kExitCannotRun;
+  }
+  if (pid == 0) {
+    setenv("DTR_CONF", conf.c_str(), 1);
+    std::vector<char*> args;
+    for (std::string& arg : command) args.push_back(arg.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "dtr-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(kExitCannotRun);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// --svg: the baseline run, the budgeted run, the picture. Note that the baseline keeps
+// every other option (policy, ...): only its budget is lifted.
+int run_for_picture(const std::vector<std::string>& command, const std::string& conf,
+                    const std::string& svg) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dtr-run-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string base_json = (dir / "baseline.json").string();
+  const std::string run_json = (dir / "run.json").string();
+  std::fprintf(stderr, "dtr-run: baseline run (no budget) for the picture\n");
+  const int base_status = run_child(command, conf + ",budget:0,timeline:" + base_json);
+  std::fprintf(stderr, "dtr-run: run under the budget\n");
+  const int status = run_child(command, conf + ",timeline:" + run_json);
+  int result = status;
+  try {
+    const dtr::Timeline run = dtr::load_chrome_trace(run_json);
+    dtr::Timeline baseline;
+    const bool have_baseline = base_status == 0 && fs::exists(base_json);
+    if (have_baseline) baseline = dtr::load_chrome_trace(base_json);
+    dtr::MemoryPictureOptions options;
+    options.title = "allocated memory: " + command.back();
+    dtr::write_memory_picture(svg, have_baseline ? &baseline : nullptr, run, options);
+    std::fprintf(stderr, "dtr-run: wrote %s%s\n", svg.c_str(),
+                 have_baseline ? "" : " (without a baseline: that run failed)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtr-run: no picture: %s\n", e.what());
+    if (result == 0) result = 1;
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  return result;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dtr-run: run a command with libdtr_torch.so preloaded (docs/torch.md)"};
   app.footer("Example: dtr-run --budget 300M --report -- /usr/bin/python3 train.py --epochs 1");
-  std::string budget, policy, conf, library;
+  std::string budget, policy, conf, library, svg;
   bool report = false;
   std::vector<std::string> command;
   app.add_option("--budget", budget, "hard cap on live CPU tensor bytes: 300M, 4G, 0 = unlimited");
-  app.add_option("--policy", policy, "eviction heuristic, by registry name (used once eviction lands)");
+  app.add_option("--policy", policy, "eviction heuristic, by registry name (see `dtr-sim policies`)");
   app.add_flag("--report", report, "print a summary of the allocator's stats at exit");
   app.add_option("--conf", conf, "more DTR_CONF entries, e.g. debug:1");
   app.add_option("--library", library, "the library to preload (default: ../lib/libdtr_torch.so "
                  "next to this tool)");
+  app.add_option("--svg", svg, "run twice (no budget, then as asked) and draw both runs' "
+                 "allocated memory, the budget, evictions and remats here");
   app.add_option("command", command, "the command to run, after --")->required();
   try {
     app.parse(argc, argv);
@@ -92,6 +159,7 @@ int main(int argc, char** argv) {
     preload += std::string(" ") + inherited;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("DTR_CONF", full_conf.c_str(), 1);
+  if (!svg.empty()) return run_for_picture(command, full_conf, svg);
 
   std::vector<char*> args;
   for (std::string& arg : command) args.push_back(arg.data());

@@ -1,0 +1,150 @@
+// recording.cpp: the trace and the timeline of a live run (recording.h).
+//
+// Note [Recording a trace]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// DTR_TRACE=path writes, at exit, what the engine was told, in our trace format: each
+// engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
+// new version: a result aliasing the written input), a constant a CONSTANT, a death a
+// RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
+// the optimizer step) a PIN. `dtr-sim run --trace path` replays it under any policy and
+// budget. Not in the trace: what the live run frees by a full collect (a pinned storage
+// discarded once nothing can need it) and memory outside the engine (an op's workspace,
+// tensors made with recording off), so a replay keeps some bytes pinned that the live run
+// freed: its peak is conservative (docs/torch.md compares the two).
+//
+// Note [Live timeline]
+// ~~~~~~~~~~~~~~~~~~~~
+// DTR_TIMELINE=path writes, at exit, a Chrome trace (core/chrome_trace.h) on the steady
+// clock: one span per recorded op, ending when the fallback recorded it and as long as
+// the op ran; one per remat on the remat track, timed around the re-run (TimelineHooks,
+// Timing::measured); an eviction mark per storage the policy chose; and the allocator's
+// allocated bytes after every recorded op and every eviction or remat. Ops that ran with
+// recording off (dtr.disable()) or that were not recorded (opaque ops, Note [Never
+// recompute]) have no span, but their memory shows in the allocated counter.
+#include "integration/torch/recording.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "dtr/allocator/caching_allocator.h"
+#include "dtr/core/chrome_trace.h"
+
+namespace dtr::torch_integration {
+
+Recording::Recording(const Config& config, CachingAllocator& allocator, const Clock& clock)
+    : config_(config), allocator_(allocator), clock_(clock) {
+  if (!config.trace.empty()) {
+    trace_ = std::make_unique<Trace>();
+    trace_->version = kTraceFormatVersion;
+    TraceEvent start;
+    start.op = "START";
+    trace_->events.push_back(std::move(start));
+  }
+  if (!config.timeline.empty()) {
+    timeline_ = std::make_unique<Timeline>();
+    const uint64_t budget = allocator.config().budget_bytes;
+    timeline_->budget(clock_.now(), budget == kUnlimitedBytes ? std::optional<uint64_t>()
+                                                             : std::optional<uint64_t>(budget));
+    sample_allocated();
+  }
+}
+
+Recording::~Recording() = default;
+
+EngineHooks* Recording::engine_hooks(EngineHooks* host) {
+  if (!timeline_) return host;
+  timeline_hooks_ = std::make_unique<TimelineHooks>(*timeline_, host,
+                                                    TimelineHooks::Timing::measured);
+  // The counter is the allocator's: the engine knows only the storages it recorded.
+  timeline_hooks_->sample_from(
+      [this] { return allocator_.stats().allocated_bytes.all.current; });
+  return timeline_hooks_.get();
+}
+
+void Recording::bind(const Engine& engine) {
+  if (timeline_hooks_) timeline_hooks_->bind(engine);
+}
+
+void Recording::sample_allocated() {
+  timeline_->allocated(clock_.now(), allocator_.stats().allocated_bytes.all.current);
+}
+
+NameId Recording::trace_name(TensorId t) {
+  if (trace_names_.size() <= t) trace_names_.resize(t + 1, UINT32_MAX);
+  if (trace_names_[t] == UINT32_MAX) trace_names_[t] = trace_->intern("t" + std::to_string(t));
+  return trace_names_[t];
+}
+
+void Recording::trace_simple(TraceEventKind kind, TensorId t) {
+  TraceEvent e;
+  e.kind = kind;
+  e.dst = trace_name(t);
+  trace_->events.push_back(std::move(e));
+}
+
+void Recording::constant(TensorId t, uint64_t bytes) {
+  if (!trace_) return;
+  TraceEvent e;
+  e.kind = TraceEventKind::constant;
+  e.results.push_back(TraceResult{trace_name(t), bytes, -1});
+  trace_->events.push_back(std::move(e));
+}
+
+void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
+                   const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
+                   uint64_t compute_ns) {
+  if (trace_) {
+    TraceEvent e;
+    e.kind = TraceEventKind::call;
+    e.op = std::string(name);
+    e.time_ns = compute_ns;
+    for (TensorId in : inputs) e.args.push_back(trace_name(in));
+    for (size_t i = 0; i < outputs.size(); ++i)
+      e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});
+    trace_->events.push_back(std::move(e));
+  }
+  if (timeline_) {
+    // Note [Live timeline]: the op ran just before it was recorded.
+    const Tick end = clock_.now();
+    const uint32_t interned = timeline_->intern(name);
+    timeline_->span(interned, end > compute_ns ? end - compute_ns : 0, compute_ns, false, id);
+    timeline_hooks_->name_op(id, name);
+    sample_allocated();
+  }
+}
+
+void Recording::release(TensorId t) {
+  if (trace_) trace_simple(TraceEventKind::release, t);
+}
+
+void Recording::pin(TensorId t) {
+  if (trace_) trace_simple(TraceEventKind::pin, t);
+}
+
+void Recording::write_files() {
+  if (trace_) {
+    try {
+      write_trace(*trace_, config_.trace);
+      std::fprintf(stderr, "dtr: wrote trace %s (%zu events)\n", config_.trace.c_str(),
+                   trace_->events.size());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtr: could not write the trace %s: %s\n", config_.trace.c_str(),
+                   e.what());
+    }
+  }
+  if (timeline_) {
+    sample_allocated();
+    try {
+      ChromeTraceInfo info;
+      info.host = "torch";
+      info.clock = "steady";
+      write_chrome_trace(config_.timeline, *timeline_, info);
+      std::fprintf(stderr, "dtr: wrote timeline %s\n", config_.timeline.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtr: could not write the timeline %s: %s\n",
+                   config_.timeline.c_str(), e.what());
+    }
+  }
+}
+
+}  // namespace dtr::torch_integration

@@ -1,0 +1,70 @@
+// recording.h: what a live run leaves behind for later: its trace (`trace`, DTR_TRACE) and
+// its timeline (`timeline`, DTR_TIMELINE). The memory snapshot (`snapshot`) is the
+// runtime's (runtime.cpp), since it needs no lineage.
+//
+// No torch header: the lineage (lineage.cpp) tells a Recording what the engine was told,
+// under the engine lock, and the Recording writes the files at exit, from the process
+// that loaded the library only (a forked DataLoader worker writes nothing).
+//
+// Cost: nothing is kept unless an option asks for it; each call is then a push_back (the
+// timeline's allocated sample reads the allocator's stats: one more lock per op).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtr/core/clock.h"
+#include "dtr/core/options.h"
+#include "dtr/core/timeline.h"
+#include "dtr/core/trace.h"
+#include "dtr/eviction/engine.h"
+#include "dtr/eviction/timeline_hooks.h"
+
+namespace dtr {
+
+class CachingAllocator;
+
+namespace torch_integration {
+
+class Recording {
+ public:
+  Recording(const Config& config, CachingAllocator& allocator, const Clock& clock);
+  ~Recording();
+
+  // The hooks to build the engine with: `host` itself, or a TimelineHooks in front of it
+  // that times remats and marks evictions. Then bind() the engine, before its first op.
+  EngineHooks* engine_hooks(EngineHooks* host);
+  void bind(const Engine& engine);
+
+  bool active() const { return trace_ || timeline_; }
+
+  // What the engine was told (Note [Recording a trace] in recording.cpp).
+  void constant(TensorId t, uint64_t bytes);
+  void op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
+          const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
+          uint64_t compute_ns);
+  void release(TensorId t);
+  void pin(TensorId t);
+
+  // Writes the trace and the timeline that were asked for; says where on stderr.
+  void write_files();
+
+ private:
+  NameId trace_name(TensorId t);
+  void trace_simple(TraceEventKind kind, TensorId t);
+  void sample_allocated();
+
+  const Config& config_;
+  CachingAllocator& allocator_;
+  const Clock& clock_;
+  std::unique_ptr<Trace> trace_;  // DTR_TRACE, else null
+  std::vector<NameId> trace_names_;  // TensorId -> name in trace_
+  std::unique_ptr<Timeline> timeline_;  // DTR_TIMELINE, else null
+  std::unique_ptr<TimelineHooks> timeline_hooks_;
+};
+
+}  // namespace torch_integration
+}  // namespace dtr
