@@ -6,7 +6,7 @@ RESNET   := $(firstword $(wildcard $(DATA)/resnet32-*.log))
 # Debian packages the build needs; `make deps` installs the missing ones.
 APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev libmimalloc-dev libtorch-dev python3-torch python3-torchvision libopenblas0-pthread python3-pytest python3-numpy coinor-libcbc-dev
 
-.PHONY: all deps configure build test test-sanitize test-tsan demo bench docs clean
+.PHONY: all deps configure build test test-sanitize test-tsan demo bench eval eval-quick docs clean
 
 all: build
 
@@ -56,6 +56,15 @@ demo: build
 bench: build
 	$(BUILD)/bin/dtr-bench --benchmark_counters_tabular=true
 	/usr/bin/python3 bench/torch_step_time.py --rounds 5
+
+# DTR's headline figure on real models, live and simulated (tools/eval.py): docs/results.md,
+# docs/results/results.csv and docs/results/overhead.svg. Hours on 2 cores; eval-quick
+# (2 models, 2 policies, 3 budgets, a few minutes) writes to build/eval-quick/ instead.
+eval: build
+	/usr/bin/python3 tools/eval.py
+
+eval-quick: build
+	/usr/bin/python3 tools/eval.py --quick
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -9,6 +9,7 @@ for bit.
 import argparse
 import hashlib
 import struct
+import time
 
 import torch
 import torch.nn as nn
@@ -42,6 +43,7 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     for step in range(args.steps):
+        start = time.perf_counter()
         tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         opt.zero_grad()
@@ -53,6 +55,7 @@ def main():
         value = loss.item()
         bits = struct.pack("<f", value).hex()
         print(f"loss {step} {bits} {value:.6f}", flush=True)
+        print(f"time {step} {time.perf_counter() - start:.4f}", flush=True)
     for name, p in model.named_parameters():
         digest = hashlib.sha256(p.detach().contiguous().numpy().tobytes()).hexdigest()
         print(f"param {name} {digest}", flush=True)
