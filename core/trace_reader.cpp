@@ -39,6 +39,7 @@ const char* trace_event_kind_name(TraceEventKind kind) {
     case TraceEventKind::copy_from: return "copy_from";
     case TraceEventKind::release: return "release";
     case TraceEventKind::pin: return "pin";
+    case TraceEventKind::discard: return "discard";
   }
   return "unknown";
 }
@@ -81,7 +82,8 @@ using nlohmann::json;
 
 // Every instruction the reader knows; `header` is our format's first line.
 enum class Instruction {
-  annotate, call, memory, alias, mutate, constant, copy, copy_from, release, pin, header,
+  annotate, call, memory, alias, mutate, constant, copy, copy_from, release, pin, discard,
+  header,
 };
 
 struct InstructionName {
@@ -95,11 +97,12 @@ constexpr InstructionName kInstructions[] = {
     {"COPY", Instruction::copy},           {"CONSTANT", Instruction::constant},
     {"MUTATE", Instruction::mutate},       {"COPY_FROM", Instruction::copy_from},
     {"ANNOTATE", Instruction::annotate},   {"PIN", Instruction::pin},
+    {"DISCARD", Instruction::discard},
     {"DTR_TRACE", Instruction::header},
 };
 
 constexpr const char* kValidInstructions =
-    "ANNOTATE, CALL, MEMORY, ALIAS, MUTATE, CONSTANT, COPY, COPY_FROM, RELEASE, PIN "
+    "ANNOTATE, CALL, MEMORY, ALIAS, MUTATE, CONSTANT, COPY, COPY_FROM, RELEASE, PIN, DISCARD "
     "(and DTR_TRACE as the header on the first line)";
 
 constexpr const char* kFieldsHint =
@@ -501,6 +504,7 @@ class TraceParser {
       case Instruction::copy_from: return read_copy(object, TraceEventKind::copy_from);
       case Instruction::release: return read_release(object);
       case Instruction::pin: return read_pin(object);
+      case Instruction::discard: return read_discard(object);
     }
   }
 
@@ -605,6 +609,11 @@ class TraceParser {
   void read_pin(const json& object) {
     NameId name = use(string_field(object, "NAME"), "NAME");
     add_event(TraceEventKind::pin).dst = name;
+  }
+
+  void read_discard(const json& object) {
+    NameId name = use(string_field(object, "NAME"), "NAME");
+    add_event(TraceEventKind::discard).dst = name;
   }
 
   std::string path_;

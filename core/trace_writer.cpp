@@ -123,6 +123,9 @@ class TraceWriter {
       case TraceEventKind::pin:
         emit({{"INSTRUCTION", "PIN"}, {"NAME", name(index, event.dst)}});
         return;
+      case TraceEventKind::discard:
+        emit({{"INSTRUCTION", "DISCARD"}, {"NAME", name(index, event.dst)}});
+        return;
     }
     fail("event " + std::to_string(index) + " has an unknown kind (" +
          std::to_string(static_cast<int>(event.kind)) + ")");

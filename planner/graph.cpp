@@ -226,6 +226,7 @@ Graph graph_from_trace(const Trace& trace) {
       case TraceEventKind::pin:
         if (storage_of[ev.dst] != kNone) g.nodes[storage_of[ev.dst]].pinned = true;
         break;
+      case TraceEventKind::discard: break;  // the graph frees a storage at its last release
     }
   }
   if (!backward) g.first_backward = static_cast<uint32_t>(g.nodes.size());

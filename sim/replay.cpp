@@ -107,6 +107,7 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
       }
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
       case TraceEventKind::pin: break;
+      case TraceEventKind::discard: break;  // freed at its last release already
     }
     if (!timeline) continue;
     if (ev.kind == TraceEventKind::call || ev.kind == TraceEventKind::mutate) {
@@ -218,6 +219,11 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
           engine.release(tensor_of[ev.dst]);
         break;
       case TraceEventKind::pin: status = engine.pin(tensor_of[ev.dst]); break;
+      case TraceEventKind::discard:
+        // A live host found nothing can read the storage again (trace format v2): freed
+        // even if pinned, as Lineage::collect does.
+        if (tensor_of[ev.dst] != kNoId) engine.discard(engine.storage_of(tensor_of[ev.dst]));
+        break;
     }
     if (!status.ok()) return status;
     if (guide) guide->end_op(engine, op);

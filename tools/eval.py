@@ -14,6 +14,14 @@ side by side, one line per policy), drawn by `dtr-sim plot`.
 
     /usr/bin/python3 tools/eval.py [--quick] [--out docs]
 
+Note [Same budget in bytes]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The simulator replays each trace at the live run's budget in bytes, not at the same
+fraction of its own baseline peak: the trace's baseline (every storage freed at its last
+release, no memory outside the engine) is not the live allocator-only peak, and a fraction
+of one is not a fraction of the other. The static plans are the exception: dtr-plan takes
+fractions of its graph's peak, so "best static" is at the same fraction of the trace's peak.
+
 Note [Which overhead]
 ~~~~~~~~~~~~~~~~~~~~~
 Three numbers per run, not one. The *live step-time ratio* is what a user pays: median step
@@ -41,8 +49,8 @@ SCRIPTS = ROOT / "tests" / "torch" / "scripts"
 # name -> (script, args). Sizes fit a 2-core CPU machine: a step takes well under a second.
 MODELS = {
     "resnet18": ("vision.py", ["--model", "resnet18", "--size", "64", "--batch", "16"]),
-    "resnet50": ("vision.py", ["--model", "resnet50", "--size", "32", "--batch", "8"]),
-    "densenet121": ("vision.py", ["--model", "densenet121", "--size", "32", "--batch", "8"]),
+    "resnet50": ("vision.py", ["--model", "resnet50", "--size", "64", "--batch", "8"]),
+    "densenet121": ("vision.py", ["--model", "densenet121", "--size", "64", "--batch", "8"]),
     "mobilenet_v2": ("vision.py", ["--model", "mobilenet_v2", "--size", "64", "--batch", "16"]),
     "transformer": ("transformer.py", []),
     "lstm": ("lstm_lm.py", []),
@@ -89,12 +97,21 @@ def step_time(run):
     return runs.median(times[1:] if len(times) > 1 else times)
 
 
-def simulate(sim, trace, policies, fractions, out_csv):
-    subprocess.run([str(sim), "sweep", "--trace", str(trace), "--policies", ",".join(policies),
-                    "--budgets", ",".join(map(str, fractions)), "--csv", str(out_csv),
-                    "--quiet", "--max-overhead", "0"], check=True, capture_output=True)
-    with open(out_csv) as f:
-        return {(r["policy"], round(float(r["budget_ratio"]), 4)): r for r in csv.DictReader(f)}
+def simulate(sim, trace, policies, budgets):
+    """dtr-sim's replay of the trace per (policy, budget bytes): the live run's own budgets,
+    in bytes (Note [Same budget in bytes]). Byte accounting (`--allocator none`) like the
+    live budget, which caps allocated bytes only; coop scores address windows and needs the
+    fake device, so it replays through it."""
+    out = {}
+    for policy in policies:
+        for fraction, budget in budgets:
+            memory = "fake" if policy == "coop" else "none"
+            proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
+                                   "--budget", str(budget), "--json", "--max-overhead", "0",
+                                   "--allocator", memory], capture_output=True, text=True)
+            if proc.returncode == 0:
+                out[(policy, fraction)] = json.loads(proc.stdout)
+    return out
 
 
 def best_static(plan, trace, fractions, out_csv, time_limit):
@@ -134,22 +151,23 @@ def evaluate(name, config, tools, tmp, progress):
     if base.returncode or traced.returncode or not trace.exists():
         runs.fail(f"{name}: the baseline or the traced run failed", traced)
     fractions, policies = config["fractions"], config["policies"]
-    sim = simulate(tools["sim"], trace, policies, fractions, Path(tmp) / f"{name}-sim.csv")
+    peak, plain_step = base.peak_bytes, step_time(plain)
+    sim = simulate(tools["sim"], trace, policies, [(f, int(peak * f)) for f in fractions])
     static, static_note = best_static(tools["plan"], trace, fractions,
                                       Path(tmp) / f"{name}-plan.csv", config["time_limit"])
     progress.step(f"{name}: simulated")
-    peak, plain_step = base.peak_bytes, step_time(plain)
     rows = []
     for policy in policies:
         for i, fraction in enumerate(fractions):
             run = runs.run(path, args, conf=f"budget:{int(peak * fraction)},policy:{policy}")
-            s = sim.get((policy, round(fraction, 4)), {})
+            s = sim.get((policy, fraction), {})
             row = dict(model=name, policy=policy, budget=fraction,
                        budget_bytes=int(peak * fraction), status="ok" if run.returncode == 0
                        else ("oom" if "out of memory" in run.stderr else "failed"),
                        sim_overhead=float(s["overhead"]) if s.get("status") == "ok" else None,
                        sim_status=s.get("status", "-"),
                        sim_peak=int(s["peak_bytes"]) if s else None,
+                       sim_baseline_peak=s.get("baseline_peak_bytes"),
                        static=static.get(round(fraction, 4)))
             if run.returncode == 0:
                 r = run.report
@@ -261,7 +279,8 @@ def write_markdown(path, models, config, minutes, command):
             "Columns below: *step ratio* = median step time under the budget / the plain run's; "
             "*live overhead* = 1 + remat compute / model compute as the library timed them; "
             "*sim overhead* = the same predicted by `dtr-sim` from the run's trace at the same "
-            "fraction of the trace's own peak; *best static* = the best feasible plan of "
+            "budget in bytes (byte accounting; coop through the fake device: Note [Same "
+            "budget in bytes] in tools/eval.py); *sim peak* is the replay's; *best static* = the best feasible plan of "
             "`dtr-plan compare` on that trace (method and overhead); *same* = losses, "
             "parameters and buffers bit-identical to the plain run. Note [Which overhead] in "
             "tools/eval.py says why there are three numbers.", ""]
@@ -287,14 +306,18 @@ def write_markdown(path, models, config, minutes, command):
 
 
 WHY = """\
-- **Different baselines.** A live budget is a fraction of the peak of the allocator-only run
-  (`remat:False`); a simulated one is a fraction of the trace's own replayed peak, which
-  frees every storage at its last release and so is lower. The same fraction is therefore
-  a looser budget in the simulator.
-- **Releases arrive late in the trace.** Trace format v1 has no event for a storage the
-  runtime unpins or discards, and a storage found dead is written as released when the
-  lineage collector finds it (up to 64 ops late): the simulator holds memory the live run
-  had already given back, which pushes it to evict more (docs/torch.md).
+- **What the engine sees.** The trace holds only what the engine recorded: memory outside
+  it (an op's workspace and oneDNN reorders, tensors made with recording off) is in the
+  live allocator's count and not in the replay's, so at the same budget in bytes the
+  replay has more room for activations; ops the runtime never records (opaque ops) are not
+  replayed. Both push the simulated overhead below the live one.
+- **When memory comes back.** Live, a dead storage is freed when the lineage collector
+  finds it (a scan every 64 ops, and before every eviction); a pinned one (a gradient at
+  the optimizer step) only when a full collect discards it. The trace (format v2) records
+  both at those moments (RELEASE, DISCARD), but the replay does not collect before an
+  eviction as the live run does, so it may evict where the live run freed a dead storage.
+- **Choices diverge.** Eviction choices depend on staleness and costs measured on each
+  side's own clock; one different choice changes every later one.
 - **Op costs.** The simulator charges each op the time it took in the traced run; a live
   remat is timed when it runs, with other caches and thread contention, and op times on a
   shared 2-core machine vary by tens of percent from run to run.

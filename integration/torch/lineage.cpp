@@ -83,6 +83,9 @@ namespace {
 
 constexpr uint32_t kMaxVersions = 4;  // Note [Mutation]
 constexpr uint64_t kMinOpsBetweenCollects = 1024;  // full collects: Note [Collecting dead lineage]
+// Dead scans: every 64 ops, and after every op while a trace is recorded, so that the
+// trace's RELEASE of a dead storage comes one op after its death, as the memory would
+// come back without lineage (Note [Recording a trace] in recording.cpp).
 constexpr uint64_t kOpsBetweenDeadScans = 64;
 // Note [Small storages]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -542,13 +545,14 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     StorageRec& rec = storages_[pending.orphan];
     rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
     release_storage(pending.orphan);
+    recording_->discard(engine_->storage_tensors(pending.orphan)[0]);
     engine_->discard(pending.orphan);
     rec.discarded = true;
   }
   ++ops_recorded_;
   if (++ops_since_collect_ >= std::max<uint64_t>(kMinOpsBetweenCollects, active_.size()))
     collect(/*full=*/true);
-  else if (ops_since_collect_ % kOpsBetweenDeadScans == 0)
+  else if (!config_.trace.empty() || ops_since_collect_ % kOpsBetweenDeadScans == 0)
     collect(/*full=*/false);
 }
 
@@ -762,6 +766,7 @@ void Lineage::collect(bool full) {
       kept.push_back(s);
       continue;
     }
+    recording_->discard(engine_->storage_tensors(s)[0]);
     engine_->discard(s);
     rec.discarded = true;
     rec.readers.clear();

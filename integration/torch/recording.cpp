@@ -6,11 +6,14 @@
 // engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
 // new version: a result aliasing the written input), a constant a CONSTANT, a death a
 // RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
-// the optimizer step) a PIN. `dtr-sim run --trace path` replays it under any policy and
-// budget. Not in the trace: what the live run frees by a full collect (a pinned storage
-// discarded once nothing can need it) and memory outside the engine (an op's workspace,
-// tensors made with recording off), so a replay keeps some bytes pinned that the live run
-// freed: its peak is conservative (docs/torch.md compares the two).
+// the optimizer step) a PIN, and a storage the collector discarded (nothing can read it
+// again; pinned storages are freed only this way) a DISCARD (format v2). `dtr-sim run
+// --trace path` replays it under any policy and budget. A RELEASE is written when the
+// collector finds the storage dead; while tracing it looks after every op (not every 64),
+// so the release comes one op after the death, close to when memory would come back
+// without lineage (the snapshots of recorded ops keep a dead storage's memory until the
+// collector sees it). Not in the trace: memory outside the engine (an op's workspace and
+// reorders, tensors made with recording off).
 //
 // Note [Live timeline]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -119,6 +122,10 @@ void Recording::release(TensorId t) {
 
 void Recording::pin(TensorId t) {
   if (trace_) trace_simple(TraceEventKind::pin, t);
+}
+
+void Recording::discard(TensorId t) {
+  if (trace_) trace_simple(TraceEventKind::discard, t);
 }
 
 void Recording::write_files() {

@@ -48,6 +48,7 @@ class Recording {
           uint64_t compute_ns);
   void release(TensorId t);
   void pin(TensorId t);
+  void discard(TensorId t);  // the storage of `t` was discarded (Engine::discard)
 
   // Writes the trace and the timeline that were asked for; says where on stderr.
   void write_files();

@@ -35,6 +35,7 @@ enum class TraceEventKind : uint8_t {
   copy_from,  // `dst` now names the tensor `src`; the tensor `dst` named before is released
   release,    // the external reference `dst` is dropped
   pin,        // the tensor `dst` must stay material from now on
+  discard,    // the storage of `dst` is never read again: free it, pinned or not (format v2)
 };
 
 const char* trace_event_kind_name(TraceEventKind kind);
@@ -51,7 +52,7 @@ struct TraceEvent {
   std::vector<NameId> args;         // CALL/MUTATE
   std::vector<TraceResult> results;  // CALL: results; CONSTANT: the one constant
   std::vector<uint32_t> mutated;    // MUTATE: indices into args
-  NameId dst = 0;                   // COPY/COPY_FROM/RELEASE/PIN
+  NameId dst = 0;                   // COPY/COPY_FROM/RELEASE/PIN/DISCARD
   NameId src = 0;                   // COPY/COPY_FROM
   uint64_t time_ns = 0;             // CALL/MUTATE
   uint32_t line = 0;                // 1-based line of the event's first line in its file
@@ -84,7 +85,7 @@ class TraceError : public std::runtime_error {
   uint32_t line_;
 };
 
-constexpr uint32_t kTraceFormatVersion = 1;
+constexpr uint32_t kTraceFormatVersion = 2;
 
 // Reads either format (detected from the first line). Events before the first
 // `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has none.
