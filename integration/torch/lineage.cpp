@@ -44,21 +44,8 @@
 // storage per step: an optimizer step copies each parameter once, which is cheaper than
 // pinning everything the forward pass computed from the old parameters (ARCHITECTURE.md
 // "Proven" 5). The copy is dead to the program at once; it lives as long as some lineage
-// may need it (Note [Collecting dead lineage]).
+// may need it (Note [Collecting dead lineage] in collector.cpp).
 //
-// Note [Collecting dead lineage]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// PyTorch does not say when a tensor dies. A storage is dead when only our snapshots hold
-// it (its use count equals its snapshot count) or it is gone. collect() finds those and
-// releases their engine references, so the engine evicts them at once (eager eviction),
-// before any live storage is chosen: at every eviction request, and every so many ops.
-// A dead storage may still be needed: a live storage may have to be rematerialized
-// through it. Every so many ops a full collect marks what is needed (walking parents from
-// every live unpinned storage, through unpinned parents), discards every dead storage
-// that is not (Engine::discard: pinned ones too, such as dropout masks and old parameter
-// values), and drops the lineage (snapshots) of ops whose outputs are all discarded,
-// which lets their inputs die in turn. Without this, recording alone grows memory without
-// bound (ARCHITECTURE.md "Proven" 6).
 #include "integration/torch/lineage_impl.h"
 
 #include <ATen/Parallel.h>
@@ -83,9 +70,9 @@ namespace {
 
 constexpr uint32_t kMaxVersions = 4;  // Note [Mutation]
 constexpr uint64_t kMinOpsBetweenCollects = 1024;  // full collects: Note [Collecting dead lineage]
-// Dead scans: every 64 ops, and after every op while a trace is recorded, so that the
-// trace's RELEASE of a dead storage comes one op after its death, as the memory would
-// come back without lineage (Note [Recording a trace] in recording.cpp).
+// Dead scans: every 64 ops, and before every op while a trace is recorded, so that the
+// trace's RELEASE of a dead storage comes before the next op allocates, as the memory
+// would come back without lineage (Note [Recording a trace] in recording.cpp).
 constexpr uint64_t kOpsBetweenDeadScans = 64;
 // Note [Small storages]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -173,6 +160,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   memory.allocator = &allocator;
   memory.engine_allocates = false;
   recording_ = std::make_unique<Recording>(config_, allocator, clock_);
+  tracing_ = !config_.trace.empty();
   engine_ = std::make_unique<Engine>(ec, builtin_heuristics().make(config.policy, params),
                                      clock_, recording_->engine_hooks(this), memory);
   recording_->bind(*engine_);
@@ -271,6 +259,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  // Tracing: what died since the last op is released before this op allocates, as its
+  // memory would be without lineage (kOpsBetweenDeadScans).
+  if (tracing_) scan_for_dead();
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs
   // memory but not its old value: it is not refilled.
@@ -552,7 +543,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   ++ops_recorded_;
   if (++ops_since_collect_ >= std::max<uint64_t>(kMinOpsBetweenCollects, active_.size()))
     collect(/*full=*/true);
-  else if (!config_.trace.empty() || ops_since_collect_ % kOpsBetweenDeadScans == 0)
+  else if (ops_since_collect_ % kOpsBetweenDeadScans == 0)
     collect(/*full=*/false);
 }
 
@@ -675,19 +666,6 @@ uint64_t Lineage::evictable_bytes() const {
   return engine_->evictable_bytes();
 }
 
-// --- dead lineage ----------------------------------------------------------------------------
-
-void Lineage::release_storage(StorageId s) {
-  storages_[s].dead = true;
-  ++deaths_;
-  for (TensorId t : engine_->storage_tensors(s)) {
-    while (engine_->external_refs(t) > 0) {
-      recording_->release(t);
-      engine_->release(t);
-    }
-  }
-}
-
 Status Lineage::pin_tensor(TensorId t) {
   if (!engine_->is_pinned(engine_->storage_of(t))) recording_->pin(t);
   return engine_->pin(t);
@@ -698,102 +676,6 @@ Status Lineage::pin_tensor(TensorId t) {
 void Lineage::write_recordings() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   recording_->write_files();
-}
-
-void Lineage::drop_lineage(OpId op) {
-  OpRec& r = ops_[op];
-  if (r.args.empty()) return;
-  for (TensorId in : engine_->op_inputs(op)) --storages_[engine_->storage_of(in)].snapshot_refs;
-  r.args.clear();
-  r.args.shrink_to_fit();
-}
-
-void Lineage::collect(bool full) {
-  // Note [Collecting dead lineage]
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (full || dead_scan_ops_ != ops_recorded_) {
-    dead_scan_ops_ = ops_recorded_;
-    // Only storages not yet found dead are scanned (alive_ drops the others as it goes),
-    // so a scan costs what the program holds, not what lineage remembers.
-    size_t kept = 0;
-    for (size_t i = 0; i < alive_.size(); ++i) {
-      const StorageId s = alive_[i];
-      StorageRec& rec = storages_[s];
-      if (rec.dead) continue;
-      // A locked storage is an input of an op running now (or of a remat in progress).
-      if (!(engine_->is_locked(s) && !engine_->is_pinned(s)) &&
-          rec.impl.use_count() <= rec.snapshot_refs) {
-        release_storage(s);
-        continue;
-      }
-      alive_[kept++] = s;
-    }
-    alive_.resize(kept);
-  }
-  if (!full) return;
-  full_collect_ops_ = ops_recorded_;
-  full_collect_deaths_ = deaths_;
-  ops_since_collect_ = 0;
-  const uint32_t needed_mark = begin_marks();
-  auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };
-  std::vector<StorageId> stack;
-  for (StorageId s : alive_) {
-    if (storages_[s].dead || engine_->is_pinned(s)) continue;
-    marks_[s] = needed_mark;
-    stack.push_back(s);
-  }
-  while (!stack.empty()) {
-    const StorageId s = stack.back();
-    stack.pop_back();
-    for (TensorId t : engine_->storage_tensors(s)) {
-      for (TensorId p : engine_->op_inputs(engine_->op_of(t))) {
-        const StorageId ps = engine_->storage_of(p);
-        if (needed(ps)) continue;
-        marks_[ps] = needed_mark;
-        if (!engine_->is_pinned(ps)) stack.push_back(ps);
-      }
-    }
-  }
-  std::vector<StorageId> kept;
-  std::vector<OpId> done;
-  for (StorageId s : active_) {
-    StorageRec& rec = storages_[s];
-    if (rec.discarded) {
-      for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
-      continue;
-    }
-    if (!rec.dead || needed(s) || (engine_->is_locked(s) && !engine_->is_pinned(s))) {
-      kept.push_back(s);
-      continue;
-    }
-    recording_->discard(engine_->storage_tensors(s)[0]);
-    engine_->discard(s);
-    rec.discarded = true;
-    rec.readers.clear();
-    rec.readers.shrink_to_fit();
-    auto it = by_impl_.find(rec.impl._unsafe_get_target());
-    if (it != by_impl_.end() && it->second == s) by_impl_.erase(it);
-    rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
-    for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
-  }
-  active_.swap(kept);
-  // An op's lineage serves only to recompute its outputs: once each is discarded or
-  // pinned (never evicted again, as a gradient at the optimizer step), drop it, and with
-  // it the references its snapshots hold (Note [Pinned writes]).
-  for (StorageId s : active_) {
-    if (!engine_->is_pinned(s)) continue;
-    for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
-    has_readers(s);  // prunes readers whose lineage was dropped (a constant every op reads)
-  }
-  for (OpId op : done) {
-    if (ops_[op].args.empty()) continue;
-    bool droppable = true;
-    for (TensorId out : engine_->op_outputs(op)) {
-      const StorageId s = engine_->storage_of(out);
-      droppable &= storages_[s].discarded || engine_->is_pinned(s);
-    }
-    if (droppable) drop_lineage(op);
-  }
 }
 
 void Lineage::pin_for_raw_access(const at::Tensor& tensor) {

@@ -110,6 +110,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
   // need; called every so many ops and before evicting for the allocator.
   void collect(bool full);
+  // The first half of a collect: releases storages found dead since the last scan.
+  void scan_for_dead();
 
   // DTR_TRACE, DTR_TIMELINE: writes what was recorded (recording.h).
   void write_recordings();
@@ -182,6 +184,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
   std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
+  bool tracing_ = false;                  // DTR_TRACE: scan for deaths before every op
   uint64_t ops_recorded_ = 0;
   uint64_t ops_since_collect_ = 0;
   uint64_t evicted_bytes_in_call_ = 0;

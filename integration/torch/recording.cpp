@@ -9,8 +9,8 @@
 // the optimizer step) a PIN, and a storage the collector discarded (nothing can read it
 // again; pinned storages are freed only this way) a DISCARD (format v2). `dtr-sim run
 // --trace path` replays it under any policy and budget. A RELEASE is written when the
-// collector finds the storage dead; while tracing it looks after every op (not every 64),
-// so the release comes one op after the death, close to when memory would come back
+// collector finds the storage dead; while tracing it looks before every op (not every 64
+// ops), so the release comes before the next op allocates, as memory would come back
 // without lineage (the snapshots of recorded ops keep a dead storage's memory until the
 // collector sees it). Not in the trace: memory outside the engine (an op's workspace and
 // reorders, tensors made with recording off).
