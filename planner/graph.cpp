@@ -17,7 +17,10 @@
 //    (named NAME.vK for the K-th version, so node names stay unique).
 //  - CONSTANT: a pinned node of cost 0 (parameters and inputs are resident throughout).
 //  - COPY / COPY_FROM / RELEASE keep a reference count per node (names referring to it);
-//    nodes still referenced after the last event are the step's outputs: pinned. PIN pins.
+//    nodes still referenced after the last event are the step's outputs: pinned. PIN pins;
+//    DISCARD (format v2: nothing reads the storage again) unpins what PIN pinned, so a
+//    gradient pinned at one optimizer step and discarded later is not resident to the end.
+//    A CONSTANT stays pinned: it cannot be recomputed.
 //  - ANNOTATE BACKWARD: every node made afterwards has backward = true.
 // Unlike the trace's baseline, a graph node is free to die after its last use (planners
 // place frees), so the graph's no-remat peak is at most the trace's baseline peak.
@@ -31,6 +34,7 @@
 #include <ostream>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dtr/core/options.h"
 #include "dtr/core/trace.h"
@@ -150,6 +154,7 @@ Graph graph_from_trace(const Trace& trace) {
     if (s != kNone && refs[s] > 0) --refs[s];
   };
 
+  std::unordered_set<uint32_t> pinned_by_pin;  // nodes a PIN (not a CONSTANT) pinned
   for (const TraceEvent& ev : trace.events) {
     switch (ev.kind) {
       case TraceEventKind::annotate:
@@ -224,9 +229,15 @@ Graph graph_from_trace(const Trace& trace) {
       }
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
       case TraceEventKind::pin:
-        if (storage_of[ev.dst] != kNone) g.nodes[storage_of[ev.dst]].pinned = true;
+        if (storage_of[ev.dst] != kNone) {
+          g.nodes[storage_of[ev.dst]].pinned = true;
+          pinned_by_pin.insert(storage_of[ev.dst]);
+        }
         break;
-      case TraceEventKind::discard: break;  // the graph frees a storage at its last release
+      case TraceEventKind::discard:
+        if (storage_of[ev.dst] != kNone && pinned_by_pin.erase(storage_of[ev.dst]) > 0)
+          g.nodes[storage_of[ev.dst]].pinned = false;
+        break;
     }
   }
   if (!backward) g.first_backward = static_cast<uint32_t>(g.nodes.size());
