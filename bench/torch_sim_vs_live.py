@@ -1,6 +1,6 @@
 """How close dtr-sim's prediction is to the live run (issue #4): records an unmodified
-script's run with DTR_TRACE (no budget), replays the trace in dtr-sim at budget fractions
-of its peak, and runs the script live under the same fractions of its own baseline peak.
+script's run with DTR_TRACE (no budget), and at each fraction of the live allocator-only
+peak runs the script live and replays the trace in dtr-sim at the same budget in bytes.
 Prints, per fraction, the overhead (1 + remat compute / model compute) and the peak of
 each, side by side:
 
@@ -41,9 +41,12 @@ def main():
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for fraction in map(float, args.fractions.split(",")):
             live = runs.run(path, script[1:], conf=f"budget:{int(free.peak_bytes * fraction)}")
+            # The live budget in bytes, byte accounting (tools/eval.py: Note [Same budget
+            # in bytes]).
             sim = json.loads(subprocess.run(
-                [args.sim, "run", "--trace", str(trace), "--budget", str(fraction), "--json",
-                 "--max-overhead", "0"], capture_output=True, text=True, check=True).stdout)
+                [args.sim, "run", "--trace", str(trace), "--budget",
+                 str(int(free.peak_bytes * fraction)), "--json", "--max-overhead", "0",
+                 "--allocator", "none"], capture_output=True, text=True, check=True).stdout)
             if live.returncode:
                 live_cells = ["failed", "-", "-"]
             else:
@@ -52,7 +55,7 @@ def main():
                               f"{r['allocated_bytes.all.peak'] / 2**20:.1f} MiB",
                               str(r["dtr.num_evictions"])]
             print(f"| {fraction} | {live_cells[0]} | {sim['overhead']:.3f} | {live_cells[1]} | "
-                  f"{sim['peak_allocated_bytes'] / 2**20:.1f} MiB | {live_cells[2]} | "
+                  f"{sim['peak_bytes'] / 2**20:.1f} MiB | {live_cells[2]} | "
                   f"{sim['evictions']} | {sim['status']} |")
 
 
