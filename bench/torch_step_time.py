@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "python"))
 from dtr import runs  # noqa: E402
 
 SCRIPTS = {
-    "resnet18": ROOT / "tests/torch/scripts/resnet18.py",
+    "resnet18": ROOT / "tests/torch/scripts/vision.py",  # resnet18 by default, 128x128
     "transformer": ROOT / "tests/torch/scripts/transformer.py",
 }
 

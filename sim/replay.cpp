@@ -24,9 +24,9 @@
 
 #include "dtr/allocator/fake_backend.h"
 #include "dtr/core/check.h"
-#include "dtr/sim/replay_snapshot.h"
 #include "dtr/core/chrome_trace.h"
 #include "dtr/eviction/timeline_hooks.h"
+#include "dtr/sim/replay_snapshot.h"
 
 namespace dtr {
 

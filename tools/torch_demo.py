@@ -1,4 +1,4 @@
-"""`make demo`: an unmodified training script (tests/torch/scripts/resnet18.py: torchvision
+"""`make demo`: an unmodified training script (tests/torch/scripts/vision.py: torchvision
 resnet18 on small random images) run twice through libdtr_torch.so, first with no budget
 and no eviction (remat:False: dtr's allocator only measures the peak), then under a hard
 budget of half that peak, with eviction and rematerialization on (if half does not fit,
@@ -25,7 +25,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fractions", default="0.5,0.6,0.7")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--script", default=str(ROOT / "tests/torch/scripts/resnet18.py"))
+    parser.add_argument("--script", default=str(ROOT / "tests/torch/scripts/vision.py"))
     args, rest = parser.parse_known_args()
     script_args = ["--steps", str(args.steps), *rest]
     if not runs.library_path().exists():

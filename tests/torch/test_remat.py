@@ -22,7 +22,7 @@ SCRIPTS = {
     "mlp": (("mlp.py", "--steps", "3", "--depth", "12", "--width", "256", "--batch", "2048"),
             (0.7, 0.6)),
     "cnn": (("cnn.py", "--steps", "3"), (0.7, 0.6)),
-    "resnet18": (("resnet18.py", "--steps", "3"), (0.7, 0.6)),
+    "resnet18": (("vision.py", "--model", "resnet18", "--steps", "3"), (0.7, 0.6)),
     "transformer": (("transformer.py", "--steps", "3"), (0.7, 0.6)),
     "lstm_lm": (("lstm_lm.py", "--steps", "3"), (0.7, 0.6)),
     "dataloader": (("dataloader.py", "--steps", "3"), (0.7, 0.5)),

@@ -5,9 +5,9 @@
 // heuristic registry), `options` (the options table). `run --plan` (or DTR_PLAN) warm-starts
 // the policy from a static plan made by dtr-plan for the same trace (docs/planner.md).
 // `run --timeline` (or DTR_TIMELINE) writes a Chrome trace of the replay and `run --svg` a
-// picture of allocated memory over time (docs/observability-timelines.md).
+// picture of allocated memory over time (docs/observability.md).
 // `run --snapshot` (or DTR_SNAPSHOT) writes a memory snapshot that PyTorch's memory tools read
-// (docs/observability-snapshots.md).
+// (docs/observability.md).
 // Options come from DTR_CONF / DTR_* first, then from the flags. Bad input (a malformed
 // trace, an unknown policy or option, a bad budget) exits with code 2 and a message that
 // names the file and line or the valid values; it never crashes.
@@ -24,8 +24,8 @@
 #include "dtr/eviction/heuristic_registry.h"
 #include "dtr/planner/graph.h"
 #include "dtr/planner/warm_start.h"
-#include "dtr/sim/plot_csv.h"
 #include "dtr/sim/memory_picture.h"
+#include "dtr/sim/plot_csv.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 

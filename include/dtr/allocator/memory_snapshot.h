@@ -1,6 +1,6 @@
 // memory_snapshot.h: the allocator's memory as the snapshot PyTorch's memory tools read.
 //
-// Two formats (option `snapshot_format`; docs/observability-snapshots.md):
+// Two formats (option `snapshot_format`; docs/observability.md):
 //  - dict: what torch.cuda.memory._dump_snapshot writes since PyTorch 2.0 and
 //    pytorch.org/memory_viz opens: {segments, device_traces, allocator_settings,
 //    user_metadata}. Each segment lists blocks that tile it (state active_allocated or

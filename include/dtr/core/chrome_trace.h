@@ -1,6 +1,6 @@
 // chrome_trace.h: a Timeline as Chrome trace JSON (Perfetto, chrome://tracing), and back.
 //
-// The format (docs/observability-timelines.md) is Chrome's Trace Event Format, JSON Object
+// The format (docs/observability.md) is Chrome's Trace Event Format, JSON Object
 // form: {"displayTimeUnit": "ms", "otherData": {...}, "traceEvents": [...]}. Times are
 // microseconds (`ts`, `dur`, as the format requires) since the timeline's origin (its
 // earliest record; `otherData.origin_ns` holds the origin on the host's clock). Every event

@@ -51,7 +51,7 @@ struct ReplayOptions {
   // The simulator reads no plan files: a plan_path without hints is a ConfigError.
   std::string plan_path;
   std::shared_ptr<const PlanHints> plan_hints;
-  // Timeline (option `timeline`; docs/observability-timelines.md): record the replay's ops,
+  // Timeline (option `timeline`; docs/observability.md): record the replay's ops,
   // remats, evictions, allocated bytes and budget on its LogicalClock (eviction/
   // timeline_hooks.h) into `timeline` (the caller's; must outlive replay(); never shared
   // by two replays at once), and/or write them as Chrome trace JSON to `timeline_path` at

@@ -1,5 +1,6 @@
-"""A torchvision classifier (--model: resnet18, resnet50, densenet121, mobilenet_v2, ...; weights=None, 10 classes) trained for a few SGD steps on random
-3x64x64 images. Knows nothing of dtr.
+"""A torchvision classifier (--model: resnet18 by default, resnet50, densenet121,
+mobilenet_v2, ...; weights=None, 10 classes) trained for a few SGD steps on random
+3x128x128 images (--size). Knows nothing of dtr.
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>`, and at the
 end `param <name> <sha256 of the parameter's raw bytes>` and `buffer <name> <sha256>` (the
@@ -20,7 +21,7 @@ def main():
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--size", type=int, default=128)
     args = parser.parse_args()
 
     torch.manual_seed(0)
