@@ -26,7 +26,8 @@ namespace dtr {
 // cheaper plan). Lower thresholds keep more (less compute, more memory), higher ones keep
 // less. The LP value at the full budget is a lower bound on the MILP optimum and is reported
 // as such. If the LP at the full budget is infeasible, so is the MILP (status kInfeasible);
-// if no rounding fits, the status is kNoSolution.
+// if no rounding fits, the status is kNoSolution. The time limit bounds the LP solves (Clp's
+// own limit): when it runs out the best rounding so far stands, or the status is kTimeLimit.
 
 CheckmateResult solve_checkmate_lp_rounding(const Graph& graph, const CheckmateOptions& opts) {
   const auto start = std::chrono::steady_clock::now();
@@ -43,7 +44,22 @@ CheckmateResult solve_checkmate_lp_rounding(const Graph& graph, const CheckmateO
     }
     std::vector<double> x;
     double objective = 0;
-    if (!solve_checkmate_lp(f, &x, &objective, opts.log_level)) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const MilpStatus lp =
+        solve_checkmate_lp(f, &x, &objective, opts.log_level, opts.time_limit_s - elapsed);
+    if (lp == MilpStatus::kTimeLimit) {
+      // The limit bounds the whole method: stop with the best rounding found so far.
+      if (!res.has_plan()) {
+        res.status = MilpStatus::kTimeLimit;
+        std::ostringstream d;
+        d << "the LP relaxation was not solved within " << opts.time_limit_s << " s ("
+          << f.num_cols() << " columns); raise --time-limit or plan a coarser graph";
+        res.detail = d.str();
+      }
+      break;
+    }
+    if (lp != MilpStatus::kOptimal) {
       if (!have_bound) {  // the full budget's LP: a proof of infeasibility
         res.status = MilpStatus::kInfeasible;
         res.detail = "the LP relaxation is infeasible, so no schedule fits the budget";

@@ -391,17 +391,21 @@ StageSchedule read_schedule(const CheckmateFormulation& f, const double* x) {
 
 }  // namespace
 
-// Used by checkmate_lp_rounding.cpp: the LP relaxation's optimum, or false if the LP is
-// infeasible (then so is the MILP).
-bool solve_checkmate_lp(const CheckmateFormulation& f, std::vector<double>* x, double* objective,
-                        int log_level) {
+// Used by checkmate_lp_rounding.cpp: the LP relaxation's optimum, a proof that the LP is
+// infeasible (then so is the MILP), or the time limit. Clp's own limit bounds the solve.
+MilpStatus solve_checkmate_lp(const CheckmateFormulation& f, std::vector<double>* x,
+                              double* objective, int log_level, double max_seconds) {
   OsiClpSolverInterface solver = load(f, false);
   solver.messageHandler()->setLogLevel(log_level);
+  solver.getModelPtr()->setMaximumSeconds(std::max(0.01, max_seconds));
   solver.initialSolve();
-  if (!solver.isProvenOptimal()) return false;
-  x->assign(solver.getColSolution(), solver.getColSolution() + f.num_cols());
-  *objective = solver.getObjValue();
-  return true;
+  if (solver.isProvenOptimal()) {
+    x->assign(solver.getColSolution(), solver.getColSolution() + f.num_cols());
+    *objective = solver.getObjValue();
+    return MilpStatus::kOptimal;
+  }
+  if (solver.isProvenPrimalInfeasible()) return MilpStatus::kInfeasible;
+  return MilpStatus::kTimeLimit;  // stopped by the limit (or abandoned): nothing proven
 }
 
 CheckmateResult solve_checkmate_milp(const Graph& graph, const CheckmateOptions& opts) {

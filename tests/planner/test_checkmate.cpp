@@ -201,6 +201,17 @@ TEST_CASE("checkmate reports a time limit instead of hiding it", "[planner][chec
   }
 }
 
+TEST_CASE("checkmate-lp honours the time limit: the LP solve is bounded too", "[planner][checkmate]") {
+  // 201 nodes, ~80k columns: before the LP had a limit, this solve ran for minutes whatever
+  // --time-limit said. With the limit spent on building the formulation, Clp stops at once.
+  const Graph g = linear_graph(100);
+  const CheckmateResult r = solve_checkmate_lp_rounding(g, milp_opts(20, 0.01));
+  CHECK(r.status == MilpStatus::kTimeLimit);
+  CHECK_FALSE(r.has_plan());
+  CHECK(r.detail.find("not solved within") != std::string::npos);
+  CHECK(r.detail.find("--time-limit") != std::string::npos);
+}
+
 TEST_CASE("no planner beats the MILP where CBC proves it optimal (random small DAGs)",
           "[planner][checkmate][kusumoto][stress]") {
   std::mt19937 rng(20240605);

@@ -115,10 +115,11 @@ struct CheckmateResult {
   bool has_plan() const { return status == MilpStatus::kOptimal || status == MilpStatus::kFeasible; }
 };
 
-// The LP relaxation of `f` with Clp: false when it is infeasible (then so is the MILP);
-// otherwise the optimal column values and objective (in f's cost units).
-bool solve_checkmate_lp(const CheckmateFormulation& f, std::vector<double>* x, double* objective,
-                        int log_level);
+// The LP relaxation of `f` with Clp, stopped after `max_seconds` of wall time: kOptimal
+// with the optimal column values and objective (in f's cost units), kInfeasible (then so
+// is the MILP), or kTimeLimit.
+MilpStatus solve_checkmate_lp(const CheckmateFormulation& f, std::vector<double>* x,
+                              double* objective, int log_level, double max_seconds);
 
 // The exact MILP (binary R, S, FREE) under CBC with opts.time_limit_s.
 CheckmateResult solve_checkmate_milp(const Graph& graph, const CheckmateOptions& opts);
