@@ -174,28 +174,25 @@ void Engine::unlock(StorageId s) {
 Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
                     const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs) {
   DTR_CHECK(!specs.empty(), "an op has at least one output");
-  const OpId op = static_cast<OpId>(ops_.size());
-  ops_.push_back(OpRec{});
-  OpRec& rec = ops_.back();
+  const OpId op = new_op();
+  OpRec& rec = ops_[op];
   rec.compute_ns = compute_ns;
   rec.inputs = inputs;
   const size_t first_output = outputs.size();
   for (const OutputSpec& spec : specs) {
-    const TensorId t = static_cast<TensorId>(tensors_.size());
-    tensors_.push_back(TensorRec{});
-    TensorRec& trec = tensors_.back();
-    trec.op = op;
-    trec.ext_refs = 1;
+    const TensorId t = new_tensor();
     StorageId s;
     if (spec.alias >= 0) {
       DTR_CHECK(static_cast<size_t>(spec.alias) < inputs.size(), "alias index out of range");
       s = tensors_[inputs[spec.alias]].storage;
     } else {
-      s = static_cast<StorageId>(storages_.size());
-      storages_.push_back(StorageRec{});
-      storages_.back().size_bytes = spec.size_bytes;
+      s = new_storage();
+      storages_[s].size_bytes = spec.size_bytes;
       rec.total_bytes += spec.size_bytes;
     }
+    TensorRec& trec = tensors_[t];
+    trec.op = op;
+    trec.ext_refs = 1;
     trec.storage = s;
     StorageRec& srec = storages_[s];
     // A storage's compute counts each distinct op among its tensors once.
@@ -211,6 +208,7 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
   for (const OutputSpec& spec : specs) alias_output |= spec.alias >= 0;
   for (TensorId in : inputs) {
     TensorRec& trec = tensors_[in];
+    ++ops_[trec.op].readers;
     // Note [Children of discarded storages]
     if (trec.children.size() >= 64 && trec.children.size() >= 2 * trec.children_kept)
       compact_children(in);
@@ -311,7 +309,10 @@ void Engine::discard(StorageId s) {
     if (track_eq_) recount_evicted_neighbors(s);  // not kept while pinned
     unlock(s);
   }
-  if (rec.material && rec.locks == 0) evict(s, /*eager=*/true);
+  if (rec.material && rec.locks == 0)
+    evict(s, /*eager=*/true);  // retires what it can
+  else
+    try_retire(s);
   if (config_.debug >= 3) check_invariants();
 }
 
@@ -330,6 +331,174 @@ void Engine::compact_children(TensorId t) {
                                      }),
                       trec.children.end());
   trec.children_kept = static_cast<uint32_t>(trec.children.size());
+}
+
+// Note [Retiring]
+// ~~~~~~~~~~~~~~~
+// A live host records ops for as long as the program runs; without forgetting, the
+// engine's tables (and the host's, indexed by the same ids) grow by a record per op for
+// good (the torch host measured 2.4 KB per op: 10^6 ops, 2.7 GB). An op is *retired*
+// when nothing can ever need it again:
+//  - every output's storage is discarded (Note [Discarding]) and is not material, not
+//    locked and unreferenced: it will never be read or recomputed;
+//  - no unretired op reads one of its outputs (`readers`): no lineage walks through it.
+// Retiring an op removes its edges (its outputs leave its inputs' children; each input's
+// producer loses a reader, and may become retirable in turn: the walk goes backwards
+// through discarded lineage), then forgets its output tensors, and a storage whose last
+// tensor goes is forgotten too. The host hears on_retire / on_retire_storage first, while
+// the records are intact. A retired storage was evicted with an eq class: its compute
+// leaves the class (as at a remat), and storages that were its neighbours are recounted
+// (Note [Evicted neighbour count]); nothing it touched can be needed, so no heuristic
+// choice that could matter changes.
+// Retired ids are reused only after the host calls reuse_retired(), when it has dropped
+// them from its own lists, so an id never names two things at once in the host. Without
+// that call (the simulator) ids are never reused: storage k stays the k-th one made,
+// which a warm-start plan relies on (Note [Warm start]). Each eviction also adds an eq
+// class node; reuse_retired() compacts those when they have doubled since the last time.
+OpId Engine::new_op() {
+  if (free_ops_.empty()) {
+    ops_.emplace_back();
+    return static_cast<OpId>(ops_.size() - 1);
+  }
+  const OpId op = free_ops_.back();
+  free_ops_.pop_back();
+  ops_[op].retired = false;
+  return op;
+}
+
+TensorId Engine::new_tensor() {
+  if (free_tensors_.empty()) {
+    tensors_.emplace_back();
+    return static_cast<TensorId>(tensors_.size() - 1);
+  }
+  const TensorId t = free_tensors_.back();
+  free_tensors_.pop_back();
+  return t;
+}
+
+StorageId Engine::new_storage() {
+  if (free_storages_.empty()) {
+    storages_.emplace_back();
+    return static_cast<StorageId>(storages_.size() - 1);
+  }
+  const StorageId s = free_storages_.back();
+  free_storages_.pop_back();
+  storages_[s].retired = false;
+  return s;
+}
+
+bool Engine::retirable(OpId op) const {
+  const OpRec& rec = ops_[op];
+  if (rec.retired || rec.readers > 0) return false;
+  for (TensorId t : rec.outputs) {
+    const StorageRec& srec = storages_[tensors_[t].storage];
+    if (!srec.discarded || srec.material || srec.locks > 0 || srec.ext_refs > 0) return false;
+  }
+  return true;
+}
+
+void Engine::try_retire(StorageId s) {
+  // Note [Retiring]. Re-entered from an eviction inside a retirement: the outer walk
+  // goes on with what this one would find.
+  const bool outer = !retiring_;
+  retiring_ = true;
+  for (TensorId t : storages_[s].tensors) retire_work_.push_back(tensors_[t].op);
+  if (!outer) return;
+  while (!retire_work_.empty()) {
+    const OpId op = retire_work_.back();
+    retire_work_.pop_back();
+    if (retirable(op)) retire_op(op);
+  }
+  retiring_ = false;
+}
+
+void Engine::retire_op(OpId op) {
+  hooks_->on_retire(op);
+  OpRec& rec = ops_[op];
+  recount_.clear();
+  for (TensorId in : rec.inputs) {
+    TensorRec& trec = tensors_[in];
+    auto& children = trec.children;
+    // A plain search for each output (no lookup per entry): a parameter's list holds
+    // every op since the last collect.
+    for (TensorId out : rec.outputs)
+      for (auto it = std::find(children.begin(), children.end(), out); it != children.end();
+           it = std::find(it, children.end(), out))
+        it = children.erase(it);
+    trec.children_kept = std::min<uint32_t>(trec.children_kept,
+                                            static_cast<uint32_t>(children.size()));
+    OpRec& producer = ops_[trec.op];
+    if (--producer.readers == 0) retire_work_.push_back(trec.op);
+    recount_.push_back(trec.storage);
+  }
+  for (TensorId t : rec.outputs) {
+    const StorageId s = tensors_[t].storage;
+    auto& ts = storages_[s].tensors;
+    ts.erase(std::find(ts.begin(), ts.end(), t));
+    TensorRec& trec = tensors_[t];
+    trec.storage = kNoId;
+    trec.op = kNoId;
+    trec.ext_refs = 0;
+    trec.defined = false;
+    trec.children.clear();
+    trec.children_kept = 0;
+    retired_tensors_.push_back(t);
+    if (ts.empty())
+      retire_storage(s);
+    else
+      recount_.push_back(s);
+  }
+  rec.compute_ns = 0;
+  rec.total_bytes = 0;
+  rec.inputs.clear();
+  rec.outputs.clear();
+  rec.readers = 0;
+  rec.retired = true;
+  retired_ops_.push_back(op);
+  ++stats_.num_retired_ops;
+  if (track_eq_)
+    for (StorageId s : recount_)
+      if (!storages_[s].pinned && !storages_[s].retired) recount_evicted_neighbors(s);
+}
+
+void Engine::retire_storage(StorageId s) {
+  StorageRec& rec = storages_[s];
+  if (track_eq_ && rec.eq_node != kNoId)
+    eq_nodes_[eq_find(rec.eq_node)].compute_ns -= static_cast<int64_t>(rec.compute_ns);
+  hooks_->on_retire_storage(s);
+  std::vector<TensorId> tensors = std::move(rec.tensors);
+  rec = StorageRec{};
+  rec.tensors = std::move(tensors);  // empty; keeps its capacity for the next storage
+  rec.retired = true;
+  retired_storages_.push_back(s);
+}
+
+void Engine::reuse_retired() {
+  free_ops_.insert(free_ops_.end(), retired_ops_.begin(), retired_ops_.end());
+  free_tensors_.insert(free_tensors_.end(), retired_tensors_.begin(), retired_tensors_.end());
+  free_storages_.insert(free_storages_.end(), retired_storages_.begin(), retired_storages_.end());
+  retired_ops_.clear();
+  retired_tensors_.clear();
+  retired_storages_.clear();
+  if (eq_nodes_.size() >= eq_compact_at_) compact_eq_nodes();
+}
+
+// Each class becomes one node that every evicted storage of it points to; classes that no
+// storage belongs to any more go. Costs and sizes are kept, so scores do not change.
+void Engine::compact_eq_nodes() {
+  std::vector<uint32_t> new_root(eq_nodes_.size(), kNoId);
+  std::vector<EqNode> fresh;
+  for (StorageRec& rec : storages_) {
+    if (rec.eq_node == kNoId) continue;
+    const uint32_t root = eq_find(rec.eq_node);
+    if (new_root[root] == kNoId) {
+      new_root[root] = static_cast<uint32_t>(fresh.size());
+      fresh.push_back(EqNode{new_root[root], eq_nodes_[root].size, eq_nodes_[root].compute_ns});
+    }
+    rec.eq_node = new_root[root];
+  }
+  eq_nodes_.swap(fresh);
+  eq_compact_at_ = std::max<size_t>(4096, 2 * eq_nodes_.size());
 }
 
 Status Engine::constant(uint64_t size_bytes, TensorId& out) {
@@ -358,6 +527,8 @@ void Engine::release(TensorId t) {
   if (srec.ext_refs == 0 && srec.material && !srec.pinned) {
     DTR_CHECK(srec.locks == 0, "a dead storage is locked");
     evict(trec.storage, /*eager=*/true);
+  } else if (srec.ext_refs == 0 && srec.discarded) {
+    try_retire(trec.storage);
   }
   if (config_.debug >= 3) check_invariants();
 }
@@ -405,6 +576,7 @@ void Engine::evict(StorageId s, bool eager) {
     rec.memory = nullptr;
   }
   hooks_->on_evict(s);
+  if (rec.discarded) try_retire(s);
 }
 
 OomInfo Engine::oom_info(uint64_t requested) const {

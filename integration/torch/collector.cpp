@@ -112,6 +112,7 @@ void Lineage::collect(bool full) {
     for (TensorId t : engine_->storage_tensors(s)) done.push_back(engine_->op_of(t));
   }
   active_.swap(kept);
+  kept_at_collect_ = active_.size();
   // An op's lineage serves only to recompute its outputs: once each is discarded or
   // pinned (never evicted again, as a gradient at the optimizer step), drop it, and with
   // it the references its snapshots hold (Note [Pinned writes]).
@@ -129,6 +130,41 @@ void Lineage::collect(bool full) {
     }
     if (droppable) drop_lineage(op);
   }
+  reuse_retired_ids();
+}
+
+// Note [Retiring] in eviction/engine.cpp: the engine forgets ops whose outputs are all
+// discarded and that no remembered op reads; their ids, and those of their tensors and
+// storages, come back once no table here holds them. Retired storages are marked dead and
+// discarded, so the next scan and full collect drop them from alive_ and active_; readers
+// entries naming retired ops are pruned below. So ids are reused at the end of a full
+// collect, which did both.
+void Lineage::on_retire(OpId op) {
+  drop_lineage(op);
+  for (TensorId in : engine_->op_inputs(op)) retired_readers_.push_back(engine_->storage_of(in));
+  recording_->forget(engine_->op_outputs(op));
+  ops_[op] = OpRec{};
+}
+
+void Lineage::on_retire_storage(StorageId s) {
+  StorageRec& rec = storages_[s];
+  auto it = by_impl_.find(rec.impl._unsafe_get_target());
+  if (it != by_impl_.end() && it->second == s) by_impl_.erase(it);
+  rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
+  rec.readers.clear();
+  rec.dead = true;
+  rec.discarded = true;
+}
+
+void Lineage::reuse_retired_ids() {
+  const uint32_t pruned = begin_marks();
+  for (StorageId s : retired_readers_) {
+    if (marks_[s] == pruned) continue;
+    marks_[s] = pruned;
+    has_readers(s);  // drops entries of ops whose lineage is gone, retired ones among them
+  }
+  retired_readers_.clear();
+  engine_->reuse_retired();
 }
 
 }  // namespace dtr::torch_integration

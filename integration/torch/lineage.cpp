@@ -187,6 +187,7 @@ void Lineage::sync_tables() {
 void Lineage::adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>& impl,
                     TensorId current) {
   StorageRec& rec = storages_[s];
+  rec = StorageRec{};  // a new engine storage, maybe with a retired one's id
   rec.impl = impl;
   rec.current = current;
   by_impl_[impl._unsafe_get_target()] = s;
@@ -541,7 +542,9 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     rec.discarded = true;
   }
   ++ops_recorded_;
-  if (++ops_since_collect_ >= std::max<uint64_t>(kMinOpsBetweenCollects, active_.size()))
+  // What the last full collect kept, not active_ now: active_ grows with every op until
+  // the next full collect, so comparing with it would put that off for good.
+  if (++ops_since_collect_ >= std::max<uint64_t>(kMinOpsBetweenCollects, kept_at_collect_))
     collect(/*full=*/true);
   else if (ops_since_collect_ % kOpsBetweenDeadScans == 0)
     collect(/*full=*/false);

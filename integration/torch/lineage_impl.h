@@ -119,6 +119,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // EngineHooks
   void on_compute(OpId op, bool remat) override;
   void on_evict(StorageId s) override;
+  void on_retire(OpId op) override;
+  void on_retire_storage(StorageId s) override;
   // EvictionCallback (the allocator, without its lock)
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
   uint64_t pinned_bytes() const override;
@@ -133,7 +135,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     uint32_t versions = 0;        // in-place ops recorded on it: Note [Mutation]
     std::vector<std::pair<OpId, uint32_t>> readers;  // (op, input index) snapshots
     bool dead = false;            // unreachable from the program: refs released
-    bool discarded = false;       // Note [Collecting dead lineage]
+    bool discarded = false;       // Note [Collecting dead lineage]; also once retired
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -160,6 +162,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void release_storage(StorageId s);
   void drop_lineage(OpId op);
   void set_block_owner(StorageId s);
+  void reuse_retired_ids();
   void print_storages() const;
   Status pin_tensor(TensorId t);
 
@@ -180,6 +183,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   std::vector<StorageId> active_;  // storages not yet discarded
   std::vector<StorageId> alive_;   // ... and not yet found dead (some may be, since)
   std::vector<uint32_t> marks_;    // begin_marks()
+  std::vector<StorageId> retired_readers_;  // inputs of ops retired since the last reuse
   uint32_t mark_epoch_ = 0;
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
@@ -187,6 +191,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool tracing_ = false;                  // DTR_TRACE: scan for deaths before every op
   uint64_t ops_recorded_ = 0;
   uint64_t ops_since_collect_ = 0;
+  uint64_t kept_at_collect_ = 0;  // active_.size() after the last full collect
   uint64_t evicted_bytes_in_call_ = 0;
 };
 

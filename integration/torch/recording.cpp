@@ -74,7 +74,8 @@ void Recording::sample_allocated() {
 
 NameId Recording::trace_name(TensorId t) {
   if (trace_names_.size() <= t) trace_names_.resize(t + 1, UINT32_MAX);
-  if (trace_names_[t] == UINT32_MAX) trace_names_[t] = trace_->intern("t" + std::to_string(t));
+  if (trace_names_[t] == UINT32_MAX)
+    trace_names_[t] = trace_->intern("t" + std::to_string(next_name_++));
   return trace_names_[t];
 }
 
@@ -126,6 +127,11 @@ void Recording::pin(TensorId t) {
 
 void Recording::discard(TensorId t) {
   if (trace_) trace_simple(TraceEventKind::discard, t);
+}
+
+void Recording::forget(const std::vector<TensorId>& ts) {
+  for (TensorId t : ts)
+    if (t < trace_names_.size()) trace_names_[t] = UINT32_MAX;
 }
 
 void Recording::write_files() {

@@ -49,6 +49,8 @@ class Recording {
   void release(TensorId t);
   void pin(TensorId t);
   void discard(TensorId t);  // the storage of `t` was discarded (Engine::discard)
+  // These tensors were retired (Note [Retiring]): their ids may name new tensors.
+  void forget(const std::vector<TensorId>& ts);
 
   // Writes the trace and the timeline that were asked for; says where on stderr.
   void write_files();
@@ -63,6 +65,7 @@ class Recording {
   const Clock& clock_;
   std::unique_ptr<Trace> trace_;  // DTR_TRACE, else null
   std::vector<NameId> trace_names_;  // TensorId -> name in trace_
+  uint64_t next_name_ = 0;           // trace names are t0, t1, ...: never reused
   std::unique_ptr<Timeline> timeline_;  // DTR_TIMELINE, else null
   std::unique_ptr<TimelineHooks> timeline_hooks_;
 };

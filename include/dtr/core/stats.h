@@ -30,6 +30,7 @@ namespace dtr {
     "storages dropped because a warm-start plan drops them (eviction/plan_guide.h)")              \
   X(plan_departures, "dtr.plan_departures",                                                       \
     "1 once the program departed from the warm-start plan's graph (the guide then stops)")       \
+  X(num_retired_ops, "dtr.num_retired_ops", "ops forgotten for good (Note [Retiring])")        \
   X(num_remats, "dtr.num_remats", "ops re-run to rematerialize a storage")                         \
   X(evicted_bytes, "dtr.evicted_bytes", "bytes freed by heuristic evictions")                      \
   X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")             \

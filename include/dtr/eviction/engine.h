@@ -88,6 +88,12 @@ class EngineHooks {
   // drop (Engine::drop) storages that are not locked, as a warm-start plan does with
   // intermediates it no longer needs (eviction/plan_guide.h).
   virtual void after_remat(OpId op) {}
+  // Note [Retiring] in engine.cpp: `op` and its output tensors are forgotten (the host
+  // may still read op_inputs/op_outputs/storage_of during the call); their ids come back
+  // at the next reuse_retired().
+  virtual void on_retire(OpId op) {}
+  // Storage `s` is forgotten (its last tensor retired); its id comes back likewise.
+  virtual void on_retire_storage(StorageId s) {}
 };
 
 // The caching allocator the engine works with, if any (see the header comment).
@@ -147,8 +153,12 @@ class Engine {
   Status lock_tensors(const std::vector<TensorId>& ts);
   void unlock_tensors(const std::vector<TensorId>& ts);
   // The host promises `s` will never be read again, nor rematerialized through: unpins it
-  // and evicts it if material and unlocked (Note [Discarding]).
+  // and evicts it if material and unlocked (Note [Discarding]), then retires what can go
+  // (Note [Retiring]).
   void discard(StorageId s);
+  // Lets new ops, tensors and storages take the ids of retired ones (Note [Retiring]). The
+  // host calls it when it holds none of those ids any more.
+  void reuse_retired();
 
   // Block owners in the allocator: storage s <-> s + 1 (0 is "no owner").
   static uint64_t owner_of(StorageId s) { return uint64_t{s} + 1; }
@@ -165,9 +175,11 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   const Heuristic& heuristic() const { return *heuristic_; }
 
+  // Ids in use so far: the tables' sizes (retired ids included, Note [Retiring]).
   size_t num_storages() const { return storages_.size(); }
   size_t num_tensors() const { return tensors_.size(); }
   size_t num_ops() const { return ops_.size(); }
+  bool is_retired(OpId op) const { return ops_[op].retired; }
   size_t pool_size() const { return pool_.size(); }
 
   StorageId storage_of(TensorId t) const { return tensors_[t].storage; }
@@ -218,6 +230,7 @@ class Engine {
     bool material = false;
     bool pinned = false;
     bool discarded = false;  // Engine::discard: Note [Children of discarded storages]
+    bool retired = false;    // Note [Retiring]
     void* memory = nullptr;         // the allocator block, when the engine allocates
     std::vector<TensorId> tensors;  // root first, then aliases
   };
@@ -234,6 +247,8 @@ class Engine {
     uint64_t total_bytes = 0;  // sum of non-alias output sizes
     std::vector<TensorId> inputs;
     std::vector<TensorId> outputs;
+    uint32_t readers = 0;  // inputs of unretired ops that are this op's outputs
+    bool retired = false;  // Note [Retiring]
   };
   struct EqNode {
     uint32_t parent;
@@ -261,7 +276,14 @@ class Engine {
   OomInfo oom_info(uint64_t requested) const;
   void check_invariants() const;
   void compact_children(TensorId t);
-
+  OpId new_op();
+  TensorId new_tensor();
+  StorageId new_storage();
+  void try_retire(StorageId s);
+  bool retirable(OpId op) const;
+  void retire_op(OpId op);
+  void retire_storage(StorageId s);
+  void compact_eq_nodes();
 
   uint32_t eq_find(uint32_t node) const;
   void eq_on_evict(StorageId s);
@@ -287,7 +309,15 @@ class Engine {
   uint64_t pool_bytes_ = 0;
   uint64_t pool_seq_next_ = 0;
   uint64_t live_bytes_ = 0;
+  // Note [Retiring]: ids retired since the last reuse_retired(), and ids free for reuse.
+  std::vector<OpId> retired_ops_, free_ops_;
+  std::vector<TensorId> retired_tensors_, free_tensors_;
+  std::vector<StorageId> retired_storages_, free_storages_;
+  std::vector<OpId> retire_work_;
+  std::vector<StorageId> recount_;
+  bool retiring_ = false;
   mutable std::vector<EqNode> eq_nodes_;
+  size_t eq_compact_at_ = 4096;  // compact_eq_nodes() when eq_nodes_ reaches this
   mutable uint32_t epoch_ = 0;
   mutable std::vector<StorageId> dfs_stack_;
 

@@ -64,6 +64,12 @@ class PlanGuide : public EngineHooks {
   void on_compute(OpId op, bool remat) override;
   void on_evict(StorageId s) override;
   void after_remat(OpId op) override;
+  void on_retire(OpId op) override {
+    if (inner_) inner_->on_retire(op);
+  }
+  void on_retire_storage(StorageId s) override {
+    if (inner_) inner_->on_retire_storage(s);
+  }
 
   // After each op the host records (`op`: Engine::op_of of one of its outputs) and after
   // each materialize or pin (`op` = kNoId): checks the storages the op made against the

@@ -59,6 +59,12 @@ class TimelineHooks : public EngineHooks {
   void on_compute(OpId op, bool remat) override;
   void on_evict(StorageId s) override;
   void after_remat(OpId op) override;
+  void on_retire(OpId op) override {
+    if (inner_) inner_->on_retire(op);
+  }
+  void on_retire_storage(StorageId s) override {
+    if (inner_) inner_->on_retire_storage(s);
+  }
 
  private:
   uint32_t name_of(OpId op) const;

@@ -1,0 +1,59 @@
+"""Lineage does not grow with the length of a run (Note [Retiring] in eviction/engine.cpp):
+ops whose outputs are all discarded and that no remembered op reads are forgotten, and
+their ids reused, so what the engine remembers stays bounded however many ops run."""
+import json
+
+from conftest import PYTHON, clean_env, run
+
+SMALL_OPS = r"""
+import json, torch, dtr
+x = torch.ones(1024)
+for _ in range(30000):
+    y = x * 1.0001
+s = dtr.memory_stats()
+print(json.dumps({"ops": s["dtr.num_ops"], "retired": s["dtr.num_retired_ops"]}))
+"""
+
+TRAINING = r"""
+import json, torch, dtr
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[m for _ in range(6) for m in
+                              (torch.nn.Linear(256, 256), torch.nn.ReLU())])
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, target = torch.randn(512, 256), torch.randn(512, 256)
+remembered = []
+for step in range(16):
+    if step == 1:
+        dtr.set_budget(int(0.6 * dtr.memory_stats()["allocated_bytes.all.peak"]))
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), target)
+    loss.backward()
+    opt.step()
+    s = dtr.memory_stats()
+    remembered.append(s["dtr.num_ops"] - s["dtr.num_retired_ops"])
+print(json.dumps({"remembered": remembered, "ops": s["dtr.num_ops"],
+                  "evictions": s["dtr.num_evictions"], "remats": s["dtr.num_remats"]}))
+"""
+
+
+def stats_of(code, lib):
+    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_small_ops_are_forgotten(lib):
+    stats = stats_of(SMALL_OPS, lib)
+    # Each iteration records the multiplication and its wrapped scalar: 60000 ops, of
+    # which all but the last full collect's worth are forgotten.
+    assert stats["ops"] >= 60000
+    assert stats["ops"] - stats["retired"] < 5000, stats
+
+
+def test_training_under_a_budget_remembers_a_bounded_lineage(lib):
+    stats = stats_of(TRAINING, lib)
+    assert stats["evictions"] > 0 and stats["remats"] > 0, stats  # the budget bit
+    remembered = stats["remembered"]
+    # 16 steps of about 60 ops: a lineage kept for good would remember ~1000 at the end.
+    assert stats["ops"] > 900, stats
+    assert max(remembered[8:]) <= max(remembered[:8]), remembered
+    assert remembered[-1] < 300, remembered
