@@ -419,12 +419,13 @@ void Engine::retire_op(OpId op) {
   for (TensorId in : rec.inputs) {
     TensorRec& trec = tensors_[in];
     auto& children = trec.children;
-    // A plain search for each output (no lookup per entry): a parameter's list holds
-    // every op since the last collect.
-    for (TensorId out : rec.outputs)
-      for (auto it = std::find(children.begin(), children.end(), out); it != children.end();
-           it = std::find(it, children.end(), out))
-        it = children.erase(it);
+    // call() appended the outputs once per occurrence of `in`: one of each goes per
+    // occurrence. A plain search, stopping at the first match: lists are in recording
+    // order and a collect retires oldest first, so it is found near the front.
+    for (TensorId out : rec.outputs) {
+      auto it = std::find(children.begin(), children.end(), out);
+      if (it != children.end()) children.erase(it);
+    }
     trec.children_kept = std::min<uint32_t>(trec.children_kept,
                                             static_cast<uint32_t>(children.size()));
     OpRec& producer = ops_[trec.op];
