@@ -34,6 +34,14 @@
 // discarded. zero_ and fill_ with a number make even a pinned storage recomputable (a
 // zeroed gradient is then evictable until the next backward pass writes it).
 //
+// Note [Wrapped numbers]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// `x * 1.5` reaches the dispatcher as mul.Tensor with the number wrapped in a 0-dim
+// tensor that only this call sees. Registering it as an input would add a pinned engine
+// constant per op (a record, a hash entry, a collect to discard it), for 8 bytes that
+// nothing can mutate. It is not an input: the recorded call keeps the wrapped tensor
+// itself among its arguments, and a remat passes the same value.
+//
 // Note [Copy on write]
 // ~~~~~~~~~~~~~~~~~~~~
 // Lineages that read S's old value must keep reading it. The old value is copied into a
@@ -254,6 +262,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   std::vector<at::Tensor> tensors;
   for (uint16_t i = 0; i < info.num_args; ++i) {
     for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
+      if (t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // Note [Wrapped numbers]
       pending.input_slots.push_back(TensorSlot{i, element});
       tensors.push_back(t);
     });
