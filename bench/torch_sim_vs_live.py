@@ -7,8 +7,6 @@ each, side by side:
     /usr/bin/python3 bench/torch_sim_vs_live.py [--fractions 0.7,0.6] -- script.py args...
 """
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,12 +39,9 @@ def main():
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for fraction in map(float, args.fractions.split(",")):
             live = runs.run(path, script[1:], conf=f"budget:{int(free.peak_bytes * fraction)}")
-            # The live budget in bytes, byte accounting (tools/eval.py: Note [Same budget
-            # in bytes]).
-            sim = json.loads(subprocess.run(
-                [args.sim, "run", "--trace", str(trace), "--budget",
-                 str(int(free.peak_bytes * fraction)), "--json", "--max-overhead", "0",
-                 "--allocator", "none"], capture_output=True, text=True, check=True).stdout)
+            sim = runs.simulate(args.sim, trace, "dtr_eq", free.peak_bytes * fraction)
+            if sim is None:
+                runs.fail(f"dtr-sim failed on {trace} at {fraction}")
             if live.returncode:
                 live_cells = ["failed", "-", "-"]
             else:

@@ -36,8 +36,6 @@ last two are comparable; the gap between them and the first is the runtime's own
 """
 import argparse
 import csv
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -103,18 +101,13 @@ def step_time(run):
 
 def simulate(sim, trace, policies, budgets):
     """dtr-sim's replay of the trace per (policy, budget bytes): the live run's own budgets,
-    in bytes (Note [Same budget in bytes]). Byte accounting (`--allocator none`) like the
-    live budget, which caps allocated bytes only; coop scores address windows and needs the
-    fake device, so it replays through it."""
+    in bytes (Note [Same budget in bytes]; runs.simulate)."""
     out = {}
     for policy in policies:
         for fraction, budget in budgets:
-            memory = "fake" if policy == "coop" else "none"
-            proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
-                                   "--budget", str(budget), "--json", "--max-overhead", "0",
-                                   "--allocator", memory], capture_output=True, text=True)
-            if proc.returncode == 0:
-                out[(policy, fraction)] = json.loads(proc.stdout)
+            result = runs.simulate(sim, trace, policy, budget)
+            if result is not None:
+                out[(policy, fraction)] = result
     return out
 
 

@@ -292,6 +292,19 @@ __attribute__((constructor)) void dtr_torch_initializer() { load_runtime(); }
 
 using dtr::torch_integration::runtime;
 
+namespace {
+
+// The runtime, or null with last_error saying why (the C API's calls that need one).
+dtr::torch_integration::TorchRuntime* enabled_runtime() {
+  dtr::torch_integration::TorchRuntime* rt = runtime();
+  if (!rt)
+    dtr::torch_integration::last_error =
+        "dtr: libdtr_torch.so is loaded but not enabled in this process";
+  return rt;
+}
+
+}  // namespace
+
 extern "C" {
 
 int dtr_torch_is_enabled(void) {
@@ -319,11 +332,8 @@ const char* dtr_torch_memory_stats_json(void) {
 int dtr_torch_set_budget(const char* text) {
   using namespace dtr::torch_integration;
   try {
-    TorchRuntime* rt = runtime();
-    if (!rt) {
-      last_error = "dtr: libdtr_torch.so is loaded but not enabled in this process";
-      return 1;
-    }
+    TorchRuntime* rt = enabled_runtime();
+    if (!rt) return 1;
     const uint64_t bytes = live_budget_bytes(dtr::Budget::parse(text ? text : ""));
     if (!rt->allocator().set_budget(bytes)) {
       last_error = "dtr: cannot lower the budget to " + dtr::format_bytes(bytes) + ": " +
@@ -358,11 +368,8 @@ const char* dtr_torch_compiled_torch_version(void) {
 int dtr_torch_dump_snapshot(const char* path, const char* format) {
   using namespace dtr::torch_integration;
   try {
-    TorchRuntime* rt = runtime();
-    if (!rt) {
-      last_error = "dtr: libdtr_torch.so is loaded but not enabled in this process";
-      return 1;
-    }
+    TorchRuntime* rt = enabled_runtime();
+    if (!rt) return 1;
     const dtr::SnapshotFormat f = dtr::parse_snapshot_format(
         format && *format ? std::string(format) : rt->config().snapshot_format);
     dtr::write_snapshot(path ? path : "", runtime_snapshot(*rt, f));

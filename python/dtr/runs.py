@@ -74,6 +74,18 @@ def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/py
     return Run(proc.returncode, wall, stdout.splitlines(), report, stderr, usage.ru_maxrss)
 
 
+def simulate(sim, trace, policy, budget_bytes):
+    """dtr-sim's replay of `trace` under `policy` at a live run's budget in bytes: byte
+    accounting (`--allocator none`), like the live budget, which caps allocated bytes only
+    (tools/eval.py: Note [Same budget in bytes]); coop scores address windows and needs the
+    fake device, so it replays through it. dtr-sim's --json result, or None if it failed."""
+    memory = "fake" if policy == "coop" else "none"
+    proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
+                           "--budget", str(int(budget_bytes)), "--json", "--max-overhead", "0",
+                           "--allocator", memory], capture_output=True, text=True)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
 def median(values):
     values = sorted(values)
     n = len(values)
