@@ -341,7 +341,7 @@ WHY = """\
   remat is timed when it runs, with other caches and thread contention, and op times on a
   shared 2-core machine vary by tens of percent from run to run.
 - **What the live step time adds.** The step-time ratios also pay the per-op bookkeeping
-  (about 8 us per op, docs/torch.md) and the eviction searches, which neither overhead
+  (about 8 us per op, docs/pytorch.md) and the eviction searches, which neither overhead
   counts."""
 
 

@@ -41,6 +41,7 @@ namespace {
 
 // Set once by install_cpu_allocator, never reset: Note [Immortal allocator].
 std::atomic<CachingAllocator*> kCaching{nullptr};
+std::atomic<void (*)()> allocation_observer{nullptr};
 
 void free_block(void* ptr) {
   CachingAllocator* caching = kCaching.load(std::memory_order_acquire);
@@ -68,6 +69,7 @@ class DtrCpuAllocator final : public torch_compat::CpuAllocatorBase {
     // c10's default allocator returns no memory for zero bytes; so do we (the DataPtr's
     // deleter is never called for a null context).
     if (nbytes == 0) return torch_compat::make_cpu_data_ptr(nullptr, nullptr, &free_block);
+    if (auto observer = allocation_observer.load(std::memory_order_relaxed)) observer();
     AllocResult result = caching_.allocate(nbytes);
     if (!result.ok()) {
       const AllocatorOom& oom = result.oom;
@@ -114,6 +116,10 @@ InstallResult install_cpu_allocator(CachingAllocator& allocator) {
 bool cpu_allocator_is_ours() {
   std::lock_guard<std::mutex> lock(install_mutex);
   return installed && torch_compat::cpu_allocator() == installed;
+}
+
+void set_allocation_observer(void (*observer)()) {
+  allocation_observer.store(observer, std::memory_order_relaxed);
 }
 
 std::string compiled_torch_version() { return torch_compat::compiled_torch_version(); }

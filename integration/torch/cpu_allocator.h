@@ -41,6 +41,10 @@ InstallResult install_cpu_allocator(CachingAllocator& allocator);
 // True when PyTorch's CPU allocator is this library's hook now.
 bool cpu_allocator_is_ours();
 
+// Called at the start of every allocation the hook serves, on the allocating thread (the
+// lineage's Note [Threads] in dispatch_hook.cpp); null: none. Set once, before use.
+void set_allocation_observer(void (*observer)());
+
 // The PyTorch version the library was compiled against ("1.13").
 std::string compiled_torch_version();
 

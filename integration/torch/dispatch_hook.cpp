@@ -14,6 +14,23 @@
 // Registering a second fallback on a key calls std::terminate, so registration checks
 // first and happens once per process.
 //
+// Note [Threads]
+// ~~~~~~~~~~~~~~
+// The key is included per thread. A thread without it runs ops past the fallback: on an
+// evicted input the kernel would read a storage with no data (a crash, measured). The
+// loading thread includes it at start; c10 carries the thread-local key set into autograd
+// and at::launch threads; and the Python code of Note [Raw access] installs a
+// threading.setprofile hook that, as each thread the threading module starts makes its
+// first call, includes the key through torch.ops.dtr.record_on_this_thread, then restores
+// whatever profile hook was set before. Threads started otherwise (_thread, C++ threads
+// of an extension) do not record, nor do threads started before the library was loaded
+// by torch.ops.load_library; nor any thread after the program replaces the threading
+// profile hook itself. As a fallback, a Python thread that allocates a tensor without the
+// key gets it then (record_if_python_thread, from the allocator hook): it records from
+// its next op on, so only ops before its first allocation can meet an evicted input
+// unseen. That also covers a program whose first ops run on a worker thread, before any
+// op ran the Python code that installs the hook.
+//
 // Note [Never recompute]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Opaque ops run once and are never recomputed: their outputs stay pinned (a dropout mask
@@ -181,6 +198,18 @@ def _dtr_guard_raw_access():
                      "untyped_storage", "_typed_storage", "__dlpack__"):
             guard(name)
         T._dtr_raw_access_guard = True
+    # Note [Threads]: every thread the threading module starts records too.
+    import threading
+    if not getattr(threading, "_dtr_records_new_threads", False):
+        record = torch.ops.dtr.record_on_this_thread
+        previous = threading.getprofile() if hasattr(threading, "getprofile") else None
+        def record_new_thread(frame, event, arg):
+            sys.setprofile(previous)
+            record()
+            if previous is not None:
+                return previous(frame, event, arg)
+        threading.setprofile(record_new_thread)
+        threading._dtr_records_new_threads = True
     done()
 _dtr_guard_raw_access()
 del _dtr_guard_raw_access
@@ -216,6 +245,8 @@ void pin_raw_kernel(const at::Tensor& self) {
 }
 
 void raw_access_guarded_kernel() { raw_access_guarded.store(true, std::memory_order_relaxed); }
+
+void record_on_this_thread_kernel() { enable_hook_on_this_thread(true); }
 
 // --- the fallback ----------------------------------------------------------------------------
 
@@ -289,6 +320,7 @@ bool register_dispatch_hook() {
                                      __LINE__);
       def->def("pin_raw(Tensor self) -> ()", &pin_raw_kernel);
       def->def("raw_access_guarded() -> ()", &raw_access_guarded_kernel);
+      def->def("record_on_this_thread() -> ()", &record_on_this_thread_kernel);
     }
     pthread_atfork(&lock_before_fork, &unlock_in_parent, &renew_in_child);
     registered = true;
@@ -298,6 +330,20 @@ bool register_dispatch_hook() {
 
 void enable_hook_on_this_thread(bool on) {
   c10::impl::tls_set_dispatch_key_included(kDtrKey, on);
+}
+
+void record_if_python_thread() {
+  // Note [Threads]. Once per thread: a Python thread (one with a Python thread state,
+  // whether it holds the GIL now or released it for the op) that allocates without the
+  // key gets it, from its next op on. ATen's worker threads have no Python state.
+  thread_local bool checked = false;
+  if (checked) return;
+  checked = true;
+  if (c10::impl::tls_is_dispatch_key_included(kDtrKey)) return;
+  using GetState = void* (*)();
+  static const auto this_thread_state =
+      reinterpret_cast<GetState>(dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState"));
+  if (this_thread_state && this_thread_state()) enable_hook_on_this_thread(true);
 }
 
 }  // namespace dtr::torch_integration

@@ -71,6 +71,7 @@
 #include "dtr/core/check.h"
 #include "dtr/eviction/heuristic_registry.h"
 #include "integration/torch/compat.h"
+#include "integration/torch/cpu_allocator.h"
 
 namespace dtr::torch_integration {
 
@@ -714,7 +715,10 @@ void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHist
   lineage_ptr.store(lineage, std::memory_order_release);
   loader_pid = getpid();
   if (!config.trace.empty() || !config.timeline.empty()) std::atexit(write_recordings_at_exit);
-  if (register_dispatch_hook()) enable_hook_on_this_thread(true);
+  if (register_dispatch_hook()) {
+    enable_hook_on_this_thread(true);
+    set_allocation_observer(&record_if_python_thread);  // Note [Threads]
+  }
 }
 
 bool lineage_started() { return the_lineage() != nullptr; }

@@ -2,7 +2,7 @@
 // dispatcher fallback (dispatch_hook.cpp) tells it about each op. Private to
 // integration/torch.
 //
-// Model (docs/torch.md, ARCHITECTURE.md "Proven"). Every c10::StorageImpl the engine knows
+// Model (docs/pytorch.md, ARCHITECTURE.md "Proven"). Every c10::StorageImpl the engine knows
 // is one engine storage (StorageRec, indexed by StorageId). The engine's *current* tensor
 // of a storage is the version ops read now: an in-place op recorded on a storage adds a
 // new version (an alias tensor) on it. Lineage holds private shallow copies of each
@@ -205,5 +205,7 @@ using torch_compat::kDtrKey;
 // when another library already handles kDtrKey (then nothing records).
 bool register_dispatch_hook();
 void enable_hook_on_this_thread(bool on);
+// Note [Threads]: includes the key on a Python thread that allocates without it.
+void record_if_python_thread();
 
 }  // namespace dtr::torch_integration

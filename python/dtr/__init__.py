@@ -1,4 +1,4 @@
-"""dtr: the Python side of libdtr_torch.so (docs/torch.md).
+"""dtr: the Python side of libdtr_torch.so (docs/pytorch.md).
 
 Pure Python over the library's C API (integration/torch/runtime.h) with ctypes. The
 library does the work as soon as it is loaded (LD_PRELOAD, build/bin/dtr-run, or

@@ -15,7 +15,7 @@ import pytest
 from conftest import Result, clean_env, driver, run
 
 # script args, fractions of the baseline peak; the last one is the lowest feasible found by
-# lowest_budget.py in steps of 0.1 (docs/torch.md has the table and why some scripts stop
+# lowest_budget.py in steps of 0.1 (docs/pytorch.md has the table and why some scripts stop
 # above 0.5: one op's working set, e.g. a convolution's backward with its oneDNN reorders,
 # plus the parameters, is more than half the peak).
 SCRIPTS = {

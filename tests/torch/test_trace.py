@@ -1,5 +1,5 @@
 """DTR_TRACE: a live run records its ops in our trace format, and dtr-sim replays the
-recorded step under a budget (docs/torch.md, Note [Recording a trace])."""
+recorded step under a budget (docs/pytorch.md, Note [Recording a trace])."""
 import json
 import os
 from pathlib import Path

@@ -7,7 +7,7 @@
 // already set, so the flags win) and execs the command: its exit status is the command's.
 // Options are checked here with the same parser the library uses, so a bad flag or a bad
 // inherited DTR_CONF exits with code 2 before anything runs (as the library would at
-// start). docs/torch.md has the whole story.
+// start). docs/pytorch.md has the whole story.
 //
 // With --svg PATH it runs the command twice instead of exec'ing it: once without a budget
 // (the baseline) and once as asked, each writing a timeline (DTR_TIMELINE) to a temporary
@@ -108,7 +108,7 @@ int run_for_picture(const std::vector<std::string>& command, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dtr-run: run a command with libdtr_torch.so preloaded (docs/torch.md)"};
+  CLI::App app{"dtr-run: run a command with libdtr_torch.so preloaded (docs/pytorch.md)"};
   app.footer("Example: dtr-run --budget 300M --report -- /usr/bin/python3 train.py --epochs 1");
   std::string budget, policy, conf, library, svg;
   bool report = false;
