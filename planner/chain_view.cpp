@@ -6,7 +6,9 @@
 // graph is a DAG (residual connections, multi-output ops, weights used by many ops), so they
 // work on its linearisation:
 //  - the chain is the execution order of the forward nodes that are neither pinned nor
-//    backward (parameters and outputs are resident anyway);
+//    backward (parameters and outputs are resident anyway); on a graph of several
+//    training steps, the forward passes of all steps one after the other (each step's
+//    backward nodes are charged to the stages their forward inputs lie in, below);
 //  - it is cut into at most `max_stages` contiguous stages of about equal compute; stage k's
 //    state a_k is its last node, of that node's size (a cut of a DAG may hold more: a
 //    residual input, say; the evaluator charges what really stays resident);
@@ -87,6 +89,7 @@ ChainView make_chain_view(const Graph& graph, uint32_t max_stages) {
   }
   uint32_t last_stage = static_cast<uint32_t>(stages - 1);
   for (uint32_t i = graph.first_backward; i < graph.size(); ++i) {
+    if (!graph.nodes[i].backward) continue;  // a later step's forward pass
     uint32_t st = UINT32_MAX;
     for (uint32_t d : graph.nodes[i].deps)
       if (stage_of[d] != UINT32_MAX) st = st == UINT32_MAX ? stage_of[d] : std::max(st, stage_of[d]);
@@ -102,6 +105,8 @@ std::vector<NodeDecision> decisions_keeping(const Graph& graph, const ChainView&
   std::vector<NodeDecision> d(graph.size(), NodeDecision::keep);
   for (const auto& stage : view.stage_nodes)
     for (uint32_t x : stage) d[x] = NodeDecision::recompute;
+  for (uint32_t i = 0; i < graph.size(); ++i)  // Note [Late pins] in graph.cpp
+    if (graph.pinned_late(i)) d[i] = NodeDecision::recompute;
   for (uint32_t k : states)
     if (k >= 1 && k <= view.stage_nodes.size() && !view.stage_nodes[k - 1].empty())
       d[view.stage_nodes[k - 1].back()] = NodeDecision::keep;

@@ -23,7 +23,8 @@ struct ChainView {
 ChainView make_chain_view(const Graph& graph, uint32_t max_stages);
 
 // Decisions that keep the boundary node of every stage k in `states` (1 <= k < L) and
-// recompute every other forward candidate; backward and pinned nodes are kept.
+// recompute every other forward candidate and every node with a late pin (made again at
+// its pin); backward and other pinned nodes are kept.
 std::vector<NodeDecision> decisions_keeping(const Graph& graph, const ChainView& view,
                                             const std::vector<uint32_t>& states);
 

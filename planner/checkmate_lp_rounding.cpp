@@ -32,6 +32,8 @@ namespace dtr {
 CheckmateResult solve_checkmate_lp_rounding(const Graph& graph, const CheckmateOptions& opts) {
   const auto start = std::chrono::steady_clock::now();
   CheckmateResult res;
+  // Note [Formulation size guard]: nothing is built for a graph above the limit.
+  if (checkmate_too_large(graph, opts, /*relaxed=*/true, &res)) return res;
   res.status = MilpStatus::kNoSolution;
   bool have_bound = false;
   std::ostringstream tried;

@@ -39,8 +39,24 @@ namespace dtr {
 // is not freed until the stage ends (it still counts against the stage's later steps).
 // Beyond the paper: R[t][k] = 0 for k > t (frontier advancing), so U[t][k] and FREE[t][.][k]
 // are only built for k <= t; the steps after t could only free memory. Pinned nodes are kept
-// in every stage after their first computation and never freed. Duplicate reads of one input
-// count as one edge.
+// in every stage after their first computation, never freed and never recomputed (R fixed
+// to 0). Duplicate reads of one input count as one edge.
+
+// Note [Formulation size guard]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The formulation has O(n^2 + n|E|) columns (docs/planner-milp.md) and --time-limit does
+// not bound everything a solve does: building the formulation and loading it into the
+// solver come first, CBC checks its limit only between nodes and heuristic passes (its
+// preprocessing and root LP on a large model run to the end), and the LP rounding builds
+// the formulation once per budget fraction and rounds each LP at every threshold. Measured
+// with --time-limit 5 (docs/planner-milp.md, "Formulation size guard"): the MILP returned
+// after 5-18 s at 100-200 nodes but after minutes, or not within 10 minutes, at 400-806;
+// the LP rounding stayed within a few seconds of the limit up to about 800 nodes, with a
+// resident set growing to 1 GiB at 806 nodes. So each method refuses a graph with more
+// nodes than its limit (kCheckmateMilpMaxNodes, kCheckmateLpMaxNodes; CheckmateOptions::
+// max_nodes, `dtr-plan --milp-max-nodes`) before building anything: status kTooLarge, and
+// the planner throws PlanTooLarge, which `dtr-plan` reports (exit 2; a `too-large` row in
+// `compare`).
 
 namespace {
 
@@ -89,6 +105,7 @@ const char* milp_status_name(MilpStatus status) {
     case MilpStatus::kInfeasible: return "infeasible";
     case MilpStatus::kTimeLimit: return "time-limit";
     case MilpStatus::kNoSolution: return "no-solution";
+    case MilpStatus::kTooLarge: return "too-large";
   }
   return "?";
 }
@@ -278,7 +295,11 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       // The first computation of a second output of an op is free (a constant: R[t][t] = 1).
       const bool shared = i == t && t > 0 && graph.nodes[t].same_op_as_prev;
       const double cost = shared ? 0 : static_cast<double>(graph.nodes[i].compute_ns / f.cost_unit_ns);
-      f.r_col[t].push_back(add_col(i == t ? 1 : 0, 1, cost, true));
+      // A pinned node is kept in every later stage, so it is never recomputed: left free,
+      // a pinned node of cost 0 (a trace's CONSTANT) could be "recomputed" at no cost into
+      // a schedule that computes a resident node, which plan_eval refuses.
+      const bool fixed_off = i < t && graph.nodes[i].pinned;
+      f.r_col[t].push_back(add_col(i == t ? 1 : 0, fixed_off ? 0 : 1, cost, true));
       ++f.num_r;
     }
     for (size_t i = 0; i < t; ++i) {
@@ -408,10 +429,34 @@ MilpStatus solve_checkmate_lp(const CheckmateFormulation& f, std::vector<double>
   return MilpStatus::kTimeLimit;  // stopped by the limit (or abandoned): nothing proven
 }
 
+uint32_t checkmate_max_nodes(const CheckmateOptions& opts, bool relaxed) {
+  if (opts.max_nodes != 0) return opts.max_nodes;
+  return relaxed ? kCheckmateLpMaxNodes : kCheckmateMilpMaxNodes;
+}
+
+bool checkmate_too_large(const Graph& graph, const CheckmateOptions& opts, bool relaxed,
+                         CheckmateResult* result) {
+  const uint32_t limit = checkmate_max_nodes(opts, relaxed);
+  if (graph.size() <= limit) return false;
+  result->status = MilpStatus::kTooLarge;
+  result->detail =
+      std::string("too large: ") + std::to_string(graph.size()) + " nodes > limit " +
+      std::to_string(limit) + " of " + (relaxed ? "checkmate-lp" : "checkmate") +
+      " (its formulation has O(n^2) columns and building and presolving it is not "
+      "bounded by --time-limit); use kusumoto-approx, rotor or revolve, coarsen the "
+      "graph, " +
+      (relaxed ? ""
+               : "try checkmate-lp (limit " + std::to_string(kCheckmateLpMaxNodes) + " nodes), ") +
+      "or raise --milp-max-nodes at your own risk";
+  return true;
+}
+
 CheckmateResult solve_checkmate_milp(const Graph& graph, const CheckmateOptions& opts) {
   const auto start = std::chrono::steady_clock::now();
-  const CheckmateFormulation f = build_checkmate_formulation(graph, opts.budget_bytes);
   CheckmateResult res;
+  // Note [Formulation size guard]: nothing is built for a graph above the limit.
+  if (checkmate_too_large(graph, opts, /*relaxed=*/false, &res)) return res;
+  const CheckmateFormulation f = build_checkmate_formulation(graph, opts.budget_bytes);
   res.num_cols = f.num_cols();
   res.num_rows = f.num_rows();
   res.num_integer = f.num_r + f.num_s + f.num_free;
@@ -495,8 +540,10 @@ class CheckmatePlanner : public Planner {
     CheckmateOptions opts;
     opts.budget_bytes = budget_bytes;
     opts.time_limit_s = options.time_limit_s;
+    opts.max_nodes = options.milp_max_nodes;
     const CheckmateResult r = relaxed_ ? solve_checkmate_lp_rounding(graph, opts)
                                        : solve_checkmate_milp(graph, opts);
+    if (r.status == MilpStatus::kTooLarge) throw PlanTooLarge(name() + ": " + r.detail);
     PlanResult res;
     res.plan = r.has_plan() ? plan_from_stage_schedule(graph, r.schedule, name())
                             : keep_all_plan(graph, name());

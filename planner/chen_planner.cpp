@@ -1,7 +1,8 @@
 // chen_planner.cpp: Chen et al., "Training Deep Nets with Sublinear Memory Cost" (2016).
 //
 // Candidates are the forward nodes that are neither pinned nor backward, in execution order
-// (on a DAG: its linearisation, Note [Chains from DAGs]). Two families of plans:
+// (on a DAG: its linearisation, Note [Chains from DAGs]); nodes with a late pin are
+// recomputed in every plan but keep-all (Note [Late pins] in graph.cpp). Two families of plans:
 //  - sqrt(n): keep every ceil(sqrt(n))-th candidate;
 //  - the greedy of their Algorithm 2 for a segment budget b: walk the candidates adding up
 //    sizes, and keep the node at which the running sum exceeds b (then restart the sum).
@@ -37,6 +38,8 @@ class ChenPlanner final : public Planner {
     auto base = [&] {
       std::vector<NodeDecision> d(graph.size(), NodeDecision::keep);
       for (uint32_t x : cand) d[x] = NodeDecision::recompute;
+      for (uint32_t i = 0; i < graph.size(); ++i)  // Note [Late pins]: made again at the pin
+        if (graph.pinned_late(i)) d[i] = NodeDecision::recompute;
       return d;
     };
     auto attempt = [&](size_t i) -> std::vector<NodeDecision> {

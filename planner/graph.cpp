@@ -17,13 +17,69 @@
 //    (named NAME.vK for the K-th version, so node names stay unique).
 //  - CONSTANT: a pinned node of cost 0 (parameters and inputs are resident throughout).
 //  - COPY / COPY_FROM / RELEASE keep a reference count per node (names referring to it);
-//    nodes still referenced after the last event are the step's outputs: pinned. PIN pins;
-//    DISCARD (format v2: nothing reads the storage again) unpins what PIN pinned, so a
-//    gradient pinned at one optimizer step and discarded later is not resident to the end.
-//    A CONSTANT stays pinned: it cannot be recomputed.
-//  - ANNOTATE BACKWARD: every node made afterwards has backward = true.
+//    nodes still referenced after the last event are the step's outputs: pinned. PIN pins
+//    (from its computation on, or later: Note [Late pins]); DISCARD (format v2: nothing
+//    reads the storage again) unpins what PIN pinned, so a gradient pinned at one optimizer
+//    step and discarded later is not resident to the end.
+//    A CONSTANT stays pinned: it cannot be recomputed (the graph has no pin intervals, so
+//    a DISCARDed constant, such as an earlier step's input batch, is resident to the end).
+//  - ANNOTATE BACKWARD: every node made afterwards has backward = true. A trace without
+//    the annotation (every trace recorded from PyTorch) gets its backward passes inferred:
+//    Note [Backward passes of a recorded trace].
 // Unlike the trace's baseline, a graph node is free to die after its last use (planners
-// place frees), so the graph's no-remat peak is at most the trace's baseline peak.
+// place frees), so the graph's no-remat peak is at most the trace's baseline peak, up to
+// the DISCARDed constants above (on a 2-step ResNet-18 trace: 122.92 MiB against the
+// baseline's 122.13 MiB, the first step's 0.75 MiB input batch and a few scalars).
+//
+// Note [Backward passes of a recorded trace]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DTR's logs mark their one backward pass with ANNOTATE BACKWARD. Traces recorded from a
+// live PyTorch run (Note [Recording a trace] in integration/torch/recording.cpp) have no
+// annotation, and usually several training steps. Without backward nodes a `recompute`
+// decision never drops anything (Note [Static execution] drops a node only when its next
+// user is a backward node), so every plan ran as keep-all: on a 2-step ResNet-18 trace,
+// chen at budget 0.8 marked 494 of 806 nodes `recompute`, recomputed none, and its peak
+// was the keep-all peak (122.92 MiB). So when a trace has no BACKWARD annotation, the
+// backward passes are inferred from the flow of gradients:
+//  - a node made by one of autograd's derivative ops is backward: ATen names them
+//    `*_backward*` (convolution_backward, threshold_backward, native_batch_norm_backward,
+//    nll_loss_backward, _log_softmax_backward_data, ...; is_backward_op_name);
+//  - so is a node made by a CALL that reads a backward node: the gradient flows on (the
+//    sum of two gradients, the mm of a linear layer's weight gradient, the div of a mean);
+//  - a MUTATE's new version is backward iff the version it replaces is: accumulating into
+//    a gradient stays backward, an optimizer's update of a parameter does not, so the next
+//    step's forward pass, which reads the parameters, stays forward. (The torch host
+//    records in-place ops as alias CALLs, which make no node: Note [Mutation] in
+//    integration/torch/lineage.cpp.)
+// Each step's backward pass is found (ResNet-18: nodes 381-511 and 674-804), with the next
+// step's forward pass in between: forward nodes may follow backward ones (graph.h). The
+// loss gradient's seed (ones_like(loss)) reads only forward nodes and stays forward, as
+// would a derivative helper computed from forward values alone: a recompute decision on it
+// costs a cheap recomputation, nothing worse. A trace whose derivative ops are not named
+// `*backward*` (a hand-written loss whose gradient is plain mul and sum) has no backward
+// node before the first named one; a trace with none plans as keep-all, as before.
+//
+// Note [Late pins]
+// ~~~~~~~~~~~~~~~~
+// A PIN pins a storage from that event on (docs/trace-format.md); a pinned node is
+// resident from its computation on. Mostly the two agree, or the difference is moot: a
+// CONSTANT is pinned when made, and a gradient pinned at the optimizer step could not be
+// dropped before it anyway, since once the backward pass has written into it nothing in
+// the graph can recompute it (the write's inputs are newer than the storage, so they are
+// not its deps: Note [Trace to graph] folds the write into the node). The exception is a
+// buffer made from nothing (an op without args: zero_, fill_, zeros) well before anything
+// writes into it: optimizer.zero_grad() makes one per gradient after a step and the next
+// backward pass accumulates into it (Note [Overwrite] in integration/torch/lineage.cpp: "a
+// zeroed gradient is then evictable until the next backward pass writes it"). Pinned
+// from its computation, the 2-step ResNet-18 trace held 42.6 MiB of zeros through the
+// whole second forward pass. So a pinned node without deps, not a CONSTANT, gets a late
+// pin: `pinned_from` is the last node made before the first event that pins it (PIN) or
+// writes into it in place (an alias CALL that reads another storage). That node is
+// usually what the write reads (the gradient it accumulates), so at its stage both are
+// resident, as when the write runs. Before it the buffer is an ordinary node: a plan that
+// marks it `recompute` lets it go after its computation and recomputes it at the pin
+// (Note [Static execution]), for the cost of its op (a memset). A node pinned only by
+// being referenced at the end, and never written in place, is pinned from its computation.
 #include "dtr/planner/graph.h"
 
 #include <algorithm>
@@ -52,6 +108,12 @@ std::string graph_error(const std::string& path, size_t line, const std::string&
 
 }  // namespace
 
+bool Graph::has_several_backward_passes() const {
+  for (uint32_t i = first_backward; i < nodes.size(); ++i)
+    if (!nodes[i].backward) return true;
+  return false;
+}
+
 uint64_t Graph::total_compute_ns() const {
   uint64_t total = 0;
   for (const GraphNode& n : nodes)
@@ -70,6 +132,12 @@ void Graph::validate() const {
   if (first_backward > nodes.size())
     throw PlanError("graph: first_backward " + std::to_string(first_backward) + " is past the " +
                     std::to_string(nodes.size()) + " nodes");
+  uint32_t first = 0;
+  while (first < nodes.size() && !nodes[first].backward) ++first;
+  if (first != first_backward)
+    throw PlanError("graph: first_backward is " + std::to_string(first_backward) +
+                    " but the first backward node is " + std::to_string(first) +
+                    "; hint: first_backward is the index of the first backward node");
   for (uint32_t i = 0; i < nodes.size(); ++i) {
     const GraphNode& n = nodes[i];
     for (uint32_t d : n.deps)
@@ -78,12 +146,13 @@ void Graph::validate() const {
                         std::to_string(d) +
                         ", which is not earlier: cycle or undefined node; hint: nodes must be in a "
                         "topological order");
-    if (n.backward != (i >= first_backward))
-      throw PlanError("graph: node " + std::to_string(i) + " (" + n.name + ") has backward=" +
-                      (n.backward ? "true" : "false") + " but first_backward is " +
-                      std::to_string(first_backward) + "; hint: backward nodes come last");
     if (n.same_op_as_prev && i == 0)
       throw PlanError("graph: node 0 (" + n.name + ") cannot share an op with a previous node");
+    if (n.pinned_from > i && (!n.pinned || n.pinned_from >= nodes.size()))
+      throw PlanError("graph: node " + std::to_string(i) + " (" + n.name +
+                      ") has a late pin at node " + std::to_string(n.pinned_from) +
+                      (n.pinned ? ", past the last node" : " but is not pinned") +
+                      "; hint: pinned_from names a later node of a pinned node");
   }
 }
 
@@ -100,14 +169,18 @@ std::string graph_hash(const Graph& graph) {
     mix(b, 8);
   };
   mix_u64(graph.nodes.size());
-  for (const GraphNode& n : graph.nodes) {
+  for (uint32_t i = 0; i < graph.nodes.size(); ++i) {
+    const GraphNode& n = graph.nodes[i];
     mix_u64(n.name.size());
     mix(n.name.data(), n.name.size());
     mix_u64(n.compute_ns);
     mix_u64(n.size_bytes);
     mix_u64(n.deps.size());
     for (uint32_t d : n.deps) mix_u64(d);
-    mix_u64((n.backward ? 1u : 0u) | (n.pinned ? 2u : 0u) | (n.same_op_as_prev ? 4u : 0u));
+    const bool late = graph.pinned_late(i);
+    mix_u64((n.backward ? 1u : 0u) | (n.pinned ? 2u : 0u) | (n.same_op_as_prev ? 4u : 0u) |
+            (late ? 8u : 0u));
+    if (late) mix_u64(n.pinned_from);  // absent otherwise: older graphs keep their hashes
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -121,23 +194,39 @@ uint64_t pinned_bytes(const Graph& graph) {
   return total;
 }
 
+bool is_backward_op_name(const std::string& op) { return op.find("backward") != std::string::npos; }
+
+bool backward_inferred(const Trace& trace) {
+  for (const TraceEvent& ev : trace.events)
+    if (ev.kind == TraceEventKind::annotate && ev.op == "BACKWARD") return false;
+  return true;
+}
+
 Graph graph_from_trace(const Trace& trace) {
   Graph g;
   std::vector<uint32_t> storage_of(trace.names.size(), kNone);
   std::vector<uint32_t> refs;                  // per node: names referring to it
   std::unordered_map<NameId, uint32_t> versions;  // MUTATE count per name
-  bool backward = false;
+  bool backward = false;                          // past ANNOTATE BACKWARD
+  const bool infer = backward_inferred(trace);    // Note [Backward passes of a recorded trace]
 
-  auto add_node = [&](std::string name, uint64_t cost, uint64_t size, std::vector<uint32_t> deps) {
+  // `inferred_backward`: the node's phase when the trace has no annotation.
+  auto add_node = [&](std::string name, uint64_t cost, uint64_t size, std::vector<uint32_t> deps,
+                      bool inferred_backward) {
     GraphNode n;
     n.name = std::move(name);
     n.compute_ns = cost;
     n.size_bytes = size;
     n.deps = std::move(deps);
-    n.backward = backward;
+    n.backward = infer ? inferred_backward : backward;
     g.nodes.push_back(std::move(n));
     refs.push_back(1);
     return static_cast<uint32_t>(g.nodes.size() - 1);
+  };
+  auto reads_backward = [&](const std::vector<uint32_t>& deps) {
+    for (uint32_t d : deps)
+      if (g.nodes[d].backward) return true;
+    return false;
   };
   auto deps_of = [&](const std::vector<NameId>& args) {
     std::vector<uint32_t> deps;
@@ -155,26 +244,37 @@ Graph graph_from_trace(const Trace& trace) {
   };
 
   std::unordered_set<uint32_t> pinned_by_pin;  // nodes a PIN (not a CONSTANT) pinned
+  // Note [Late pins]: per node, the last node made before it was first pinned or written
+  // in place (kNone: neither), and whether it is a CONSTANT.
+  std::vector<uint32_t> held_from;
+  std::vector<char> constant;
+  auto hold = [&](uint32_t s) {
+    if (s == kNone || g.nodes.empty()) return;
+    held_from.resize(g.nodes.size(), kNone);
+    held_from[s] = std::min(held_from[s], static_cast<uint32_t>(g.nodes.size() - 1));
+  };
   for (const TraceEvent& ev : trace.events) {
     switch (ev.kind) {
       case TraceEventKind::annotate:
-        if (ev.op == "BACKWARD" && !backward) {
-          backward = true;
-          g.first_backward = static_cast<uint32_t>(g.nodes.size());
-        }
+        if (ev.op == "BACKWARD") backward = true;
         break;
       case TraceEventKind::constant: {
-        const uint32_t s = add_node(trace.names[ev.results[0].name], 0, ev.results[0].size_bytes, {});
+        const uint32_t s =
+            add_node(trace.names[ev.results[0].name], 0, ev.results[0].size_bytes, {}, false);
         g.nodes[s].pinned = true;
         storage_of[ev.results[0].name] = s;
+        constant.resize(g.nodes.size(), 0);
+        constant[s] = 1;
         break;
       }
       case TraceEventKind::call: {
         const std::vector<uint32_t> deps = deps_of(ev.args);
+        const bool gradient = is_backward_op_name(ev.op) || reads_backward(deps);
         bool made = false;
         for (const TraceResult& r : ev.results) {
           if (r.alias >= 0) continue;
-          const uint32_t s = add_node(trace.names[r.name], ev.time_ns, r.size_bytes, deps);
+          const uint32_t s =
+              add_node(trace.names[r.name], ev.time_ns, r.size_bytes, deps, gradient);
           g.nodes[s].same_op_as_prev = made;
           made = true;
           storage_of[r.name] = s;
@@ -184,10 +284,18 @@ Graph graph_from_trace(const Trace& trace) {
           const uint32_t s = storage_of[ev.args[r.alias]];
           storage_of[r.name] = s;
           retain(s);
+          // An in-place write (the torch host records one as an alias result) that reads
+          // another storage: Note [Late pins].
+          for (NameId a : ev.args)
+            if (storage_of[a] != kNone && storage_of[a] != s) {
+              hold(s);
+              break;
+            }
         }
         if (!made) {
           if (ev.results.empty()) {
-            const uint32_t s = add_node(ev.op + "@" + std::to_string(ev.line), ev.time_ns, 0, deps);
+            const uint32_t s =
+                add_node(ev.op + "@" + std::to_string(ev.line), ev.time_ns, 0, deps, gradient);
             refs[s] = 0;  // nothing refers to it
           } else {
             const uint32_t s = storage_of[ev.args[ev.results[0].alias]];
@@ -204,7 +312,8 @@ Graph graph_from_trace(const Trace& trace) {
           const uint32_t old = storage_of[name];
           const uint32_t k = ++versions[name];
           const uint32_t s = add_node(trace.names[name] + ".v" + std::to_string(k), ev.time_ns,
-                                      old == kNone ? 0 : g.nodes[old].size_bytes, deps);
+                                      old == kNone ? 0 : g.nodes[old].size_bytes, deps,
+                                      old != kNone && g.nodes[old].backward);
           g.nodes[s].same_op_as_prev = i > 0;
           fresh.push_back(s);
         }
@@ -232,6 +341,7 @@ Graph graph_from_trace(const Trace& trace) {
         if (storage_of[ev.dst] != kNone) {
           g.nodes[storage_of[ev.dst]].pinned = true;
           pinned_by_pin.insert(storage_of[ev.dst]);
+          hold(storage_of[ev.dst]);
         }
         break;
       case TraceEventKind::discard:
@@ -240,9 +350,18 @@ Graph graph_from_trace(const Trace& trace) {
         break;
     }
   }
-  if (!backward) g.first_backward = static_cast<uint32_t>(g.nodes.size());
+  g.first_backward = 0;
+  while (g.first_backward < g.nodes.size() && !g.nodes[g.first_backward].backward)
+    ++g.first_backward;
   for (uint32_t s = 0; s < g.nodes.size(); ++s)
     if (refs[s] > 0) g.nodes[s].pinned = true;
+  held_from.resize(g.nodes.size(), kNone);
+  constant.resize(g.nodes.size(), 0);
+  for (uint32_t s = 0; s < g.nodes.size(); ++s) {
+    GraphNode& n = g.nodes[s];
+    if (n.pinned && !constant[s] && n.deps.empty() && held_from[s] != kNone && held_from[s] > s)
+      n.pinned_from = held_from[s];
+  }
   g.validate();
   return g;
 }
@@ -305,6 +424,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
     n.name = l.tokens[1];
     const uint32_t self = static_cast<uint32_t>(g.nodes.size());
     bool have_cost = false, have_size = false;
+    std::string pinned_from;  // resolved after the line: it names a later node
     for (size_t t = 2; t < l.tokens.size(); ++t) {
       const std::string& tok = l.tokens[t];
       const size_t eq = tok.find('=');
@@ -316,6 +436,8 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         n.pinned = true;
       } else if (tok == "same-op") {
         n.same_op_as_prev = true;
+      } else if (key == "pinned-from" && eq != std::string::npos) {
+        pinned_from = value;
       } else if (key == "cost" && eq != std::string::npos) {
         if (!parse_u64(value, n.compute_ns))
           throw PlanError(graph_error(path, l.number, "bad cost '" + value + "'",
@@ -354,18 +476,25 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         n.deps.erase(std::unique(n.deps.begin(), n.deps.end()), n.deps.end());
       } else {
         throw PlanError(graph_error(path, l.number, "unknown field '" + tok + "'",
-                                    "fields are cost=, size=, deps=, backward, pinned, same-op"));
+                                    "fields are cost=, size=, deps=, backward, pinned, "
+                                    "pinned-from=, same-op"));
       }
+    }
+    if (!pinned_from.empty()) {
+      const auto it = index.find(pinned_from);
+      if (!n.pinned || it == index.end() || it->second.first <= self)
+        throw PlanError(
+            graph_error(path, l.number, "bad pinned-from='" + pinned_from + "'",
+                        "pinned-from= names a node defined after this one, which must be "
+                        "`pinned` (Note [Late pins])"));
+      n.pinned_from = it->second.first;
     }
     if (!have_cost || !have_size)
       throw PlanError(graph_error(path, l.number, "node '" + n.name + "' lacks cost= or size=",
                                   "both are required"));
-    if (n.backward && !seen_backward) {
+    if (n.backward && !seen_backward) {  // a forward node may follow: the next step
       seen_backward = true;
       g.first_backward = self;
-    } else if (!n.backward && seen_backward) {
-      throw PlanError(graph_error(path, l.number, "forward node '" + n.name + "' after a backward node",
-                                  "put every backward node after the forward ones"));
     }
     if (n.same_op_as_prev && self == 0)
       throw PlanError(graph_error(path, l.number, "same-op on the first node",
@@ -385,15 +514,17 @@ Graph read_graph_text(const std::string& path) {
 
 void write_graph_text(const Graph& graph, std::ostream& out) {
   out << "# dtr graph: " << graph.size() << " nodes (docs/plan-format.md)\n";
-  for (const GraphNode& n : graph.nodes) {
+  for (uint32_t i = 0; i < graph.nodes.size(); ++i) {
+    const GraphNode& n = graph.nodes[i];
     out << "node " << n.name << " cost=" << n.compute_ns << " size=" << n.size_bytes;
     if (!n.deps.empty()) {
       out << " deps=";
-      for (size_t i = 0; i < n.deps.size(); ++i)
-        out << (i ? "," : "") << graph.nodes[n.deps[i]].name;
+      for (size_t k = 0; k < n.deps.size(); ++k)
+        out << (k ? "," : "") << graph.nodes[n.deps[k]].name;
     }
     if (n.backward) out << " backward";
     if (n.pinned) out << " pinned";
+    if (graph.pinned_late(i)) out << " pinned-from=" << graph.nodes[n.pinned_from].name;
     if (n.same_op_as_prev) out << " same-op";
     out << "\n";
   }

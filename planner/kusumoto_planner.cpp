@@ -121,10 +121,10 @@ std::vector<Bits> enumerate(const Forward& f, bool exact, size_t cap) {
     auto rec = [&](auto&& self, uint32_t v) -> void {
       if (v == f.n) {
         if (sets.size() >= cap) {
-          throw PlanError("kusumoto: the forward graph (" + std::to_string(f.n) +
-                          " nodes) has more than " + std::to_string(cap) +
-                          " lower sets; use kusumoto-approx (lower sets of ancestors) or "
-                          "raise max_lower_sets");
+          throw PlanTooLarge("kusumoto: the forward graph (" + std::to_string(f.n) +
+                             " nodes) has more than " + std::to_string(cap) +
+                             " lower sets; use kusumoto-approx (lower sets of ancestors) or "
+                             "raise max_lower_sets");
         }
         sets.push_back(cur);
         return;
@@ -414,6 +414,12 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   } else {
     for (uint64_t k = 1; k <= 16; ++k) consider(budget / 8 * k + budget % 8 * k / 8);
   }
+  if (!have) {
+    // No DP budget gave a strategy: report the keep-all schedule (valid, over the budget)
+    // rather than an empty one, which no plan can be made from.
+    res.schedule = StageSchedule::no_remat(graph);
+    res.cost = evaluate_stage_schedule(graph, res.schedule);
+  }
   res.found = have && res.cost.peak_bytes <= budget;
   std::ostringstream d;
   d << res.num_lower_sets << (opts.exact ? " lower sets" : " lower sets of ancestors");
@@ -421,8 +427,11 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
     d << "; " << res.segments.size() << " segments, DP budget " << res.dp_budget_bytes
       << " bytes, measured peak " << res.cost.peak_bytes << " bytes";
   } else {
-    d << "; no strategy within any DP budget tried";
+    d << "; no strategy within any DP budget tried, the schedule is keep-all";
   }
+  if (graph.has_several_backward_passes())
+    d << "; plans the first training step only (the forward part is the nodes before the "
+         "first backward node; later steps are kept whole)";
   res.detail = d.str();
   return finish();
 }

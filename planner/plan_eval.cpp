@@ -8,14 +8,23 @@
 // with no memory limit: the evaluator measures, it does not enforce a budget).
 // After each computation a node is freed as soon as nothing in the stage still needs it and
 //  - it has no user after the current stage (its last use has passed), or
-//  - it is a `recompute` forward node computed in the forward pass (not a recomputation)
-//    whose next user is in the backward: this is the drop that a checkpointing plan saves.
+//  - it is a `recompute` forward node computed in the forward pass (not a recomputation),
+//    the current stage is a forward node, and its next user is a backward node: this is
+//    the drop that a checkpointing plan saves. "Forward" and "backward" are the nodes'
+//    flags, not one cut: a graph of several training steps has a backward pass per step
+//    (Note [Backward passes of a recorded trace] in graph.cpp), and each step's forward
+//    values are dropped before its own backward pass. On a graph with one backward pass
+//    this is the cut at first_backward.
 // A node recomputed in the backward stays until its last use, so a segment between two
 // checkpoints is recomputed once and then consumed, as in Chen et al.'s scheme; `keep`
 // nodes stay from their computation to their last use; pinned nodes are never freed.
+// A late pin (Note [Late pins] in graph.cpp) starts at stage q = pinned_from: stage q
+// needs the node resident (recomputing it if it was dropped), and for the rules above q
+// is one more use of it; before q the node is an ordinary one.
 // Schedule mode executes compute/free steps verbatim and checks them: deps resident at
-// each compute, no compute of a resident node, no free of a pinned or absent node, every
-// node computed at least once, every pinned node resident at the end.
+// each compute, no compute of a resident node, no free of a pinned or absent node (a late
+// pinned node may be freed before its pin's node is first computed, and must be resident
+// then), every node computed at least once, every pinned node resident at the end.
 #include "dtr/planner/plan_eval.h"
 
 #include <algorithm>
@@ -36,7 +45,16 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
   if (decisions.size() != n)
     throw PlanError("plan has " + std::to_string(decisions.size()) + " decisions for a graph of " +
                     std::to_string(n) + " nodes");
-  const auto users = graph.users();  // ascending per node
+  // Users of each node, ascending, with a late pin's stage as one more use; the nodes
+  // each stage must find resident because their pin starts there.
+  auto users = graph.users();
+  std::vector<std::vector<uint32_t>> pins_at(n);
+  for (uint32_t j = 0; j < n; ++j) {
+    if (!graph.pinned_late(j)) continue;
+    const uint32_t q = graph.nodes[j].pinned_from;
+    pins_at[q].push_back(j);
+    users[j].insert(std::upper_bound(users[j].begin(), users[j].end(), q), q);
+  }
   std::vector<uint32_t> next_user_pos(n, 0);  // index into users[j] of the first user > stage
   std::vector<char> resident(n, 0), remat(n, 0), computed(n, 0);
   std::vector<uint32_t> pending(n, 0);
@@ -50,11 +68,12 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
     return p < users[j].size() ? users[j][p] : UINT32_MAX;
   };
   auto maybe_free = [&](uint32_t j, uint32_t stage) {
-    if (!resident[j] || graph.nodes[j].pinned || pending[j] > 0) return;
+    if (!resident[j] || pending[j] > 0) return;
+    if (graph.nodes[j].pinned && stage >= graph.pin_stage(j)) return;
     const uint32_t next = next_use_after(j, stage);
     bool drop = next == UINT32_MAX;
     if (!drop && decisions[j] == NodeDecision::recompute && !graph.nodes[j].backward && !remat[j] &&
-        stage < graph.first_backward && next >= graph.first_backward)
+        !graph.nodes[stage].backward && graph.nodes[next].backward)
       drop = true;
     if (drop) {
       resident[j] = 0;
@@ -66,6 +85,7 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
     // The missing ancestors of node i, collected by a search that stops at resident nodes.
     todo.clear();
     stack.assign(graph.nodes[i].deps.begin(), graph.nodes[i].deps.end());
+    stack.insert(stack.end(), pins_at[i].begin(), pins_at[i].end());
     std::vector<uint32_t>& seen = todo;  // todo doubles as the visited list
     while (!stack.empty()) {
       const uint32_t d = stack.back();
@@ -108,6 +128,9 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
 PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& schedule) {
   const size_t n = graph.size();
   std::vector<char> resident(n, 0), computed(n, 0);
+  std::vector<std::vector<uint32_t>> pins_at(n);  // late pins, by the node they start at
+  for (uint32_t j = 0; j < n; ++j)
+    if (graph.pinned_late(j)) pins_at[graph.nodes[j].pinned_from].push_back(j);
   PlanEval e;
   uint64_t live = 0;
   auto where = [&](size_t k, uint32_t x) {
@@ -120,7 +143,8 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
     const GraphNode& node = graph.nodes[s.node];
     if (s.kind == ScheduleStep::Kind::free) {
       if (!resident[s.node]) throw PlanError(where(k, s.node) + " frees a node that is not resident");
-      if (node.pinned) throw PlanError(where(k, s.node) + " frees a pinned node");
+      if (node.pinned && computed[graph.pin_stage(s.node)])
+        throw PlanError(where(k, s.node) + " frees a pinned node");
       resident[s.node] = 0;
       live -= node.size_bytes;
       continue;
@@ -130,6 +154,11 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
       if (!resident[d])
         throw PlanError(where(k, s.node) + " needs node " + std::to_string(d) + " '" +
                         graph.nodes[d].name + "', which is not resident");
+    if (!computed[s.node])
+      for (uint32_t p : pins_at[s.node])
+        if (!resident[p])
+          throw PlanError(where(k, s.node) + " starts the pin of node " + std::to_string(p) + " '" +
+                          graph.nodes[p].name + "', which is not resident");
     live += node.size_bytes;
     e.peak_bytes = std::max(e.peak_bytes, live);
     resident[s.node] = 1;

@@ -2,10 +2,17 @@
 //
 // The rules mirror Note [Static execution] in plan_eval.cpp, node by node:
 //  - last_use: the node's last user, or the node itself when nothing reads it; pinned
-//    nodes are never dropped (kNever);
+//    nodes are never dropped (kNever), late pins included (Note [Late pins] in graph.cpp:
+//    the guide does not drop a zeroed gradient before the backward writes it, the
+//    engine's heuristic may);
 //  - forward_drop: for a `recompute` forward node, not pinned, that some backward node
-//    reads: its last forward user, or itself when only the backward reads it. A node the
-//    backward does not read just dies after its last use.
+//    reads: its last user before the first backward user (its last forward use), or
+//    itself when only the backward reads it. A node the backward does not read just dies
+//    after its last use. The guide drops on forward_drop only while its stage is before
+//    first_backward (eviction/plan_guide.cpp): it knows one backward pass. On a graph of
+//    several training steps the drops of the later steps' forward values are therefore
+//    not hinted (forward_drop stays kNever for them); a warm run follows the plan's drops
+//    in the first step and leaves the later steps to its heuristic (docs/planner.md).
 // The dep fingerprint (count and sum of the distinct dep indices) lets the guide notice a
 // run that is not the plan's program (Note [Warm start] in eviction/plan_guide.cpp).
 #include "dtr/planner/warm_start.h"
@@ -48,11 +55,16 @@ PlanHints plan_hints(const Graph& graph, const Plan& plan, const std::string& so
     if (g.pinned) continue;
     h.last_use = users[j].empty() ? j : std::max(j, users[j].back());
     if (plan.decisions[j] != NodeDecision::recompute || g.backward) continue;
-    if (users[j].empty() || users[j].back() < graph.first_backward) continue;
     uint32_t last_forward = j;
-    for (uint32_t u : users[j])
-      if (u < graph.first_backward) last_forward = std::max(last_forward, u);
-    h.forward_drop = last_forward;
+    bool backward_user = false;
+    for (uint32_t u : users[j]) {
+      if (graph.nodes[u].backward) {
+        backward_user = true;
+        break;
+      }
+      last_forward = std::max(last_forward, u);
+    }
+    if (backward_user && last_forward < graph.first_backward) h.forward_drop = last_forward;
   }
   return hints;
 }

@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
+#include <sstream>
 
 #include "dtr/planner/checkmate.h"
 #include "dtr/planner/graph.h"
@@ -289,4 +291,75 @@ TEST_CASE("checkmate planners through the registry", "[planner][checkmate]") {
 
   // Budget 2 is below node 9's need (nodes 7, 8 and 9): refused before solving.
   CHECK_THROWS_AS(run_planner(*exact, g, 2, options), PlanError);
+}
+
+TEST_CASE("checkmate methods refuse a graph above their node limit at once",
+          "[planner][checkmate][guard]") {
+  // Note [Formulation size guard]: above the limit nothing is built or solved, whatever
+  // the time limit; the result says the size, the limit and what to use instead.
+  const Graph big = linear_graph(kCheckmateLpMaxNodes / 2 + 1);  // 2n+1 > both limits
+  REQUIRE(big.size() > kCheckmateLpMaxNodes);
+  for (const bool relaxed : {false, true}) {
+    INFO((relaxed ? "checkmate-lp" : "checkmate"));
+    const auto start = std::chrono::steady_clock::now();
+    const CheckmateResult r = relaxed ? solve_checkmate_lp_rounding(big, milp_opts(20, 3600))
+                                      : solve_checkmate_milp(big, milp_opts(20, 3600));
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 1.0);
+    CHECK(r.status == MilpStatus::kTooLarge);
+    CHECK_FALSE(r.has_plan());
+    CHECK(r.num_cols == 0);
+    CHECK_THAT(
+        r.detail,
+        Catch::Contains("too large: " + std::to_string(big.size()) + " nodes > limit " +
+                        std::to_string(relaxed ? kCheckmateLpMaxNodes : kCheckmateMilpMaxNodes)) &&
+            Catch::Contains("kusumoto-approx") && Catch::Contains("coarsen"));
+  }
+  CHECK(std::string(milp_status_name(MilpStatus::kTooLarge)) == "too-large");
+
+  // The MILP's limit is the lower one: a graph between the two goes to checkmate-lp only.
+  const Graph mid = linear_graph(kCheckmateMilpMaxNodes / 2 + 1);
+  REQUIRE(mid.size() > kCheckmateMilpMaxNodes);
+  REQUIRE(mid.size() <= kCheckmateLpMaxNodes);
+  CHECK(solve_checkmate_milp(mid, milp_opts(20, 0.01)).status == MilpStatus::kTooLarge);
+  CHECK(solve_checkmate_lp_rounding(mid, milp_opts(20, 0.01)).status != MilpStatus::kTooLarge);
+
+  // The limit is an option: a graph of exactly the limit is solved, one more node is not.
+  const Graph g = linear_graph(8);  // 17 nodes
+  CheckmateOptions at = milp_opts(4);
+  at.max_nodes = 17;
+  CHECK(solve_checkmate_milp(g, at).status == MilpStatus::kOptimal);
+  at.max_nodes = 16;
+  CHECK(solve_checkmate_milp(g, at).status == MilpStatus::kTooLarge);
+  CHECK(solve_checkmate_lp_rounding(g, at).status == MilpStatus::kTooLarge);
+  CHECK(checkmate_max_nodes(CheckmateOptions{}, false) == kCheckmateMilpMaxNodes);
+  CHECK(checkmate_max_nodes(CheckmateOptions{}, true) == kCheckmateLpMaxNodes);
+
+  // Through the planner interface the refusal is a PlanTooLarge (a PlanError): dtr-plan
+  // exits 2 on it, and compare shows a `too-large` row.
+  PlanOptions options;
+  options.milp_max_nodes = 16;
+  for (const char* method : {"checkmate", "checkmate-lp"}) {
+    auto planner = make_planner(method);
+    CHECK_THROWS_AS(run_planner(*planner, g, 4, options), PlanTooLarge);
+    CHECK_THROWS_WITH(run_planner(*planner, g, 4, options),
+                      Catch::StartsWith(std::string(method) + ": too large: 17 nodes > limit 16"));
+  }
+}
+
+TEST_CASE("checkmate never recomputes a pinned node", "[planner][checkmate]") {
+  // A trace's CONSTANT is a pinned node of cost 0: left free, R for it cost nothing, and
+  // CBC could return a schedule that "recomputes" the resident constant (seen on
+  // tests/data/planner/two_steps.trace at budget 0.95: plan_eval refused the plan with
+  // "computes a node that is resident"). R[t][i] is fixed to 0 for pinned i < t.
+  std::istringstream in(
+      "node x cost=0 size=8 pinned\nnode a cost=3 size=8 deps=x\nnode b cost=3 size=8 deps=a\n"
+      "node gb cost=1 size=8 deps=a,b backward\nnode ga cost=1 size=8 deps=x,gb backward pinned\n");
+  const Graph g = read_graph_text(in, "pinned");
+  const CheckmateFormulation f = build_checkmate_formulation(g, 64);
+  for (size_t t = 1; t < g.size(); ++t) CHECK(f.col_ub[f.r_col[t][0]] == 0);
+  CHECK(f.col_ub[f.r_col[3][1]] == 1);  // a is not pinned: it may be recomputed
+  const CheckmateResult r = solve_checkmate_milp(g, milp_opts(32));  // keep-all fits: x a b gb
+  REQUIRE(r.has_plan());
+  for (size_t t = 1; t < g.size(); ++t) CHECK(r.schedule.compute[t][0] == 0);
+  CHECK_NOTHROW(evaluate_plan(g, plan_from_stage_schedule(g, r.schedule, "checkmate")));
 }

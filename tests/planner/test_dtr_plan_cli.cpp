@@ -3,8 +3,14 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
+#include "dtr/planner/checkmate.h"
+#include "dtr/planner/graph.h"
 #include "test_support.h"
 
 using dtr::test::run_command;
@@ -108,4 +114,82 @@ TEST_CASE("dtr-plan compare prints static and dynamic rows, CSV and SVG", "[plan
   CHECK(plot.find("data-label=\"lru\"") != std::string::npos);
   std::remove(csv.c_str());
   std::remove(svg.c_str());
+}
+
+TEST_CASE("dtr-plan: checkmate on a graph above its node limit is a clear refusal",
+          "[planner][cli][guard]") {
+  require_bin();
+  // plan: exit 2 with the reason and what to use instead.
+  const auto r = run_command(plan_bin() + " --milp-max-nodes 5 --graph " +
+                             data("planner/small.graph") + " --budget 400 --method checkmate");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("checkmate: too large: 7 nodes > limit 5") != std::string::npos);
+  CHECK(r.output.find("use kusumoto-approx") != std::string::npos);
+
+  // compare, default limits, a graph above both: `too-large` rows, promptly, with the
+  // brief's command line (before the guard this did not return within 5 minutes).
+  const std::string graph = tmp("big.graph"), csv = tmp("big.csv");
+  {
+    std::ofstream out(graph);
+    dtr::write_graph_text(dtr::linear_graph(dtr::kCheckmateLpMaxNodes / 2 + 1), out);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto c = run_command(plan_bin() + " --time-limit 5 compare --graph " + graph +
+                             " --budgets 0.5 --methods chen,checkmate,checkmate-lp --csv " + csv);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  CHECK(seconds < 30);
+  CHECK(c.output.find("too-large") != std::string::npos);
+  CHECK(c.output.find("checkmate-lp: too large: 803 nodes > limit 800") != std::string::npos);
+  const std::string text = dtr::test::read_file(csv);
+  CHECK(text.find(",static,checkmate,too-large,") != std::string::npos);
+  CHECK(text.find(",static,checkmate-lp,too-large,") != std::string::npos);
+  CHECK(text.find(",static,chen,ok,") != std::string::npos);
+  std::remove(graph.c_str());
+  std::remove(csv.c_str());
+}
+
+TEST_CASE("dtr-plan says why no plan fits a recorded trace", "[planner][cli][recorded]") {
+  require_bin();
+  const std::string trace = data("planner/two_steps.trace");
+  // Below the floor (Note [Plan floor]): INFEASIBLE, and the least any plan needs, and why.
+  const auto r = run_command(plan_bin() + " --trace " + trace + " --budget 800 --method chen");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("INFEASIBLE") != std::string::npos);
+  CHECK(r.output.find("no plan can fit: every plan holds at least 840 B") != std::string::npos);
+  CHECK(r.output.find("'s2gn2'") != std::string::npos);
+  CHECK(r.output.find("raise the budget to at least 840 B") != std::string::npos);
+  CHECK(r.output.find("2 backward passes") != std::string::npos);
+  // Above it, a plan fits (before the backward passes were inferred, none did).
+  const auto ok = run_command(plan_bin() + " --trace " + trace + " --budget 940 --method revolve");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.output.find("feasible") != std::string::npos);
+  CHECK(ok.output.find("INFEASIBLE") == std::string::npos);
+  // compare marks the budgets below the floor.
+  const std::string csv = tmp("floor.csv");
+  const auto c =
+      run_command(plan_bin() + " compare --trace " + trace +
+                  " --budgets 0.7,0.9 --methods chen,revolve --policies dtr_eq --csv " + csv);
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.output.find("static floor 840 B") != std::string::npos);
+  const std::string text = dtr::test::read_file(csv);
+  CHECK(text.find("0.7000,") != std::string::npos);
+  CHECK(text.find(",static,chen,below-floor,") != std::string::npos);
+  CHECK(text.find(",static,revolve,ok,") != std::string::npos);
+  // Without --policies: every policy that runs on byte accounting; `coop` needs the
+  // allocator's address order and used to end the command with exit 2.
+  const auto all = run_command(plan_bin() + " compare --trace " + trace +
+                               " --budgets 0.9 --methods chen --csv " + csv);
+  INFO(all.output);
+  CHECK(all.exit_code == 0);
+  const std::string rows = dtr::test::read_file(csv);
+  CHECK(rows.find(",dynamic,dtr_eq,") != std::string::npos);
+  CHECK(rows.find(",dynamic,coop,") == std::string::npos);
+  std::remove(csv.c_str());
 }

@@ -93,8 +93,18 @@ TEST_CASE("bad graph text is a PlanError naming file, line and problem", "[plann
   CHECK_THAT(error_of("bad_size.graph"), Catch::Contains("bad_size.graph:1: bad size 'lots'"));
   std::istringstream dup("node a cost=1 size=1\nnode a cost=1 size=1\n");
   CHECK_THROWS_WITH(dtr::read_graph_text(dup, "dup"), Catch::Contains("dup:2: node 'a' defined twice"));
-  std::istringstream order("node a cost=1 size=1 backward\nnode b cost=1 size=1 deps=a\n");
-  CHECK_THROWS_WITH(dtr::read_graph_text(order, "o"), Catch::Contains("o:2: forward node 'b' after a backward"));
+  // A forward node after a backward one is the next training step, not an error (Note
+  // [Backward passes of a recorded trace]); first_backward is the first backward node.
+  std::istringstream steps(
+      "node a cost=1 size=1\nnode ga cost=1 size=1 deps=a backward\n"
+      "node b cost=1 size=1 deps=a\nnode gb cost=1 size=1 deps=b backward\n");
+  const dtr::Graph two = dtr::read_graph_text(steps, "steps");
+  CHECK(two.first_backward == 1);
+  CHECK_FALSE(two.nodes[2].backward);
+  CHECK(two.has_several_backward_passes());
+  dtr::Graph broken = two;
+  broken.first_backward = 3;
+  CHECK_THROWS_WITH(broken.validate(), Catch::Contains("the first backward node is 1"));
 }
 
 TEST_CASE("linear_graph is Checkmate's gen_linear_graph", "[planner][graph]") {

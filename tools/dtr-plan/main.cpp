@@ -9,7 +9,11 @@
 // trace's baseline peak (as in dtr-sim, so static and dynamic methods get the same bytes),
 // or for --graph to the graph's peak without rematerialization. Bad input (a malformed
 // trace or graph, a cycle, a budget below the largest op's need, a corrupt plan, a plan for
-// another trace, an unknown method) exits with code 2 and a message naming the problem.
+// another trace, an unknown method, a graph too large for the method) exits with code 2
+// and a message naming the problem. An infeasible plan is not an error: the result says
+// the least peak any plan can reach (Note [Plan floor] in planner/planner.cpp) and why.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -22,7 +26,9 @@
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
 #include "dtr/core/trace.h"
+#include "dtr/eviction/heuristic.h"
 #include "dtr/eviction/heuristic_registry.h"
+#include "dtr/planner/checkmate.h"
 #include "dtr/planner/graph.h"
 #include "dtr/planner/plan.h"
 #include "dtr/planner/plan_eval.h"
@@ -60,6 +66,7 @@ struct Input {
   bool have_trace = false;
   dtr::Trace trace;
   dtr::Baseline baseline;  // trace: compute_baseline; graph: the keep-all evaluation
+  bool backward_inferred = false;  // Note [Backward passes of a recorded trace]
 };
 
 Input load_input(const std::string& trace_path, const std::string& graph_path) {
@@ -72,6 +79,7 @@ Input load_input(const std::string& trace_path, const std::string& graph_path) {
     in.have_trace = true;
     in.graph = dtr::graph_from_trace(in.trace);
     in.baseline = dtr::compute_baseline(in.trace);
+    in.backward_inferred = dtr::backward_inferred(in.trace);
   } else {
     in.name = base_name(graph_path);
     in.graph = dtr::read_graph_text(graph_path);
@@ -87,6 +95,45 @@ uint64_t resolve_budget(const std::string& text, const Input& in) {
   if (b.kind == dtr::Budget::Kind::unlimited)
     throw dtr::ConfigError("dtr: budget '" + text + "' means unlimited; give bytes (300M) or a ratio (0.4)");
   return b.resolve(in.baseline.peak_bytes);
+}
+
+// "(0.810 of the baseline peak)", or "" when there is no baseline to refer to.
+std::string ratio_text(const Input& in, uint64_t bytes) {
+  if (in.baseline.peak_bytes == 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " (%.3f of the %s peak)",
+                double(bytes) / double(in.baseline.peak_bytes),
+                in.have_trace ? "baseline" : "keep-all");
+  return buf;
+}
+
+// What the graph's backward passes are, when the trace did not say (a recorded trace).
+void print_backward_passes(const Input& in) {
+  if (!in.have_trace || !in.backward_inferred) return;
+  size_t passes = 0, nodes = 0;
+  for (size_t i = 0; i < in.graph.size(); ++i) {
+    if (!in.graph.nodes[i].backward) continue;
+    ++nodes;
+    passes += i == 0 || !in.graph.nodes[i - 1].backward;
+  }
+  std::printf(
+      "  the trace has no ANNOTATE BACKWARD: %zu backward pass%s of %zu nodes inferred from "
+      "the *_backward ops (Note [Backward passes of a recorded trace])\n",
+      passes, passes == 1 ? "" : "es", nodes);
+}
+
+// Why an infeasible plan is infeasible: the budget is below what every plan needs, or not.
+void print_floor(const Input& in, const dtr::PlanFloor& floor, uint64_t budget_bytes) {
+  if (budget_bytes < floor.bytes) {
+    std::printf("  no plan can fit: %s; raise the budget to at least %s%s\n",
+                dtr::describe_plan_floor(in.graph, floor).c_str(),
+                dtr::format_bytes(floor.bytes).c_str(), ratio_text(in, floor.bytes).c_str());
+  } else {
+    std::printf(
+        "  every plan needs at least %s%s, within the budget: another method may fit "
+        "(dtr-plan compare)\n",
+        dtr::format_bytes(floor.bytes).c_str(), ratio_text(in, floor.bytes).c_str());
+  }
 }
 
 void print_result(const Input& in, const dtr::PlanResult& r) {
@@ -130,6 +177,12 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path, "write the plan here (JSON)");
   app.add_option("--max-stages", popts.max_stages, "chain methods on a DAG: stages at most")->capture_default_str();
   app.add_option("--time-limit", popts.time_limit_s, "solver time limit, seconds")->capture_default_str();
+  app.add_option("--milp-max-nodes", popts.milp_max_nodes,
+                 "checkmate methods refuse larger graphs (0: checkmate " +
+                     std::to_string(dtr::kCheckmateMilpMaxNodes) + ", checkmate-lp " +
+                     std::to_string(dtr::kCheckmateLpMaxNodes) +
+                     "): building and presolving their formulation is not bounded by --time-limit")
+      ->capture_default_str();
 
   std::string eval_trace, eval_graph, eval_plan;
   CLI::App* eval = app.add_subcommand("eval", "evaluate a plan file on its trace or graph");
@@ -144,7 +197,9 @@ int main(int argc, char** argv) {
   compare->add_option("--graph", cmp_graph, "graph file (static methods only)");
   compare->add_option("--budgets", cmp_budgets, "START:STOP:STEP or a comma list of ratios")->capture_default_str();
   compare->add_option("--methods", cmp_methods, "comma-separated methods (default: all)");
-  compare->add_option("--policies", cmp_policies, "comma-separated dynamic policies (default: all)");
+  compare->add_option(
+      "--policies", cmp_policies,
+      "comma-separated dynamic policies (default: all that run on byte accounting)");
   compare->add_option("--warm", cmp_warm,
                       "comma-separated policies to also run warm-started from each budget's best "
                       "static plan (rows of kind `warm`; needs --trace)");
@@ -192,8 +247,11 @@ int main(int argc, char** argv) {
       std::vector<std::unique_ptr<dtr::Planner>> planners;
       for (const std::string& m : method_names) planners.push_back(dtr::make_planner(m));
       std::vector<std::string> policies = split_list(cmp_policies);
+      // Default: every policy that runs on byte accounting (allocator none, as the static
+      // evaluator counts); `coop` needs the allocator's address order and is left out.
       if (policies.empty() && in.have_trace)
-        for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries()) policies.push_back(h.name);
+        for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
+          if (!(h.needs & dtr::kFeatureAddressOrder)) policies.push_back(h.name);
       if (!policies.empty() && !in.have_trace)
         throw dtr::PlanError("dynamic policies need --trace, not --graph; drop --policies");
       for (const std::string& p : policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
@@ -205,11 +263,20 @@ int main(int argc, char** argv) {
       for (const std::string& p : warm_policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
       popts.trace_name = in.name;
 
+      // Note [Plan floor]: below it every static row is `below-floor`.
+      const dtr::PlanFloor floor = dtr::plan_floor(in.graph);
+      std::printf("%s: %zu nodes; static floor %s%s: %s\n", in.name.c_str(), in.graph.size(),
+                  dtr::format_bytes(floor.bytes).c_str(), ratio_text(in, floor.bytes).c_str(),
+                  dtr::describe_plan_floor(in.graph, floor).c_str());
+      print_backward_passes(in);
       std::vector<Row> rows;
+      std::vector<std::string> refused;  // methods whose refusal was explained already
       for (double ratio : ratios) {
         const uint64_t budget = static_cast<uint64_t>(std::floor(ratio * double(in.baseline.peak_bytes)));
-        std::printf("budget %.2f = %s\n  %-8s %-18s %-12s %9s %12s %10s\n", ratio,
-                    dtr::format_bytes(budget).c_str(), "kind", "method", "status", "overhead", "peak", "seconds");
+        std::printf("budget %.2f = %s%s\n  %-8s %-18s %-12s %9s %12s %10s\n", ratio,
+                    dtr::format_bytes(budget).c_str(),
+                    budget < floor.bytes ? " (below the static floor: no static plan fits)" : "",
+                    "kind", "method", "status", "overhead", "peak", "seconds");
         auto print = [](const Row& r) {
           std::printf("  %-8s %-18s %-12s %9.4f %12s %10.3f", r.kind.c_str(), r.method.c_str(),
                       r.status.c_str(), r.overhead, dtr::format_bytes(r.peak_bytes).c_str(), r.seconds);
@@ -228,18 +295,34 @@ int main(int argc, char** argv) {
         };
         for (auto& planner : planners) {
           Row row{ratio, budget, "static", planner->name(), "", NAN, 0, 0, 0};
+          std::string why;  // a refusal's message, printed under the row once per method
+          const auto start = std::chrono::steady_clock::now();
           try {
             const dtr::PlanResult r = dtr::run_planner(*planner, in.graph, budget, popts);
-            row.status = r.feasible ? "ok" : "infeasible";
+            row.status = r.feasible ? "ok" : budget < floor.bytes ? "below-floor" : "infeasible";
             row.peak_bytes = r.predicted_peak_bytes;
             row.compute_ns = r.predicted_compute_ns;
             row.overhead = double(r.predicted_compute_ns) / double(std::max<uint64_t>(1, in.graph.total_compute_ns()));
             row.seconds = r.solve_seconds;
             if (!have_plan || better(r, best_plan)) best_plan = r, have_plan = true;
-          } catch (const dtr::PlanError& e) {
+          } catch (const dtr::BudgetBelowOpNeed&) {
             row.status = "below-op-need";
+          } catch (const dtr::PlanTooLarge& e) {
+            row.status = "too-large";
+            why = e.what();
+          } catch (const dtr::PlanError& e) {
+            row.status = "error";
+            why = e.what();
           }
+          if (row.seconds == 0)
+            row.seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           print(row);
+          if (!why.empty() &&
+              std::find(refused.begin(), refused.end(), row.method) == refused.end()) {
+            std::printf("           %s\n", why.c_str());
+            refused.push_back(row.method);
+          }
           rows.push_back(row);
         }
         auto dynamic_row = [&](const std::string& kind, const std::string& label,
@@ -326,6 +409,8 @@ int main(int argc, char** argv) {
     popts.trace_name = in.name;
     const dtr::PlanResult r = dtr::run_planner(*planner, in.graph, budget, popts);
     print_result(in, r);
+    print_backward_passes(in);
+    if (!r.feasible) print_floor(in, dtr::plan_floor(in.graph), budget);
     if (!out_path.empty()) {
       dtr::write_plan(r.plan, out_path);
       std::printf("  plan written to %s\n", out_path.c_str());

@@ -91,11 +91,20 @@ enum class MilpStatus {
   kInfeasible,  // proven: no schedule fits the budget
   kTimeLimit,   // time limit reached before any schedule was found; nothing proven
   kNoSolution,  // LP rounding: no rounding fit the budget (the MILP may still have one)
+  kTooLarge,    // more nodes than CheckmateOptions::max_nodes: nothing built, nothing solved
 };
 const char* milp_status_name(MilpStatus status);
 
+// Note [Formulation size guard] (planner/checkmate_milp.cpp): the largest graphs each
+// method takes. Measured with --time-limit 5 on 2 shared cores (docs/planner-milp.md).
+constexpr uint32_t kCheckmateMilpMaxNodes = 100;
+constexpr uint32_t kCheckmateLpMaxNodes = 800;
+
 struct CheckmateOptions {
   uint64_t budget_bytes = 0;
+  // Larger graphs are refused with kTooLarge before the formulation is built; 0 means
+  // the method's default (kCheckmateMilpMaxNodes or kCheckmateLpMaxNodes).
+  uint32_t max_nodes = 0;
   double time_limit_s = 60.0;  // CBC's wall-clock limit for the whole solve (CbcMain "-sec")
   int log_level = 0;           // CBC's log level; 0 is silent
   // LP rounding: thresholds tried for S, and budget fractions tried when no threshold fits.
@@ -120,6 +129,12 @@ struct CheckmateResult {
 // is the MILP), or kTimeLimit.
 MilpStatus solve_checkmate_lp(const CheckmateFormulation& f, std::vector<double>* x,
                               double* objective, int log_level, double max_seconds);
+
+// The node limit a method applies (opts.max_nodes, or its default), and the kTooLarge
+// result for `graph` when it has more nodes: detail is "too large: N nodes > limit L; ...".
+uint32_t checkmate_max_nodes(const CheckmateOptions& opts, bool relaxed);
+bool checkmate_too_large(const Graph& graph, const CheckmateOptions& opts, bool relaxed,
+                         CheckmateResult* result);
 
 // The exact MILP (binary R, S, FREE) under CBC with opts.time_limit_s.
 CheckmateResult solve_checkmate_milp(const Graph& graph, const CheckmateOptions& opts);

@@ -5,13 +5,19 @@
 // fold into the storage they alias). Each node has a compute cost (ns; for a multi-output
 // op the cost is charged to every output node, since recomputing any of them reruns the op)
 // and a memory size (bytes), and the nodes it reads (`deps`, all < i). `backward` marks
-// nodes computed after the trace's `ANNOTATE BACKWARD`. A node is `pinned` when it must
-// stay resident from its computation on (constants such as parameters; the step's results).
-// Planners decide, per stage, which nodes are resident and which are (re)computed.
+// nodes computed by a backward pass (after the trace's `ANNOTATE BACKWARD`, or inferred for
+// a trace without one: Note [Backward passes of a recorded trace] in planner/graph.cpp). A
+// trace of several training steps has one backward pass per step, so forward nodes may
+// follow backward ones; `first_backward` is the first backward node. A node is `pinned`
+// when it must stay resident from its computation on (constants such as parameters; the
+// step's results); its pin may start later than its computation (`pinned_from`, Note [Late
+// pins] in planner/graph.cpp). Planners decide, per stage, which nodes are resident and
+// which are (re)computed.
 //
 // Invariants (Graph::validate throws PlanError on a violation): deps are in range and point
 // backward (a topological order; a cycle in a text graph is reported as such), sizes and
-// costs are non-negative.
+// costs are non-negative, first_backward is the index of the first backward node (size()
+// when there is none), a late pin names a later node of a pinned one.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +41,12 @@ struct GraphNode {
   uint64_t compute_ns = 0;     // cost of (re)computing this node
   uint64_t size_bytes = 0;     // memory it holds while resident
   std::vector<uint32_t> deps;  // nodes it reads, each < this node's index
-  bool backward = false;       // computed after ANNOTATE BACKWARD
+  bool backward = false;       // computed by a backward pass (one per training step)
   bool pinned = false;         // constants and the step's outputs: resident once computed
+  // A late pin (Note [Late pins] in planner/graph.cpp): when > this node's index, the pin
+  // starts at node pinned_from's computation, which needs this node resident; before, it
+  // is an ordinary node. 0: pinned from its own computation.
+  uint32_t pinned_from = 0;
   // Another output of the op that made node i-1 (multi-output ops, e.g. batch norm): the
   // op runs once for all its outputs in the trace, so total_compute_ns() and the forward
   // pass of plan evaluation charge it once; a recomputation charges each node it reruns.
@@ -47,7 +57,17 @@ struct Graph {
   std::vector<GraphNode> nodes;  // in topological (execution) order
   uint32_t first_backward = 0;   // index of the first backward node (nodes.size() if none)
 
+  // Whether some forward node follows a backward one (a trace of several training steps):
+  // methods that see the forward part as the prefix [0, first_backward) plan only the
+  // first step then (docs/planner.md).
+  bool has_several_backward_passes() const;
+
   size_t size() const { return nodes.size(); }
+  // The stage from which pinned node i stays resident: i, or its late pin's node.
+  uint32_t pin_stage(uint32_t i) const {
+    return nodes[i].pinned_from > i ? nodes[i].pinned_from : i;
+  }
+  bool pinned_late(uint32_t i) const { return nodes[i].pinned && nodes[i].pinned_from > i; }
   uint64_t total_compute_ns() const;
   // Users of each node (inverse of deps), computed on demand.
   std::vector<std::vector<uint32_t>> users() const;
@@ -64,9 +84,15 @@ uint64_t pinned_bytes(const Graph& graph);
 // From a trace: one node per storage made by CALL/MUTATE/CONSTANT (Note [Trace to graph] in
 // planner/graph.cpp).
 Graph graph_from_trace(const Trace& trace);
+// Whether graph_from_trace infers the backward passes of `trace` (it has no ANNOTATE
+// BACKWARD) rather than reading them from the annotation.
+bool backward_inferred(const Trace& trace);
+// The op names whose results begin a backward pass in a trace without ANNOTATE BACKWARD:
+// autograd's derivative ops, `aten::*_backward*` (Note [Backward passes of a recorded trace]).
+bool is_backward_op_name(const std::string& op);
 
 // The text format for hand-made graphs (docs/plan-format.md), one node per line:
-//   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned]
+//   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned] [pinned-from=LATER] [same-op]
 // `#` starts a comment. Names must be defined before use; a dependency on a later node
 // (which is how a cycle shows up) is an error naming the line.
 Graph read_graph_text(std::istream& in, const std::string& path_for_errors);

@@ -10,8 +10,8 @@
 // memory estimate, or (memory-centric) minimises the memory estimate.
 //
 // Exact: over all lower sets (tractable only for small or narrow forward graphs; past
-// KusumotoOptions::max_lower_sets it throws PlanError). Approximate: over the lower sets of
-// ancestors {v and its ancestors}, plus the empty and the full set (n + 2 sets).
+// KusumotoOptions::max_lower_sets it throws PlanTooLarge, planner.h). Approximate: over the
+// lower sets of ancestors {v and its ancestors}, plus the empty and the full set (n + 2 sets).
 //
 // The chosen strategy becomes a Checkmate stage-form schedule (Note [Lower sets to stages])
 // measured by evaluate_stage_schedule, the same accounting as the MILP, so its compute is directly
@@ -31,7 +31,7 @@ struct KusumotoOptions {
   uint64_t budget_bytes = 0;
   bool exact = true;            // all lower sets; false: lower sets of ancestors
   bool memory_centric = false;  // least memory (then least time) instead of least time
-  size_t max_lower_sets = 4096; // exact: more lower sets than this is a PlanError
+  size_t max_lower_sets = 4096;  // exact: more lower sets than this is PlanTooLarge
 };
 
 struct KusumotoResult {
@@ -49,7 +49,7 @@ struct KusumotoResult {
 KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts);
 
 // The lower sets of the forward graph, each as a sorted list of node ids, smallest first;
-// exact: all of them (PlanError past `cap`), else the lower sets of ancestors.
+// exact: all of them (PlanTooLarge past `cap`), else the lower sets of ancestors.
 std::vector<std::vector<uint32_t>> forward_lower_sets(const Graph& graph, bool exact, size_t cap);
 
 }  // namespace dtr

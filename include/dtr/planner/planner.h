@@ -23,8 +23,22 @@
 
 namespace dtr {
 
+// A method that refuses the graph for its size before doing any work (Note [Formulation
+// size guard] in planner/checkmate_milp.cpp): what() says the size, the limit and what to
+// use instead. `dtr-plan` exits 2 on it; `compare` shows a `too-large` row.
+class PlanTooLarge : public PlanError {
+ public:
+  using PlanError::PlanError;
+};
+// The budget is below the largest single op's need (check_budget): no schedule fits.
+class BudgetBelowOpNeed : public PlanError {
+ public:
+  using PlanError::PlanError;
+};
+
 struct PlanOptions {
   double time_limit_s = 60.0;    // solvers (checkmate) stop here and return their incumbent
+  uint32_t milp_max_nodes = 0;   // checkmate methods refuse larger graphs; 0: their defaults
   uint32_t max_stages = 100;     // chain methods on a DAG group forward nodes into at most this
   uint32_t memory_slots = 400;   // rotor/checkpoint-subset: memory discretisation levels
   uint64_t seed = 0;
@@ -44,14 +58,30 @@ class Planner {
  public:
   virtual ~Planner() = default;
   virtual std::string name() const = 0;
-  // Throws PlanError when the budget is below the largest single op's need.
+  // Throws BudgetBelowOpNeed when the budget is below the largest single op's need, and
+  // PlanTooLarge when the method refuses the graph's size.
   virtual PlanResult plan(const Graph& graph, uint64_t budget_bytes, const PlanOptions& options) = 0;
 };
 
 // The least memory any schedule needs: the largest node size + its deps' sizes.
 uint64_t largest_op_need(const Graph& graph, uint32_t* node = nullptr);
-// Throws PlanError ("budget X is below the largest single op's need Y (node N '...': ...)").
+// Throws BudgetBelowOpNeed ("budget X is below the largest single op's need Y (node N ...)").
 void check_budget(const Graph& graph, uint64_t budget_bytes);
+
+// The least peak any plan can reach on `graph` (Note [Plan floor] in planner/planner.cpp):
+// the most, over the nodes i, of what the first computation of node i must hold: node i,
+// its deps, and every pinned node made before it. At least largest_op_need().
+struct PlanFloor {
+  uint64_t bytes = 0;         // the floor
+  uint32_t node = 0;          // the node whose first computation needs it
+  uint64_t op_bytes = 0;      // that node and its deps that are not pinned
+  uint64_t pinned_bytes = 0;  // pinned nodes made before it (its pinned deps included)
+  uint32_t pinned_count = 0;
+};
+PlanFloor plan_floor(const Graph& graph);
+// "every plan holds at least X while node N 'name' is computed: P in K pinned nodes made
+// before it, never freed (...), and O for the node and its other inputs".
+std::string describe_plan_floor(const Graph& graph, const PlanFloor& floor);
 
 // Checks the budget, runs the planner, times it, evaluates the plan with evaluate_plan()
 // and fills feasible / predicted_* / solve_seconds and the plan's binding and budget.

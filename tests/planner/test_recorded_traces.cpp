@@ -1,0 +1,272 @@
+// test_recorded_traces.cpp: planning traces recorded from PyTorch, which have no ANNOTATE
+// BACKWARD and hold several training steps (Note [Backward passes of a recorded trace] in
+// planner/graph.cpp), late pins (Note [Late pins], same file), and the floor no plan can
+// go under (Note [Plan floor] in planner/planner.cpp).
+//
+// tests/data/planner/two_steps.trace is such a trace, by hand, with the torch host's event
+// shapes (in-place ops as alias CALLs, PIN, DISCARD): two training steps of a 4-layer
+// chain. Parameters w1..w4 of 64 B; per step an input x of 64 B (a CONSTANT, discarded after
+// the step), activations a1..a4 and gradients g4..g0 of 100 B, loss and seed of 4 B. Step 1
+// makes the weight gradients gw_k (64 B) with convolution_backward; after its optimizer
+// step (PIN, then add_ into w_k) zero_grad leaves a zeroed buffer zb_k per gradient (zero_
+// without args, 64 B) and discards gw_k; step 2 accumulates its gradients gn_k into zb_k
+// (add_), pins them at its optimizer step and keeps them to the end.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "dtr/core/trace.h"
+#include "dtr/planner/graph.h"
+#include "dtr/planner/plan.h"
+#include "dtr/planner/plan_eval.h"
+#include "dtr/planner/planner.h"
+#include "dtr/planner/warm_start.h"
+#include "dtr/sim/replay.h"
+
+using namespace dtr;
+
+namespace {
+
+std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
+
+uint32_t node_named(const Graph& g, const std::string& name) {
+  for (uint32_t i = 0; i < g.size(); ++i)
+    if (g.nodes[i].name == name) return i;
+  FAIL("no node named " << name);
+  return 0;
+}
+
+// Chen's scheme on the chain, in both steps: keep a2 (the checkpoint), recompute a1 and a3;
+// with `buffers`, also recompute the zeroed gradient buffers (made again at their pin).
+std::vector<NodeDecision> checkpoint_a2(const Graph& g, bool buffers) {
+  std::vector<NodeDecision> d(g.size(), NodeDecision::keep);
+  for (const char* name : {"s1a1", "s1a3", "s2a1", "s2a3"})
+    d[node_named(g, name)] = NodeDecision::recompute;
+  if (buffers)
+    for (const char* name : {"zb1", "zb2", "zb3", "zb4"})
+      d[node_named(g, name)] = NodeDecision::recompute;
+  return d;
+}
+
+std::vector<NodeDecision> keep_all(const Graph& g) {
+  return std::vector<NodeDecision>(g.size(), NodeDecision::keep);
+}
+
+}  // namespace
+
+TEST_CASE("a trace without ANNOTATE BACKWARD gets one backward pass per step",
+          "[planner][graph][recorded]") {
+  const Trace trace = read_trace(data("planner/two_steps.trace"));
+  REQUIRE(backward_inferred(trace));
+  const Graph g = graph_from_trace(trace);
+  // 4 parameters; per step: x, a1..a4, loss, seed, g4, and (g_{k-1}, gw_k or gn_k) for
+  // k = 4..1; between the steps the 4 zeroed buffers.
+  REQUIRE(g.size() == 4 + 16 + 4 + 16);
+  for (const char* step : {"s1", "s2"}) {
+    const std::string s = step;
+    INFO(s);
+    for (const char* fwd : {"x", "a1", "a2", "a3", "a4", "loss", "seed"})
+      CHECK_FALSE(g.nodes[node_named(g, s + fwd)].backward);
+    // Made by sum_backward and convolution_backward.
+    for (const char* bwd : {"g4", "g3", "g2", "g1", "g0"})
+      CHECK(g.nodes[node_named(g, s + bwd)].backward);
+  }
+  CHECK(g.nodes[node_named(g, "s1gw1")].backward);
+  CHECK(g.nodes[node_named(g, "s2gn1")].backward);
+  CHECK_FALSE(g.nodes[node_named(g, "zb1")].backward);
+  // The second step's forward pass follows the first step's backward pass.
+  CHECK(g.first_backward == node_named(g, "s1g4"));
+  CHECK(g.has_several_backward_passes());
+  CHECK_NOTHROW(g.validate());
+  CHECK(g.total_compute_ns() == compute_baseline(trace).compute_ns);
+
+  CHECK(is_backward_op_name("aten::convolution_backward"));
+  CHECK(is_backward_op_name("aten::_log_softmax_backward_data"));
+  CHECK_FALSE(is_backward_op_name("aten::convolution"));
+  // An annotated trace keeps its annotation, and one backward pass.
+  const Trace annotated = read_trace(data("traces/good.log"));
+  CHECK_FALSE(backward_inferred(annotated));
+  CHECK_FALSE(graph_from_trace(annotated).has_several_backward_passes());
+
+  // A graph of several steps is valid text: written and read back, the same graph.
+  std::stringstream text;
+  write_graph_text(g, text);
+  const Graph back = read_graph_text(text, "two_steps.graph");
+  CHECK(graph_hash(back) == graph_hash(g));
+  CHECK(back.first_backward == g.first_backward);
+  CHECK(back.nodes[node_named(g, "zb1")].pinned_from == node_named(g, "s2gn1"));
+}
+
+TEST_CASE("recompute decisions save memory in every step of a recorded trace",
+          "[planner][eval][recorded]") {
+  // Before the backward passes were inferred no node was backward, no `recompute` node was
+  // ever dropped, and every plan evaluated to the keep-all peak: the ResNet-18 symptom
+  // (dtr-plan at 630486b: chen at 940 B is INFEASIBLE, peak 1204 B, overhead 1.0000).
+  const Graph g = graph_from_trace(read_trace(data("planner/two_steps.trace")));
+  const PlanEval all = evaluate_decisions(g, keep_all(g));
+  CHECK(all.recomputations == 0);
+  CHECK(all.compute_ns == g.total_compute_ns());
+  // Keep-all peak, at the second step's convolution_backward of layer 4 (its second output,
+  // gn4): parameters 256, both inputs 128 (the first one is a pinned constant to the end),
+  // the zeroed buffers 256, a1 a2 a3 300 (read again by the backward), g4 100, g3 100, gn4 64.
+  CHECK(all.peak_bytes == 256 + 128 + 256 + 300 + 100 + 100 + 64);
+  const PlanEval e = evaluate_decisions(g, checkpoint_a2(g, false));
+  // Each step drops a1 and a3 after their forward use and recomputes a3 (from a2) for layer
+  // 4's gradient and a1 (from x) for layer 2's: 100 B less at the peak, 2 recomputations.
+  CHECK(e.recomputations == 2 * 2);
+  CHECK(e.peak_bytes == all.peak_bytes - 100);
+  CHECK(e.compute_ns == g.total_compute_ns() + 4 * 1000);
+
+  // Every chain method finds a plan below the keep-all peak; chen and revolve one that
+  // fits 940 B (the checkpoint at a2, and the buffers made at their pins).
+  PlanOptions o;
+  o.trace_name = "two_steps.trace";
+  for (const char* method : {"chen", "revolve", "rotor", "checkpoint-subset"}) {
+    const PlanResult r = run_planner(*make_planner(method), g, all.peak_bytes - 1, o);
+    INFO(method << ": " << r.note);
+    CHECK(r.feasible);
+    CHECK(r.predicted_compute_ns > g.total_compute_ns());
+  }
+  for (const char* method : {"chen", "revolve"}) {
+    const PlanResult r = run_planner(*make_planner(method), g, 940, o);
+    INFO(method << ": " << r.note);
+    CHECK(r.feasible);
+    CHECK(r.predicted_peak_bytes == 940);
+  }
+}
+
+TEST_CASE("a zeroed gradient buffer is pinned from the write that fills it",
+          "[planner][eval][recorded]") {
+  const Graph g = graph_from_trace(read_trace(data("planner/two_steps.trace")));
+  // Note [Late pins]: zb_k is pinned (PIN at step 2's optimizer, kept to the end) from the
+  // last node made before its first in-place write: gn_k, the gradient accumulated into it.
+  for (const char* k : {"1", "2", "3", "4"}) {
+    const uint32_t zb = node_named(g, std::string("zb") + k);
+    INFO("zb" << k);
+    CHECK(g.nodes[zb].pinned);
+    CHECK(g.nodes[zb].deps.empty());
+    CHECK(g.nodes[zb].pinned_from == node_named(g, std::string("s2gn") + k));
+    CHECK(g.pinned_late(zb));
+  }
+  // Parameters (CONSTANTs) are pinned from the start; step 1's gradients were discarded.
+  CHECK_FALSE(g.pinned_late(node_named(g, "w1")));
+  CHECK_FALSE(g.nodes[node_named(g, "s1gw1")].pinned);
+
+  // Kept, the buffers are resident from zero_grad on (the keep-all peak holds all four);
+  // recomputed, they are made again for their write: at layer 4's gradient only zb4 is
+  // there, 192 B less, for 4 recomputations of zero_ and the folded add_ (20 + 50 ns each).
+  const uint64_t all = evaluate_decisions(g, keep_all(g)).peak_bytes;
+  std::vector<NodeDecision> buffers = keep_all(g);
+  for (const char* name : {"zb1", "zb2", "zb3", "zb4"})
+    buffers[node_named(g, name)] = NodeDecision::recompute;
+  const PlanEval late = evaluate_decisions(g, buffers);
+  CHECK(late.peak_bytes == all - 3 * 64);
+  CHECK(late.recomputations == 4);
+  CHECK(late.compute_ns == g.total_compute_ns() + 4 * (20 + 50));
+  // Both: the checkpoint and the buffers.
+  const PlanEval both = evaluate_decisions(g, checkpoint_a2(g, true));
+  CHECK(both.peak_bytes == 940);
+  CHECK(both.recomputations == 8);
+
+  // Schedules: zb1 may be freed before gn1 is first computed and must be resident then.
+  const uint32_t zb1 = node_named(g, "zb1"), gn1 = node_named(g, "s2gn1");
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < g.size(); ++i) order.push_back(i);
+  std::vector<ScheduleStep> steps = schedule_with_frees(g, order);  // never frees a pinned node
+  CHECK_NOTHROW(evaluate_schedule(g, steps));
+  using K = ScheduleStep::Kind;
+  std::vector<ScheduleStep> early = steps;  // free zb1 right after it is made, remake it before gn1
+  early.insert(std::find(early.begin(), early.end(), ScheduleStep{K::compute, zb1}) + 1,
+               {K::free, zb1});
+  early.insert(std::find(early.begin(), early.end(), ScheduleStep{K::compute, gn1}),
+               {K::compute, zb1});
+  const PlanEval e = evaluate_schedule(g, early);
+  CHECK(e.recomputations == 1);
+  std::vector<ScheduleStep> missing = steps;  // freed and never made again
+  missing.insert(std::find(missing.begin(), missing.end(), ScheduleStep{K::compute, zb1}) + 1,
+                 {K::free, zb1});
+  CHECK_THROWS_WITH(evaluate_schedule(g, missing),
+                    Catch::Contains("starts the pin of node") && Catch::Contains("'zb1'"));
+  std::vector<ScheduleStep> late_free = steps;  // freed after its pin started
+  late_free.push_back({K::free, zb1});
+  CHECK_THROWS_WITH(evaluate_schedule(g, late_free), Catch::Contains("frees a pinned node"));
+
+  // The text format: pinned-from= names a later node of a pinned one.
+  std::istringstream ok(
+      "node z cost=1 size=8 pinned pinned-from=b\nnode a cost=1 size=1\nnode b cost=1 size=1 "
+      "deps=a\n");
+  const Graph t = read_graph_text(ok, "late");
+  CHECK(t.nodes[0].pinned_from == 2);
+  std::istringstream earlier("node a cost=1 size=1\nnode z cost=1 size=8 pinned pinned-from=a\n");
+  CHECK_THROWS_WITH(read_graph_text(earlier, "late"),
+                    Catch::Contains("late:2: bad pinned-from='a'"));
+  std::istringstream unpinned("node z cost=1 size=8 pinned-from=a\nnode a cost=1 size=1\n");
+  CHECK_THROWS_WITH(read_graph_text(unpinned, "late"),
+                    Catch::Contains("late:1: bad pinned-from='a'"));
+}
+
+TEST_CASE("the plan floor is what no plan goes under, and why", "[planner][recorded]") {
+  const Graph g = graph_from_trace(read_trace(data("planner/two_steps.trace")));
+  const PlanFloor floor = plan_floor(g);
+  // At the second step's layer-2 weight gradient (gn2): pinned, never freed: parameters
+  // 256, both inputs 128, zb4 and zb3 (already written) and zb2 (its pin starts here) 192,
+  // 9 nodes; the op: gn2 64 and its inputs g2 and a1 200 (w2 is pinned, counted above).
+  CHECK(floor.node == node_named(g, "s2gn2"));
+  CHECK(floor.pinned_bytes == 256 + 128 + 192);
+  CHECK(floor.pinned_count == 9);
+  CHECK(floor.op_bytes == 264);
+  CHECK(floor.bytes == 840);
+  CHECK(floor.bytes >= largest_op_need(g));
+  CHECK_THAT(describe_plan_floor(g, floor), Catch::Contains("at least 840 B") &&
+                                                Catch::Contains("'s2gn2'") &&
+                                                Catch::Contains("9 pinned nodes"));
+  PlanOptions o;
+  o.time_limit_s = 1;
+  for (const PlannerInfo& p : planner_registry()) {
+    INFO(p.name);
+    const PlanResult r = run_planner(*p.make(), g, floor.bytes - 1, o);
+    CHECK_FALSE(r.feasible);
+    CHECK(r.predicted_peak_bytes >= floor.bytes);
+  }
+  // On a training chain the pinned input a_0 (7 B) stays while d_2 is computed from a_1 and
+  // d_3 (1 B each): 10, above the largest op's need (d_1 from a_0 and d_2: 9).
+  const Graph chain =
+      training_chain_graph({{5, 1, 1, 1}, {7, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1}});
+  CHECK(largest_op_need(chain) == 9);
+  CHECK(plan_floor(chain).bytes == 10);
+}
+
+TEST_CASE("warm start on a trace of several steps follows the first step's drops",
+          "[planner][warm][recorded]") {
+  const Trace trace = read_trace(data("planner/two_steps.trace"));
+  const Graph g = graph_from_trace(trace);
+  Plan plan = keep_all_plan(g, "test");
+  plan.decisions = checkpoint_a2(g, true);
+  const PlanHints hints = plan_hints(g, plan, "test");
+  // The guide knows one backward pass (eviction/plan_guide.cpp): the first step's a1 and a3
+  // are dropped after their last forward use; the second step's are left to the heuristic,
+  // and so are the late-pinned buffers.
+  CHECK(hints.nodes[node_named(g, "s1a1")].forward_drop == node_named(g, "s1a2"));
+  CHECK(hints.nodes[node_named(g, "s1a3")].forward_drop == node_named(g, "s1a4"));
+  CHECK(hints.nodes[node_named(g, "s2a1")].forward_drop == PlanHints::kNever);
+  CHECK(hints.nodes[node_named(g, "s2a3")].forward_drop == PlanHints::kNever);
+  CHECK(hints.nodes[node_named(g, "zb1")].last_use == PlanHints::kNever);
+  // Replayed at the plan's evaluated peak, the warm run fits: the heuristic evicts in the
+  // second step what the plan would have dropped.
+  ReplayOptions ro;
+  ro.policy = "dtr_eq";
+  ro.budget.kind = Budget::Kind::bytes;
+  ro.budget.bytes = evaluate_plan(g, plan).peak_bytes;
+  ro.memory = ReplayOptions::Memory::none;
+  ro.debug = 3;
+  ro.max_overhead = 0;
+  ro.plan_hints = std::make_shared<const PlanHints>(hints);
+  const ReplayResult r = replay(trace, compute_baseline(trace), ro);
+  INFO(r.status_name);
+  CHECK(r.status.ok());
+  CHECK(r.peak_bytes <= ro.budget.bytes);
+  CHECK(r.stats.num_plan_drops > 0);
+  CHECK(r.stats.plan_departures == 0);
+}
