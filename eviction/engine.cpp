@@ -265,7 +265,16 @@ Status Engine::record_constant(uint64_t size_bytes, TensorId& out) {
 Status Engine::lock_tensors(const std::vector<TensorId>& ts) {
   // Defined inputs first: rematerializing an evicted one may evict, and must not take
   // another input away (ARCHITECTURE.md "Proven" 7).
-  std::vector<char> locked(ts.size(), 0);
+  // Which are locked: on the stack for an op's usual handful of inputs (a live host
+  // calls this before every op).
+  char few[16];
+  std::vector<char> many;
+  char* locked = few;
+  if (ts.size() > sizeof(few)) {
+    many.resize(ts.size());
+    locked = many.data();
+  }
+  std::fill(locked, locked + ts.size(), 0);
   for (size_t i = 0; i < ts.size(); ++i) {
     if (!tensors_[ts[i]].defined) continue;
     lock(tensors_[ts[i]].storage);

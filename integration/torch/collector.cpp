@@ -36,8 +36,7 @@ void Lineage::drop_lineage(OpId op) {
   OpRec& r = ops_[op];
   if (r.args.empty()) return;
   for (TensorId in : engine_->op_inputs(op)) --storages_[engine_->storage_of(in)].snapshot_refs;
-  r.args.clear();
-  r.args.shrink_to_fit();
+  decltype(r.args)().swap(r.args);  // gives back a spilled buffer too
 }
 
 void Lineage::scan_for_dead() {

@@ -69,6 +69,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <mutex>
 #include <new>
@@ -262,9 +263,21 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     return;
   }
   guard_raw_access();
-  PendingOp pending;
-  pending.info = &info;
-  pending.record = info.kind == OpKind::compute && recording();
+  // Note [Hot-path allocations] in lineage.cpp: one PendingOp per thread, reused; a
+  // second one only if an op ever ran inside an op's fallback on the same thread.
+  thread_local PendingOp reused;
+  thread_local bool reused_busy = false;
+  std::unique_ptr<PendingOp> own;
+  if (reused_busy) own = std::make_unique<PendingOp>();
+  PendingOp& pending = own ? *own : reused;
+  struct Busy {
+    bool* flag;
+    ~Busy() {
+      if (flag) *flag = false;
+    }
+  } busy{reused_busy ? nullptr : &reused_busy};
+  reused_busy = true;
+  pending.reset(info, info.kind == OpKind::compute && recording());
   try {
     lineage->before_op(op, info, *stack, pending);
   } catch (...) {

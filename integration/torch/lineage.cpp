@@ -54,6 +54,19 @@
 // "Proven" 5). The copy is dead to the program at once; it lives as long as some lineage
 // may need it (Note [Collecting dead lineage] in collector.cpp).
 //
+// Note [Hot-path allocations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every op pays for what the fallback allocates, and in a PyTorch process small objects
+// come from glibc's malloc, which costs several times what mimalloc does. A loop of small
+// ops (`x * 1.0001`, bench/torch_op_overhead.py) made 9 mallocs per op without the library
+// and 29 with it. Now 12: the fallback reuses one PendingOp per thread (its scratch vectors
+// keep their capacity); an op record keeps its arguments and slots inline for up to four
+// (SmallVector); a snapshot has no version counter; the engine's lock marks live on the
+// stack; and the tables that gain and lose a node per op (by_impl_, the caching
+// allocator's live blocks) take their nodes from mimalloc. What is left per op: the
+// snapshot (a TensorImpl) per input, and the engine's and this file's records, which are
+// reused after retiring (Note [Retiring] in eviction/engine.cpp).
+//
 #include "integration/torch/lineage_impl.h"
 
 #include <ATen/Parallel.h>
@@ -91,8 +104,10 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // when recorded; they are still freed when they die.
 constexpr size_t kMinEvictableBytes = 16384;
 
-// The tensor at `slot` of values[base...] (an argument or a return).
-at::Tensor slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot slot) {
+// The tensor at `slot` of values[base...] (an argument or a return): a Stack, or an op
+// record's arguments.
+template <typename Values>
+at::Tensor slot_tensor(Values& values, size_t base, TensorSlot slot) {
   const c10::IValue& v = values[base + slot.index];
   return slot.element < 0 ? v.toTensor() : v.toListRef()[slot.element].toTensor();
 }
@@ -118,7 +133,9 @@ void set_slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot s
 // A private view of `t`'s storage with t's metadata, no autograd: what lineage keeps.
 at::Tensor snapshot_of(const at::Tensor& t) {
   return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
-      /*version_counter=*/c10::VariableVersion(/*version=*/0),
+      // No counter: nothing bumps or reads a snapshot's version (remats run below
+      // ADInplaceOrView), and a counter is one more allocation per input.
+      /*version_counter=*/c10::VariableVersion(c10::VariableVersion::DISABLED),
       /*allow_tensor_metadata_change=*/true));
 }
 
@@ -260,7 +277,12 @@ bool Lineage::has_live_readers(StorageId s) {
 void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
                         torch::jit::Stack& stack, PendingOp& pending) {
   const size_t base = stack.size() - info.num_args;
-  std::vector<at::Tensor> tensors;
+  std::vector<at::Tensor>& tensors = pending.tensors;
+  // The op runs without these references, as it would without the library.
+  struct DropOnReturn {
+    std::vector<at::Tensor>& tensors;
+    ~DropOnReturn() { tensors.clear(); }
+  } drop_on_return{tensors};
   for (uint16_t i = 0; i < info.num_args; ++i) {
     for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
       if (t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // Note [Wrapped numbers]
@@ -289,13 +311,15 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       if (!has_live_readers(s)) overwritten = static_cast<int32_t>(k);
     }
   }
-  std::vector<TensorId> to_lock;
+  std::vector<TensorId>& to_lock = pending.locked;  // kept only once lock_tensors succeeds
   for (size_t k = 0; k < pending.inputs.size(); ++k)
     if (pending.inputs[k] != kNoId && static_cast<int32_t>(k) != overwritten)
       to_lock.push_back(pending.inputs[k]);
   const Status status = engine_->lock_tensors(to_lock);
-  if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
-  pending.locked = std::move(to_lock);
+  if (!status.ok()) {
+    to_lock.clear();  // lock_tensors undid its locks
+    torch_compat::throw_out_of_memory("dtr: " + status.message());
+  }
   if (overwritten >= 0) {
     c10::StorageImpl* impl = tensors[overwritten].storage().unsafeGetStorageImpl();
     if (!impl->data() && impl->nbytes() > 0)
@@ -444,10 +468,10 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   const OpInfo& info = *pending.info;
   const size_t base = stack.size() - info.num_returns;
   if (pending.record) {
-    std::vector<OutputSpec> specs;
-    std::vector<TensorSlot> output_slots;
-    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> impls;
-    std::vector<bool> evictable;
+    std::vector<OutputSpec>& specs = pending.specs;
+    std::vector<TensorSlot>& output_slots = pending.output_slots;
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& impls = pending.impls;
+    std::vector<char>& evictable = pending.evictable;
     bool recordable = true;
     TensorSlot target_slot;
     if (pending.target >= 0) {
@@ -494,7 +518,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     }
     if (specs.empty()) recordable = false;
     if (recordable) {
-      std::vector<TensorId> outputs;
+      std::vector<TensorId>& outputs = pending.outputs;
       const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs);
       DTR_CHECK(status.ok(), "recording an op that ran cannot fail");
       sync_tables();
@@ -503,9 +527,10 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
         recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns);
       OpRec& r = ops_[id];
       r.op = op;
-      r.args = std::move(pending.args);
-      r.input_slots = pending.input_slots;
-      r.output_slots = std::move(output_slots);
+      r.args.assign(std::make_move_iterator(pending.args.begin()),
+                    std::make_move_iterator(pending.args.end()));
+      r.input_slots.assign(pending.input_slots.begin(), pending.input_slots.end());
+      r.output_slots.assign(output_slots.begin(), output_slots.end());
       r.in_place = pending.target >= 0;
       r.overwrite = pending.overwrite;
       r.target_slot = target_slot;
@@ -564,6 +589,7 @@ void Lineage::abort_op(PendingOp& pending) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   engine_->unlock_tensors(pending.locked);
   pending.locked.clear();
+  pending.release();
   cow_.clear();
 }
 

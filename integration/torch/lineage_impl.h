@@ -21,6 +21,8 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/SmallVector.h>
+#include <mimalloc.h>
 
 #include <cstdint>
 #include <memory>
@@ -71,6 +73,8 @@ struct OpInfo {
 
 // One op the fallback is running: its inputs, found and locked before it runs, and what
 // recording needs afterwards. Built by Lineage::before_op, finished by after_op/abort_op.
+// The fallback keeps one per thread and reuses it, so its vectors keep their capacity
+// from op to op (Note [Hot-path allocations] in lineage.cpp); reset() starts a new op.
 struct PendingOp {
   const OpInfo* info = nullptr;
   std::vector<TensorSlot> input_slots;  // every defined tensor argument, flattened
@@ -83,6 +87,38 @@ struct PendingOp {
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
   bool overwrite = false;               // Note [Overwrite]
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
+  // Scratch: before_op's input tensors (parallel to input_slots) and after_op's outputs.
+  // Emptied when the op ends (release()): they hold references.
+  std::vector<at::Tensor> tensors;
+  std::vector<OutputSpec> specs;
+  std::vector<TensorSlot> output_slots;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> impls;
+  std::vector<char> evictable;
+  std::vector<TensorId> outputs;
+
+  void reset(const OpInfo& op_info, bool record_op) {
+    info = &op_info;
+    input_slots.clear();
+    inputs.clear();
+    locked.clear();
+    args.clear();
+    target = -1;
+    target_nbytes = 0;
+    record = record_op;
+    new_target_storage = false;
+    overwrite = false;
+    orphan = kNoId;
+    release();
+  }
+  void release() {
+    args.clear();  // moved into the op's record if it was recorded
+    tensors.clear();
+    specs.clear();
+    output_slots.clear();
+    impls.clear();
+    evictable.clear();
+    outputs.clear();
+  }
 };
 
 class Lineage final : public EngineHooks, public EvictionCallback {
@@ -139,9 +175,11 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
-    std::vector<c10::IValue> args;  // empty once the lineage is dropped (or a constant)
-    std::vector<TensorSlot> input_slots;
-    std::vector<TensorSlot> output_slots;  // per engine output: its place among the returns
+    // Empty once the lineage is dropped (or a constant). Inline for a usual op's handful
+    // of arguments: Note [Hot-path allocations] in lineage.cpp.
+    c10::SmallVector<c10::IValue, 4> args;
+    c10::SmallVector<TensorSlot, 4> input_slots;
+    c10::SmallVector<TensorSlot, 2> output_slots;  // per engine output: its place among the returns
     bool in_place = false;    // remat writes target_slot's tensor in its own storage
     bool overwrite = false;   // Note [Overwrite]: the target's old value is not an input
     TensorSlot target_slot;
@@ -179,7 +217,11 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   mutable std::recursive_mutex mutex_;
   std::vector<StorageRec> storages_;
   std::vector<OpRec> ops_;
-  std::unordered_map<const c10::StorageImpl*, StorageId> by_impl_;
+  // Its nodes come from mimalloc: Note [Hot-path allocations] in lineage.cpp.
+  std::unordered_map<const c10::StorageImpl*, StorageId, std::hash<const c10::StorageImpl*>,
+                     std::equal_to<const c10::StorageImpl*>,
+                     mi_stl_allocator<std::pair<const c10::StorageImpl* const, StorageId>>>
+      by_impl_;
   std::vector<StorageId> active_;  // storages not yet discarded
   std::vector<StorageId> alive_;   // ... and not yet found dead (some may be, since)
   std::vector<uint32_t> marks_;    // begin_marks()
