@@ -12,6 +12,7 @@
 //    storage's node, since recomputing that storage must redo the view too, and the graph's
 //    total compute stays equal to the trace's. An op with no results at all becomes a
 //    zero-size node (it still reads its args at that point).
+//  - an alias result that writes in place reads its other args: Note [In-place writes].
 //  - MUTATE: copy-on-write, as the replay does: a fresh node per mutated arg, of that arg's
 //    storage size, depending on every arg's storage; the arg's name moves to the new node
 //    (named NAME.vK for the K-th version, so node names stay unique).
@@ -58,6 +59,30 @@
 // costs a cheap recomputation, nothing worse. A trace whose derivative ops are not named
 // `*backward*` (a hand-written loss whose gradient is plain mul and sum) has no backward
 // node before the first named one; a trace with none plans as keep-all, as before.
+//
+// Note [In-place writes]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The torch host records an in-place op (relu_, `out += identity`, a gradient accumulated
+// into a zeroed buffer, an optimizer's update of a parameter) as a CALL whose result aliases
+// the written arg: no node, its time folded into the written storage's node. The engine
+// still sees the op (sim/replay.cpp): the alias is a tensor of its own, made by that op, and
+// an evicted storage's alias is made again by rerunning it, which reads all its args. Two
+// things the graph must keep so that a plan's drops are the engine's (Note [Warm start] in
+// eviction/plan_guide.cpp):
+//  - a reader of the alias needs what the write read: its deps are the storages of its
+//    args and, for an arg made by an in-place write, what that write read (`write_reads`,
+//    through chains of writes). ResNet's `relu(out += identity)` depends on the identity,
+//    which may be newer than `out` (the downsample branch is computed after the main one),
+//    so it cannot be a dep of out's node; it is one of the relu's.
+//  - the write's own reads, and a PIN (which makes the storage resident there), are uses
+//    without a node: `reads`, the stage (last node made) after which they happen. The
+//    evaluator needs the node resident there; warm start does not drop it before. Without
+//    them an optimizer's read of a gradient, or a pin right after a gradient is made, was
+//    no use at all: a plan let the gradient die at once and the run recomputed it, with its
+//    backward chain (on the 2-step ResNet-18 trace: 435 remats, thrash; docs/planner.md).
+// The phase of a node (Note [Backward passes of a recorded trace]) follows the storages of
+// its args only, so a step's forward pass reading a parameter through the optimizer's alias
+// does not become backward.
 //
 // Note [Late pins]
 // ~~~~~~~~~~~~~~~~
@@ -128,6 +153,18 @@ std::vector<std::vector<uint32_t>> Graph::users() const {
   return out;
 }
 
+std::vector<std::vector<uint32_t>> Graph::uses() const {
+  std::vector<std::vector<uint32_t>> out = users();
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].reads.empty()) continue;
+    std::vector<uint32_t>& u = out[i];
+    u.insert(u.end(), nodes[i].reads.begin(), nodes[i].reads.end());
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+  }
+  return out;
+}
+
 void Graph::validate() const {
   if (first_backward > nodes.size())
     throw PlanError("graph: first_backward " + std::to_string(first_backward) + " is past the " +
@@ -153,6 +190,11 @@ void Graph::validate() const {
                       ") has a late pin at node " + std::to_string(n.pinned_from) +
                       (n.pinned ? ", past the last node" : " but is not pinned") +
                       "; hint: pinned_from names a later node of a pinned node");
+    for (size_t k = 0; k < n.reads.size(); ++k)
+      if (n.reads[k] < i || n.reads[k] >= nodes.size() || (k > 0 && n.reads[k] <= n.reads[k - 1]))
+        throw PlanError("graph: node " + std::to_string(i) + " (" + n.name + ") has a read at node " +
+                        std::to_string(n.reads[k]) +
+                        "; hint: reads name this node or later ones, in ascending order, each once");
   }
 }
 
@@ -181,6 +223,10 @@ std::string graph_hash(const Graph& graph) {
     mix_u64((n.backward ? 1u : 0u) | (n.pinned ? 2u : 0u) | (n.same_op_as_prev ? 4u : 0u) |
             (late ? 8u : 0u));
     if (late) mix_u64(n.pinned_from);  // absent otherwise: older graphs keep their hashes
+    if (!n.reads.empty()) {             // likewise
+      mix_u64(n.reads.size() | (uint64_t{1} << 63));
+      for (uint32_t q : n.reads) mix_u64(q);
+    }
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -228,7 +274,12 @@ Graph graph_from_trace(const Trace& trace) {
       if (g.nodes[d].backward) return true;
     return false;
   };
-  auto deps_of = [&](const std::vector<NameId>& args) {
+  // Note [In-place writes]: per name, the other storages that defining its tensor reads
+  // (empty for a storage's own tensor and for plain views).
+  std::vector<std::vector<uint32_t>> write_reads(trace.names.size());
+  // The storages the args are: the phase of the op (Note [Backward passes of a recorded
+  // trace]) follows these alone.
+  auto storages_of = [&](const std::vector<NameId>& args) {
     std::vector<uint32_t> deps;
     for (NameId a : args)
       if (storage_of[a] != kNone) deps.push_back(storage_of[a]);
@@ -236,8 +287,23 @@ Graph graph_from_trace(const Trace& trace) {
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     return deps;
   };
+  // What recomputing a reader of the args needs: their storages and, for an arg made by
+  // an in-place write, what the write read (Note [In-place writes]).
+  auto deps_of = [&](const std::vector<NameId>& args) {
+    std::vector<uint32_t> deps = storages_of(args);
+    const size_t direct = deps.size();
+    for (NameId a : args) deps.insert(deps.end(), write_reads[a].begin(), write_reads[a].end());
+    if (deps.size() == direct) return deps;
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    return deps;
+  };
   auto retain = [&](uint32_t s) {
     if (s != kNone) ++refs[s];
+  };
+  auto read_at = [&](uint32_t s, uint32_t stage) {
+    std::vector<uint32_t>& reads = g.nodes[s].reads;
+    if (stage >= s && (reads.empty() || reads.back() < stage)) reads.push_back(stage);
   };
   auto drop = [&](uint32_t s) {
     if (s != kNone && refs[s] > 0) --refs[s];
@@ -263,13 +329,14 @@ Graph graph_from_trace(const Trace& trace) {
             add_node(trace.names[ev.results[0].name], 0, ev.results[0].size_bytes, {}, false);
         g.nodes[s].pinned = true;
         storage_of[ev.results[0].name] = s;
+        write_reads[ev.results[0].name].clear();
         constant.resize(g.nodes.size(), 0);
         constant[s] = 1;
         break;
       }
       case TraceEventKind::call: {
         const std::vector<uint32_t> deps = deps_of(ev.args);
-        const bool gradient = is_backward_op_name(ev.op) || reads_backward(deps);
+        const bool gradient = is_backward_op_name(ev.op) || reads_backward(storages_of(ev.args));
         bool made = false;
         for (const TraceResult& r : ev.results) {
           if (r.alias >= 0) continue;
@@ -278,12 +345,18 @@ Graph graph_from_trace(const Trace& trace) {
           g.nodes[s].same_op_as_prev = made;
           made = true;
           storage_of[r.name] = s;
+          write_reads[r.name].clear();
         }
         for (const TraceResult& r : ev.results) {
           if (r.alias < 0) continue;
           const uint32_t s = storage_of[ev.args[r.alias]];
           storage_of[r.name] = s;
           retain(s);
+          // Note [In-place writes]: the alias is defined by this op, which reads `deps`.
+          std::vector<uint32_t>& reads = write_reads[r.name];
+          reads.clear();
+          for (uint32_t d : deps)
+            if (d != s) reads.push_back(d);
           // An in-place write (the torch host records one as an alias result) that reads
           // another storage: Note [Late pins].
           for (NameId a : ev.args)
@@ -291,6 +364,16 @@ Graph graph_from_trace(const Trace& trace) {
               hold(s);
               break;
             }
+        }
+        if (!made && !ev.results.empty()) {
+          // Note [In-place writes]: what the write reads besides the storages it writes is
+          // read now, at the last node made.
+          const uint32_t now = static_cast<uint32_t>(g.nodes.size() - 1);
+          for (uint32_t d : storages_of(ev.args)) {
+            bool written = false;
+            for (const TraceResult& r : ev.results) written |= storage_of[r.name] == d;
+            if (!written) read_at(d, now);
+          }
         }
         if (!made) {
           if (ev.results.empty()) {
@@ -321,17 +404,20 @@ Graph graph_from_trace(const Trace& trace) {
           const NameId name = ev.args[ev.mutated[i]];
           const uint32_t old = storage_of[name];
           storage_of[name] = fresh[i];
+          write_reads[name].clear();  // the new version is its storage's own tensor
           drop(old);
         }
         break;
       }
       case TraceEventKind::copy:
         storage_of[ev.dst] = storage_of[ev.src];
+        write_reads[ev.dst] = write_reads[ev.src];
         retain(storage_of[ev.src]);
         break;
       case TraceEventKind::copy_from: {
         const uint32_t old = storage_of[ev.dst];
         storage_of[ev.dst] = storage_of[ev.src];
+        write_reads[ev.dst] = write_reads[ev.src];
         retain(storage_of[ev.src]);
         drop(old);
         break;
@@ -339,6 +425,9 @@ Graph graph_from_trace(const Trace& trace) {
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
       case TraceEventKind::pin:
         if (storage_of[ev.dst] != kNone) {
+          // A pin makes the storage resident now; one DISCARD later unpins may leave it an
+          // ordinary node (Note [In-place writes]).
+          read_at(storage_of[ev.dst], static_cast<uint32_t>(g.nodes.size() - 1));
           g.nodes[storage_of[ev.dst]].pinned = true;
           pinned_by_pin.insert(storage_of[ev.dst]);
           hold(storage_of[ev.dst]);
@@ -425,6 +514,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
     const uint32_t self = static_cast<uint32_t>(g.nodes.size());
     bool have_cost = false, have_size = false;
     std::string pinned_from;  // resolved after the line: it names a later node
+    std::string reads;        // likewise: later nodes
     for (size_t t = 2; t < l.tokens.size(); ++t) {
       const std::string& tok = l.tokens[t];
       const size_t eq = tok.find('=');
@@ -438,6 +528,8 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         n.same_op_as_prev = true;
       } else if (key == "pinned-from" && eq != std::string::npos) {
         pinned_from = value;
+      } else if (key == "reads" && eq != std::string::npos) {
+        reads = value;
       } else if (key == "cost" && eq != std::string::npos) {
         if (!parse_u64(value, n.compute_ns))
           throw PlanError(graph_error(path, l.number, "bad cost '" + value + "'",
@@ -477,7 +569,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       } else {
         throw PlanError(graph_error(path, l.number, "unknown field '" + tok + "'",
                                     "fields are cost=, size=, deps=, backward, pinned, "
-                                    "pinned-from=, same-op"));
+                                    "pinned-from=, same-op, reads="));
       }
     }
     if (!pinned_from.empty()) {
@@ -489,6 +581,21 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
                         "`pinned` (Note [Late pins])"));
       n.pinned_from = it->second.first;
     }
+    for (size_t start = 0; start < reads.size();) {
+      size_t comma = reads.find(',', start);
+      if (comma == std::string::npos) comma = reads.size();
+      const std::string name = reads.substr(start, comma - start);
+      start = comma + 1;
+      if (name.empty()) continue;
+      const auto it = index.find(name);
+      if (it == index.end() || it->second.first < self)
+        throw PlanError(graph_error(path, l.number, "bad reads= entry '" + name + "'",
+                                    "reads= names this node or nodes defined after it (Note "
+                                    "[In-place writes])"));
+      n.reads.push_back(it->second.first);
+    }
+    std::sort(n.reads.begin(), n.reads.end());
+    n.reads.erase(std::unique(n.reads.begin(), n.reads.end()), n.reads.end());
     if (!have_cost || !have_size)
       throw PlanError(graph_error(path, l.number, "node '" + n.name + "' lacks cost= or size=",
                                   "both are required"));
@@ -526,6 +633,8 @@ void write_graph_text(const Graph& graph, std::ostream& out) {
     if (n.pinned) out << " pinned";
     if (graph.pinned_late(i)) out << " pinned-from=" << graph.nodes[n.pinned_from].name;
     if (n.same_op_as_prev) out << " same-op";
+    for (size_t k = 0; k < n.reads.size(); ++k)
+      out << (k ? "," : " reads=") << graph.nodes[n.reads[k]].name;
     out << "\n";
   }
 }

@@ -20,7 +20,9 @@
 // nodes stay from their computation to their last use; pinned nodes are never freed.
 // A late pin (Note [Late pins] in graph.cpp) starts at stage q = pinned_from: stage q
 // needs the node resident (recomputing it if it was dropped), and for the rules above q
-// is one more use of it; before q the node is an ordinary one.
+// is one more use of it; before q the node is an ordinary one. A node's `reads` (Note
+// [In-place writes] in graph.cpp) are such uses too. Schedule mode does not check reads:
+// a schedule's planner (revolve, rotor, checkmate) sees deps only.
 // Schedule mode executes compute/free steps verbatim and checks them: deps resident at
 // each compute, no compute of a resident node, no free of a pinned or absent node (a late
 // pinned node may be freed before its pin's node is first computed, and must be resident
@@ -45,15 +47,19 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
   if (decisions.size() != n)
     throw PlanError("plan has " + std::to_string(decisions.size()) + " decisions for a graph of " +
                     std::to_string(n) + " nodes");
-  // Users of each node, ascending, with a late pin's stage as one more use; the nodes
-  // each stage must find resident because their pin starts there.
-  auto users = graph.users();
+  // Uses of each node, ascending (its users and reads), with a late pin's stage as one
+  // more use; the nodes each stage must find resident because their pin starts there or
+  // something that makes no node reads them there.
+  auto users = graph.uses();
   std::vector<std::vector<uint32_t>> pins_at(n);
   for (uint32_t j = 0; j < n; ++j) {
+    for (uint32_t q : graph.nodes[j].reads)
+      if (q > j) pins_at[q].push_back(j);  // a read at its own stage: it was just made
     if (!graph.pinned_late(j)) continue;
     const uint32_t q = graph.nodes[j].pinned_from;
     pins_at[q].push_back(j);
-    users[j].insert(std::upper_bound(users[j].begin(), users[j].end(), q), q);
+    auto at = std::lower_bound(users[j].begin(), users[j].end(), q);
+    if (at == users[j].end() || *at != q) users[j].insert(at, q);
   }
   std::vector<uint32_t> next_user_pos(n, 0);  // index into users[j] of the first user > stage
   std::vector<char> resident(n, 0), remat(n, 0), computed(n, 0);
@@ -120,6 +126,7 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
       }
     }
     maybe_free(i, i);
+    for (uint32_t j : pins_at[i]) maybe_free(j, i);  // a read may have been its last use
   }
   finish(graph, e);
   return e;

@@ -1,18 +1,20 @@
 // warm_start.cpp: plan + graph -> the hints the engine's PlanGuide follows (warm_start.h).
 //
-// The rules mirror Note [Static execution] in plan_eval.cpp, node by node:
-//  - last_use: the node's last user, or the node itself when nothing reads it; pinned
-//    nodes are never dropped (kNever), late pins included (Note [Late pins] in graph.cpp:
-//    the guide does not drop a zeroed gradient before the backward writes it, the
-//    engine's heuristic may);
-//  - forward_drop: for a `recompute` forward node, not pinned, that some backward node
-//    reads: its last user before the first backward user (its last forward use), or
-//    itself when only the backward reads it. A node the backward does not read just dies
-//    after its last use. The guide drops on forward_drop only while its stage is before
-//    first_backward (eviction/plan_guide.cpp): it knows one backward pass. On a graph of
-//    several training steps the drops of the later steps' forward values are therefore
-//    not hinted (forward_drop stays kNever for them); a warm run follows the plan's drops
-//    in the first step and leaves the later steps to its heuristic (docs/planner.md).
+// The rules mirror Note [Static execution] in plan_eval.cpp, node by node, with a node's
+// uses being its users and its reads (Note [In-place writes] in graph.cpp):
+//  - last_use: the node's last use, or the node itself when nothing uses it; pinned nodes
+//    are never dropped (kNever);
+//  - forward_drop / backward_use: for a `recompute` forward node, not pinned, that some
+//    backward node uses: its last use before its first backward use (its last forward use
+//    in its own step, or itself) and that first backward use. The guide drops it at a
+//    forward stage between the two (eviction/plan_guide.cpp): each step of a trace of
+//    several training steps has its own backward pass, so each node's own step decides;
+//  - a late-pinned node (Note [Late pins] in graph.cpp) is ordinary before its pin, whose
+//    stage counts as one more use: marked `recompute`, it gets a forward_drop too (the
+//    next step's zeroed gradient buffers are dropped in its forward pass and made again
+//    when the backward writes them), and is never dropped by last_use;
+//  - last_use_read / forward_drop_read: that use is a read after its stage's op (Note
+//    [Reads after a stage] in eviction/plan_guide.cpp).
 // The dep fingerprint (count and sum of the distinct dep indices) lets the guide notice a
 // run that is not the plan's program (Note [Warm start] in eviction/plan_guide.cpp).
 #include "dtr/planner/warm_start.h"
@@ -37,9 +39,9 @@ PlanHints plan_hints(const Graph& graph, const Plan& plan, const std::string& so
                     " nodes; hint: make the plan for this trace with `dtr-plan`");
   PlanHints hints;
   hints.source = source;
-  hints.first_backward = graph.first_backward;
   hints.nodes.resize(graph.size());
   const auto users = graph.users();  // ascending per node
+  const auto uses = graph.uses();    // users and reads (Note [In-place writes])
   hints.user_begin.reserve(graph.size() + 1);
   for (uint32_t j = 0; j < graph.size(); ++j) {
     hints.user_begin.push_back(static_cast<uint32_t>(hints.users.size()));
@@ -50,21 +52,40 @@ PlanHints plan_hints(const Graph& graph, const Plan& plan, const std::string& so
     const GraphNode& g = graph.nodes[j];
     PlanHints::Node& h = hints.nodes[j];
     h.size_bytes = g.size_bytes;
+    h.backward = g.backward;
     h.dep_count = static_cast<uint32_t>(g.deps.size());
     for (uint32_t d : g.deps) h.dep_sum += d;
-    if (g.pinned) continue;
-    h.last_use = users[j].empty() ? j : std::max(j, users[j].back());
+    // A pinned node is never dropped, but a late pin starts later: before it the node is
+    // an ordinary one, and a `recompute` one is dropped in the forward pass (Note [Late
+    // pins] in graph.cpp: the zeroed gradient buffers of the next step).
+    const bool late = graph.pinned_late(j);
+    if (g.pinned && !late) continue;
+    // A read at stage q comes after the op that made node q (Note [In-place writes]).
+    auto is_read = [&](uint32_t q) {
+      return std::binary_search(g.reads.begin(), g.reads.end(), q);
+    };
+    std::vector<uint32_t> node_uses = uses[j];
+    if (late) {
+      const uint32_t q = graph.pin_stage(j);
+      node_uses.erase(std::upper_bound(node_uses.begin(), node_uses.end(), q), node_uses.end());
+      if (node_uses.empty() || node_uses.back() != q) node_uses.push_back(q);
+    } else {
+      h.last_use = node_uses.empty() ? j : std::max(j, node_uses.back());
+      h.last_use_read = is_read(h.last_use);
+    }
     if (plan.decisions[j] != NodeDecision::recompute || g.backward) continue;
+    // Its own step's forward uses, up to the first backward use (Note [Static execution]
+    // in plan_eval.cpp: a node is dropped at a forward stage whose next use is backward).
     uint32_t last_forward = j;
-    bool backward_user = false;
-    for (uint32_t u : users[j]) {
+    for (uint32_t u : node_uses) {
       if (graph.nodes[u].backward) {
-        backward_user = true;
+        h.forward_drop = last_forward;
+        h.forward_drop_read = is_read(last_forward);
+        h.backward_use = u;
         break;
       }
       last_forward = std::max(last_forward, u);
     }
-    if (backward_user && last_forward < graph.first_backward) h.forward_drop = last_forward;
   }
   return hints;
 }

@@ -14,10 +14,14 @@
 // pins] in planner/graph.cpp). Planners decide, per stage, which nodes are resident and
 // which are (re)computed.
 //
+// A node may also be read after its stage by what makes no node (`reads`: an in-place write
+// into another storage, a PIN); those stages need it resident like its users.
+//
 // Invariants (Graph::validate throws PlanError on a violation): deps are in range and point
 // backward (a topological order; a cycle in a text graph is reported as such), sizes and
 // costs are non-negative, first_backward is the index of the first backward node (size()
-// when there is none), a late pin names a later node of a pinned one.
+// when there is none), a late pin names a later node of a pinned one, reads name this or later
+// nodes in ascending order.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +51,10 @@ struct GraphNode {
   // starts at node pinned_from's computation, which needs this node resident; before, it
   // is an ordinary node. 0: pinned from its own computation.
   uint32_t pinned_from = 0;
+  // Stages (ascending node indices, its own or later) after which the node is read by what makes
+  // no node of its own: an in-place write into another storage, a PIN (Note [In-place
+  // writes] in planner/graph.cpp). Each is one more use: that stage needs it resident.
+  std::vector<uint32_t> reads;
   // Another output of the op that made node i-1 (multi-output ops, e.g. batch norm): the
   // op runs once for all its outputs in the trace, so total_compute_ns() and the forward
   // pass of plan evaluation charge it once; a recomputation charges each node it reruns.
@@ -71,6 +79,8 @@ struct Graph {
   uint64_t total_compute_ns() const;
   // Users of each node (inverse of deps), computed on demand.
   std::vector<std::vector<uint32_t>> users() const;
+  // Every stage that needs each node resident: its users and its `reads`, ascending.
+  std::vector<std::vector<uint32_t>> uses() const;
   // Throws PlanError naming the first broken invariant.
   void validate() const;
 };
@@ -93,6 +103,7 @@ bool is_backward_op_name(const std::string& op);
 
 // The text format for hand-made graphs (docs/plan-format.md), one node per line:
 //   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned] [pinned-from=LATER] [same-op]
+//        [reads=LATER,...]
 // `#` starts a comment. Names must be defined before use; a dependency on a later node
 // (which is how a cycle shows up) is an error naming the line.
 Graph read_graph_text(std::istream& in, const std::string& path_for_errors);

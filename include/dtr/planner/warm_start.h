@@ -1,10 +1,10 @@
 // warm_start.h: a static plan as the starting knowledge of the dynamic runtime.
 //
-// The plan's graph is the trace's (graph_from_trace): storage k of a replay is node k, so
-// a plan translates into PlanHints for the engine's PlanGuide (eviction/plan_guide.h,
+// The plan's graph is the trace's (graph_from_trace): the k-th storage a replay makes is
+// node k, so a plan translates into PlanHints for the engine's PlanGuide (eviction/plan_guide.h,
 // Note [Warm start] in eviction/plan_guide.cpp) by the evaluator's own rules (Note [Static
 // execution] in planner/plan_eval.cpp): a node dies after its last use; a `recompute`
-// forward node that the backward reads is dropped after its last forward use. A plan's
+// forward node that its step's backward reads is dropped after its last forward use. A plan's
 // explicit schedule, if any, is not followed: its decisions are (every method writes them;
 // for schedule methods they are the states stored in the first sweep), and deeper
 // recomputation is left to the engine's on-demand rematerialization.
