@@ -20,6 +20,7 @@
 #include "dtr/planner/warm_start.h"
 
 #include <algorithm>
+#include <fstream>
 
 namespace dtr {
 
@@ -96,6 +97,25 @@ std::shared_ptr<const PlanHints> load_warm_start(const Trace& trace, const std::
   check_plan_matches(plan, graph, plan_path, base_name(trace.path));
   return std::make_shared<const PlanHints>(
       plan_hints(graph, plan, base_name(plan_path) + " (" + plan.method + ")"));
+}
+
+std::shared_ptr<const PlanHints> load_warm_start(const std::string& plan_path,
+                                                 const std::string& trace_path) {
+  std::string path = trace_path;
+  if (path.empty()) {
+    const Plan plan = read_plan(plan_path);
+    if (plan.trace.empty())
+      throw PlanError("plan '" + plan_path + "' names no trace file; give the trace it was "
+                      "made for with option plan_trace (DTR_PLAN_TRACE)");
+    const size_t slash = plan_path.find_last_of('/');
+    path = (slash == std::string::npos ? std::string() : plan_path.substr(0, slash + 1)) +
+           base_name(plan.trace);
+    if (!std::ifstream(path))
+      throw PlanError("plan '" + plan_path + "' was made for trace '" + plan.trace +
+                      "', which is not at " + path + "; give its path with option plan_trace "
+                      "(DTR_PLAN_TRACE)");
+  }
+  return load_warm_start(read_trace(path), plan_path);
 }
 
 }  // namespace dtr

@@ -67,6 +67,22 @@
 // snapshot (a TensorImpl) per input, and the engine's and this file's records, which are
 // reused after retiring (Note [Retiring] in eviction/engine.cpp).
 //
+// Note [Warm start in PyTorch]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DTR_PLAN=plan.json makes the engine follow a static plan made (dtr-plan) from a trace
+// this host recorded (DTR_TRACE) of the same script: a PlanGuide (Note [Warm start] in
+// eviction/plan_guide.cpp) wraps this host's hooks, and the host tells it of every engine
+// op, as the simulator's replay does: after each recorded op, once its inputs are unlocked
+// (after_op), and after each constant (register_constant, before the reading op locks
+// anything). Plan node k is the k-th storage the engine makes; this host reuses retired
+// ids, so the guide numbers storages itself (Note [Creation index]). A rerun of the script
+// makes the same storages in the same order (the same ops, outputs, constants at first use
+// and copies on write; views and opaque ops make none, here as in the trace), whatever the
+// budget, so node k is storage k. Where the run departs (another batch size, more steps
+// than the trace had), the guide stops for good and the policy carries on: a plan made from
+// a 2-step trace guides the first two steps of a longer run. The report's
+// dtr.plan_departure says where (tests/torch/test_plan.py).
+//
 #include "integration/torch/lineage_impl.h"
 
 #include <ATen/Parallel.h>
@@ -173,8 +189,9 @@ thread_local bool recording_on = true;
 
 Lineage* the_lineage() { return lineage_ptr.load(std::memory_order_acquire); }
 
-Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history)
-    : config_(config), allocator_(allocator), history_(history) {
+Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
+                 std::shared_ptr<const PlanHints> plan)
+    : config_(config), allocator_(allocator), history_(history), plan_(std::move(plan)) {
   EngineConfig ec;
   ec.search = parse_search_mode(config.search);
   ec.sample_size = config.sample;
@@ -187,8 +204,14 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   memory.engine_allocates = false;
   recording_ = std::make_unique<Recording>(config_, allocator, clock_);
   tracing_ = !config_.trace.empty();
+  EngineHooks* hooks = recording_->engine_hooks(this);
+  if (plan_) {  // Note [Warm start in PyTorch]
+    guide_ = std::make_unique<PlanGuide>(*plan_, hooks);
+    hooks = guide_.get();
+  }
   engine_ = std::make_unique<Engine>(ec, builtin_heuristics().make(config.policy, params),
-                                     clock_, recording_->engine_hooks(this), memory);
+                                     clock_, hooks, memory);
+  if (guide_) guide_->bind(*engine_);
   recording_->bind(*engine_);
   our_deleter_ = torch_compat::cpu_allocator()->raw_deleter();
   // The engine made itself the allocator's callback; requests must take the engine lock
@@ -246,6 +269,8 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   sync_tables();
   adopt(engine_->storage_of(id), t.storage().getWeakStorageImpl(), id);
   recording_->constant(id, t.storage().nbytes());
+  // Note [Warm start in PyTorch]: the op's inputs are not locked yet.
+  if (guide_) guide_->end_op(*engine_, engine_->op_of(id));
   return id;
 }
 
@@ -467,6 +492,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const OpInfo& info = *pending.info;
   const size_t base = stack.size() - info.num_returns;
+  OpId recorded = kNoId;
   if (pending.record) {
     std::vector<OutputSpec>& specs = pending.specs;
     std::vector<TensorSlot>& output_slots = pending.output_slots;
@@ -523,6 +549,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       DTR_CHECK(status.ok(), "recording an op that ran cannot fail");
       sync_tables();
       const OpId id = engine_->op_of(outputs[0]);
+      recorded = id;
       if (recording_->active())
         recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns);
       OpRec& r = ops_[id];
@@ -576,6 +603,8 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     engine_->discard(pending.orphan);
     rec.discarded = true;
   }
+  // Note [Warm start in PyTorch]: the op's inputs are unlocked now.
+  if (guide_ && recorded != kNoId) guide_->end_op(*engine_, recorded);
   ++ops_recorded_;
   // What the last full collect kept, not active_ now: active_ grows with every op until
   // the next full collect, so comparing with it would put that off for good.
@@ -735,9 +764,10 @@ void write_recordings_at_exit() {
     if (getpid() == loader_pid) lineage->write_recordings();
 }
 
-void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history) {
+void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
+                   std::shared_ptr<const PlanHints> plan) {
   if (the_lineage()) return;
-  auto* lineage = new Lineage(config, allocator, history);  // never deleted: Note [Immortal allocator]
+  auto* lineage = new Lineage(config, allocator, history, std::move(plan));  // never deleted: Note [Immortal allocator]
   lineage_ptr.store(lineage, std::memory_order_release);
   loader_pid = getpid();
   if (!config.trace.empty() || !config.timeline.empty()) std::atexit(write_recordings_at_exit);
@@ -761,6 +791,18 @@ bool recording() { return recording_on; }
 
 void collect_lineage() {
   if (Lineage* lineage = the_lineage()) lineage->collect(/*full=*/true);
+}
+
+std::string plan_source() {
+  Lineage* lineage = the_lineage();
+  return lineage && lineage->plan() ? lineage->plan()->source : std::string();
+}
+
+std::string plan_departure() {
+  Lineage* lineage = the_lineage();
+  if (!lineage || !lineage->guide()) return std::string();
+  std::lock_guard<std::recursive_mutex> lock(lineage->mutex());
+  return lineage->guide()->departure();
 }
 
 }  // namespace dtr::torch_integration

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "dtr/core/stats.h"
@@ -16,6 +17,7 @@ namespace dtr {
 class CachingAllocator;
 class MemoryHistory;
 struct Config;
+struct PlanHints;
 
 namespace torch_integration {
 
@@ -23,7 +25,10 @@ namespace torch_integration {
 // allocator's eviction callback, registers the dispatcher fallback and enables it on the
 // calling thread. Throws ConfigError for a bad policy or search mode. Once per process.
 // `history` (may be null) is the snapshot's recorder: the lineage tells it categories.
-void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history);
+// `plan` (may be null; DTR_PLAN) is a warm start the engine follows: Note [Warm start in
+// PyTorch] in lineage.cpp.
+void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
+                   std::shared_ptr<const PlanHints> plan = nullptr);
 bool lineage_started();
 
 // The engine's stats (dtr.* keys); zeros before start_lineage.
@@ -36,6 +41,11 @@ bool recording();
 
 // Frees what lineage holds only for dead tensors (Note [Collecting dead lineage]).
 void collect_lineage();
+
+// DTR_PLAN: what the plan is ("plan.json (rotor)"), and where the run left it ("" while it
+// follows it); both "" without a plan.
+std::string plan_source();
+std::string plan_departure();
 
 }  // namespace torch_integration
 }  // namespace dtr

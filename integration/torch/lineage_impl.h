@@ -38,6 +38,7 @@
 #include "dtr/core/options.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/engine.h"
+#include "dtr/eviction/plan_guide.h"
 #include "integration/torch/compat.h"
 
 namespace dtr::torch_integration {
@@ -125,10 +126,14 @@ class Lineage final : public EngineHooks, public EvictionCallback {
  public:
   // `history` (DTR_SNAPSHOT; may be null) learns which blocks are parameters and
   // activations, and which frees are evictions and which allocations remats.
-  Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history);
+  // `plan` (may be null): DTR_PLAN's hints, Note [Warm start in PyTorch].
+  Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
+          std::shared_ptr<const PlanHints> plan);
 
   std::recursive_mutex& mutex() { return mutex_; }
   Engine& engine() { return *engine_; }
+  const PlanGuide* guide() const { return guide_.get(); }
+  const PlanHints* plan() const { return plan_.get(); }
 
   // The fallback's side (dispatch_hook.cpp). `stack` holds the op's arguments on top.
   void before_op(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& stack,
@@ -213,6 +218,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t deaths_ = 0;                      // storages found dead so far
   uint64_t full_collect_deaths_ = UINT64_MAX;
   SteadyClock clock_;
+  std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
+  std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
   std::unique_ptr<Engine> engine_;
   mutable std::recursive_mutex mutex_;
   std::vector<StorageRec> storages_;

@@ -61,6 +61,7 @@
 #include "dtr/core/clock.h"
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
+#include "dtr/planner/warm_start.h"
 #include "integration/torch/cpu_allocator.h"
 #include "integration/torch/lineage.h"
 
@@ -241,6 +242,11 @@ void report_at_exit() {
   summary["dtr.num_remats"] = engine.num_remats;
   summary["dtr.remat_compute_ns"] = engine.remat_compute_ns;
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
+  if (!plan_source().empty()) {  // DTR_PLAN: Note [Warm start in PyTorch] in lineage.cpp
+    summary["dtr.plan"] = plan_source();
+    summary["dtr.num_plan_drops"] = engine.num_plan_drops;
+    summary["dtr.plan_departure"] = plan_departure();
+  }
   std::fprintf(stderr, "dtr: report %s\n", summary.dump().c_str());
   std::fflush(stderr);
 }
@@ -257,10 +263,18 @@ void load_runtime() {
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }
-  if (!config.plan.empty())
-    std::fprintf(stderr, "dtr: note: plan=%s is not followed here: the PyTorch runtime does "
-                 "not read plans yet (dtr-sim run --plan does; docs/planner.md)\n",
-                 config.plan.c_str());
+  // DTR_PLAN: a plan that cannot be followed is a bad option (Note [Bad configuration]).
+  std::shared_ptr<const PlanHints> plan;
+  if (!config.plan.empty() && config.remat) {
+    try {
+      plan = load_warm_start(config.plan, config.plan_trace);
+    } catch (const std::exception& e) {
+      fail_at_start(std::string("dtr: option plan: ") + e.what());
+    }
+  } else if (!config.plan.empty()) {
+    std::fprintf(stderr, "dtr: note: plan=%s is not followed with remat:False (nothing is "
+                 "evicted or recomputed)\n", config.plan.c_str());
+  }
   const bool report = config.report;
   auto* rt = new TorchRuntime(std::move(config), budget_bytes);  // never deleted
   switch (install_cpu_allocator(rt->allocator())) {
@@ -276,7 +290,7 @@ void load_runtime() {
   runtime_ptr.store(rt, std::memory_order_release);
   try {
     if (rt->config().remat)  // Note [Eviction hook-up]
-      start_lineage(rt->config(), rt->allocator(), rt->history());
+      start_lineage(rt->config(), rt->allocator(), rt->history(), std::move(plan));
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }

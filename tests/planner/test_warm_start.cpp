@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include <unistd.h>
@@ -207,6 +208,33 @@ TEST_CASE("a plan for another trace is refused when it is loaded", "[planner][wa
   ReplayOptions o;
   o.plan_path = path;
   CHECK_THROWS_AS(replay(a, compute_baseline(a), o), ConfigError);
+}
+
+TEST_CASE("a live host loads a plan with the trace it names, beside it or given",
+          "[planner][warm]") {
+  // load_warm_start(plan, trace path): DTR_PLAN and DTR_PLAN_TRACE of the torch host.
+  const std::string dir = "/tmp/dtr_warm_files_" + std::to_string(getpid());
+  REQUIRE(system(("mkdir -p " + dir + "/elsewhere").c_str()) == 0);
+  Trace a = make_linear_chain_trace(16);
+  a.path = dir + "/chain.trace";
+  write_trace(a, a.path);
+  const Graph ga = graph_from_trace(a);
+  Plan plan = periodic_plan(ga, 4);
+  bind_plan(plan, ga, a.path);  // names "chain.trace", no directory
+  const std::string beside = dir + "/plan.json", away = dir + "/elsewhere/plan.json";
+  write_plan(plan, beside);
+  write_plan(plan, away);
+  CHECK(load_warm_start(beside, "")->nodes.size() == ga.size());
+  CHECK(load_warm_start(away, a.path)->nodes.size() == ga.size());
+  CHECK_THROWS_WITH(load_warm_start(away, ""),
+                    Catch::Contains("chain.trace") && Catch::Contains("plan_trace"));
+  // Another trace given: refused as for the simulator.
+  Trace b = make_linear_chain_trace(17);
+  b.path = dir + "/other.trace";
+  write_trace(b, b.path);
+  CHECK_THROWS_WITH(load_warm_start(beside, b.path), Catch::Contains("plan for another trace"));
+  CHECK_THROWS(load_warm_start(dir + "/missing.json", ""));
+  REQUIRE(system(("rm -rf " + dir).c_str()) == 0);
 }
 
 TEST_CASE("dtr-sim run --plan and DTR_PLAN warm-start; another trace's plan exits 2",

@@ -60,6 +60,9 @@ struct Budget {
     "warm start: follow this static plan (`dtr-plan --out`) made for the trace being run: drop "  \
     "what it recomputes, keep its checkpoints, fall back to the policy where the run departs "   \
     "from it (docs/planner.md)")                                                                  \
+  X(plan_trace, std::string, "plan_trace", "DTR_PLAN_TRACE", "",                                   \
+    "PyTorch: the trace the plan was made for (a DTR_TRACE of an earlier run of the same "        \
+    "script); empty = the trace file the plan names, in the plan's directory")                   \
   X(remat, bool, "remat", "DTR_REMAT", "True",                                                    \
     "PyTorch: record lineage, evict and rematerialize under the budget; False = the caching "    \
     "allocator and its hard budget only (a baseline run)")                                       \

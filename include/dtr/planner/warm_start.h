@@ -28,4 +28,10 @@ PlanHints plan_hints(const Graph& graph, const Plan& plan, const std::string& so
 // its hints, with source "FILE (METHOD)".
 std::shared_ptr<const PlanHints> load_warm_start(const Trace& trace, const std::string& plan_path);
 
+// For a live host that has only the plan (DTR_PLAN): reads the trace at `trace_path`, or,
+// when it is empty, the trace the plan names (its `trace.file`) in the plan's directory,
+// then as above. Throws PlanError (or TraceError) naming the file and what to do.
+std::shared_ptr<const PlanHints> load_warm_start(const std::string& plan_path,
+                                                 const std::string& trace_path);
+
 }  // namespace dtr
