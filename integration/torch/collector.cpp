@@ -14,6 +14,8 @@
 // values), and drops the lineage (snapshots) of ops whose outputs are all discarded,
 // which lets their inputs die in turn. Without this, recording alone grows memory without
 // bound (ARCHITECTURE.md "Proven" 6).
+#include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -39,13 +41,15 @@ void Lineage::drop_lineage(OpId op) {
   decltype(r.args)().swap(r.args);  // gives back a spilled buffer too
 }
 
-void Lineage::scan_for_dead() {
+void Lineage::scan_for_dead(size_t newest) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  dead_scan_ops_ = ops_recorded_;
+  if (newest >= alive_.size()) dead_scan_ops_ = ops_recorded_;
   // Only storages not yet found dead are scanned (alive_ drops the others as it goes),
-  // so a scan costs what the program holds, not what lineage remembers.
-  size_t kept = 0;
-  for (size_t i = 0; i < alive_.size(); ++i) {
+  // so a scan costs what the program holds, not what lineage remembers; a scan of the
+  // newest few costs a few (Note [Temporaries]).
+  const size_t first = alive_.size() - std::min(newest, alive_.size());
+  size_t kept = first;
+  for (size_t i = first; i < alive_.size(); ++i) {
     const StorageId s = alive_[i];
     StorageRec& rec = storages_[s];
     if (rec.dead) continue;

@@ -42,6 +42,10 @@ bool recording();
 // Frees what lineage holds only for dead tensors (Note [Collecting dead lineage]).
 void collect_lineage();
 
+// The allocator's budget is now `budget_bytes` (python: dtr.set_budget): Note [Temporaries]
+// in lineage.cpp.
+void lineage_budget_changed(uint64_t budget_bytes);
+
 // DTR_PLAN: what the plan is ("plan.json (rotor)"), and where the run left it ("" while it
 // follows it); both "" without a plan.
 std::string plan_source();

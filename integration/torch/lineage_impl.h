@@ -24,6 +24,7 @@
 #include <c10/util/SmallVector.h>
 #include <mimalloc.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -151,8 +152,12 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
   // need; called every so many ops and before evicting for the allocator.
   void collect(bool full);
-  // The first half of a collect: releases storages found dead since the last scan.
-  void scan_for_dead();
+  // Note [Temporaries]: whether the newest storages are scanned after every op.
+  void set_scan_newest(bool on) { scan_newest_.store(on, std::memory_order_relaxed); }
+
+  // The first half of a collect: releases storages found dead since the last scan, among
+  // the `newest` storages adopted last (all by default: Note [Temporaries]).
+  void scan_for_dead(size_t newest = SIZE_MAX);
 
   // DTR_TRACE, DTR_TIMELINE: writes what was recorded (recording.h).
   void write_recordings();
@@ -238,6 +243,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
   std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
   bool tracing_ = false;                  // DTR_TRACE: scan for deaths before every op
+  std::atomic<bool> scan_newest_{false};  // no budget: Note [Temporaries]
   uint64_t ops_recorded_ = 0;
   uint64_t ops_since_collect_ = 0;
   uint64_t kept_at_collect_ = 0;  // active_.size() after the last full collect

@@ -355,6 +355,7 @@ int dtr_torch_set_budget(const char* text) {
                    " are allocated now; free tensors first";
       return 2;
     }
+    lineage_budget_changed(bytes);  // Note [Temporaries] in lineage.cpp
     return 0;
   } catch (const std::exception& e) {
     last_error = e.what();
