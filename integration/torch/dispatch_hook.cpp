@@ -69,8 +69,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
