@@ -466,6 +466,18 @@ bool parse_u64(const std::string& text, uint64_t& out) {
   return ec == std::errc() && ptr == end;
 }
 
+// The names in a comma-separated list (deps=, reads=), empty entries skipped.
+std::vector<std::string> name_list(const std::string& list) {
+  std::vector<std::string> names;
+  for (size_t start = 0; start < list.size();) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    if (comma > start) names.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return names;
+}
+
 bool valid_name(const std::string& name) {
   if (name.empty()) return false;
   for (char c : name)
@@ -544,13 +556,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         }
         have_size = true;
       } else if (key == "deps" && eq != std::string::npos) {
-        size_t start = 0;
-        while (start <= value.size()) {
-          size_t comma = value.find(',', start);
-          if (comma == std::string::npos) comma = value.size();
-          const std::string dep = value.substr(start, comma - start);
-          start = comma + 1;
-          if (dep.empty()) continue;
+        for (const std::string& dep : name_list(value)) {
           const auto it = index.find(dep);
           if (it == index.end())
             throw PlanError(graph_error(path, l.number,
@@ -581,12 +587,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
                         "`pinned` (Note [Late pins])"));
       n.pinned_from = it->second.first;
     }
-    for (size_t start = 0; start < reads.size();) {
-      size_t comma = reads.find(',', start);
-      if (comma == std::string::npos) comma = reads.size();
-      const std::string name = reads.substr(start, comma - start);
-      start = comma + 1;
-      if (name.empty()) continue;
+    for (const std::string& name : name_list(reads)) {
       const auto it = index.find(name);
       if (it == index.end() || it->second.first < self)
         throw PlanError(graph_error(path, l.number, "bad reads= entry '" + name + "'",
