@@ -91,19 +91,27 @@ PlanHints plan_hints(const Graph& graph, const Plan& plan, const std::string& so
   return hints;
 }
 
-std::shared_ptr<const PlanHints> load_warm_start(const Trace& trace, const std::string& plan_path) {
-  const Plan plan = read_plan(plan_path);
+namespace {
+
+std::shared_ptr<const PlanHints> hints_for(const Trace& trace, const Plan& plan,
+                                           const std::string& plan_path) {
   const Graph graph = graph_from_trace(trace);
   check_plan_matches(plan, graph, plan_path, base_name(trace.path));
   return std::make_shared<const PlanHints>(
       plan_hints(graph, plan, base_name(plan_path) + " (" + plan.method + ")"));
 }
 
+}  // namespace
+
+std::shared_ptr<const PlanHints> load_warm_start(const Trace& trace, const std::string& plan_path) {
+  return hints_for(trace, read_plan(plan_path), plan_path);
+}
+
 std::shared_ptr<const PlanHints> load_warm_start(const std::string& plan_path,
                                                  const std::string& trace_path) {
+  const Plan plan = read_plan(plan_path);  // read once: it names its trace
   std::string path = trace_path;
   if (path.empty()) {
-    const Plan plan = read_plan(plan_path);
     if (plan.trace.empty())
       throw PlanError("plan '" + plan_path + "' names no trace file; give the trace it was "
                       "made for with option plan_trace (DTR_PLAN_TRACE)");
@@ -115,7 +123,7 @@ std::shared_ptr<const PlanHints> load_warm_start(const std::string& plan_path,
                       "', which is not at " + path + "; give its path with option plan_trace "
                       "(DTR_PLAN_TRACE)");
   }
-  return load_warm_start(read_trace(path), plan_path);
+  return hints_for(read_trace(path), plan, plan_path);
 }
 
 }  // namespace dtr
