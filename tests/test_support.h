@@ -1,10 +1,12 @@
 // test_support.h: helpers shared by the tests.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace dtr::test {
@@ -20,6 +22,19 @@ inline std::string log_path(const std::string& prefix) {
   }
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   return out;
+}
+
+// A file under tests/data.
+inline std::string test_data(const std::string& rel) {
+  return std::string(DTR_TEST_DATA_DIR) + "/" + rel;
+}
+
+// The index of the node called `name` in a planner Graph; throws if there is none.
+template <typename Graph>
+uint32_t node_named(const Graph& g, const std::string& name) {
+  for (uint32_t i = 0; i < g.size(); ++i)
+    if (g.nodes[i].name == name) return i;
+  throw std::runtime_error("no node named " + name);
 }
 
 inline std::string read_file(const std::string& path) {

@@ -14,6 +14,7 @@
 #include "test_support.h"
 
 using dtr::test::run_command;
+using dtr::test::test_data;
 
 namespace {
 // dtr-plan is built next to dtr-sim.
@@ -21,7 +22,6 @@ std::string plan_bin() {
   std::string sim = DTR_SIM_BIN;
   return sim.substr(0, sim.size() - std::string("dtr-sim").size()) + "dtr-plan";
 }
-std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
 std::string tmp(const std::string& name) {
   return "/tmp/dtr_plan_test_" + std::to_string(getpid()) + "_" + name;
 }
@@ -48,7 +48,7 @@ TEST_CASE("every dtr-plan command has --help and `methods` lists the registry", 
 TEST_CASE("dtr-plan writes a plan that eval accepts", "[planner][cli]") {
   require_bin();
   const std::string out = tmp("small.json");
-  const auto r = run_command(plan_bin() + " --graph " + data("planner/small.graph") +
+  const auto r = run_command(plan_bin() + " --graph " + test_data("planner/small.graph") +
                              " --budget 400 --method chen --out " + out);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -57,12 +57,12 @@ TEST_CASE("dtr-plan writes a plan that eval accepts", "[planner][cli]") {
   CHECK(j["format"] == "dtr-plan");
   CHECK(j["method"] == "chen");
   CHECK(j["trace"]["file"] == "small.graph");
-  const auto e = run_command(plan_bin() + " eval --graph " + data("planner/small.graph") + " --plan " + out);
+  const auto e = run_command(plan_bin() + " eval --graph " + test_data("planner/small.graph") + " --plan " + out);
   INFO(e.output);
   CHECK(e.exit_code == 0);
   CHECK(e.output.find("fits") != std::string::npos);
   // The same plan against a trace it was not made for.
-  const auto other = run_command(plan_bin() + " eval --trace " + data("traces/good.log") + " --plan " + out);
+  const auto other = run_command(plan_bin() + " eval --trace " + test_data("traces/good.log") + " --plan " + out);
   CHECK(other.exit_code == 2);
   CHECK(other.output.find("plan for another trace") != std::string::npos);
   std::remove(out.c_str());
@@ -74,15 +74,15 @@ TEST_CASE("dtr-plan: bad input exits 2 with a clear message", "[planner][cli]") 
     std::string args, message;
   };
   const std::vector<Case> cases = {
-      {" --graph " + data("planner/cycle.graph") + " --budget 4", "cycle.graph:3: cycle or undefined node"},
-      {" --graph " + data("planner/small.graph") + " --budget 100", "below the largest single op's need"},
-      {" --graph " + data("planner/small.graph") + " --budget 400 --method nosuch", "valid methods: chen"},
-      {" --graph " + data("planner/small.graph") + " --budget 1.5", "budget"},
-      {" --graph " + data("planner/small.graph"), "--budget is required"},
-      {" --trace " + data("traces/bad_json.log") + " --budget 0.5", "bad_json.log:"},
-      {" eval --graph " + data("planner/small.graph") + " --plan " + data("planner/corrupt_plan.json"),
+      {" --graph " + test_data("planner/cycle.graph") + " --budget 4", "cycle.graph:3: cycle or undefined node"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 100", "below the largest single op's need"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 400 --method nosuch", "valid methods: chen"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 1.5", "budget"},
+      {" --graph " + test_data("planner/small.graph"), "--budget is required"},
+      {" --trace " + test_data("traces/bad_json.log") + " --budget 0.5", "bad_json.log:"},
+      {" eval --graph " + test_data("planner/small.graph") + " --plan " + test_data("planner/corrupt_plan.json"),
        "corrupt_plan.json: not valid JSON"},
-      {" eval --graph " + data("planner/small.graph") + " --plan " + data("planner/wrong_trace_plan.json"),
+      {" eval --graph " + test_data("planner/small.graph") + " --plan " + test_data("planner/wrong_trace_plan.json"),
        "plan for another trace"},
       {" --trace a --graph b --budget 0.5", "exactly one of --trace"},
   };
@@ -97,7 +97,7 @@ TEST_CASE("dtr-plan: bad input exits 2 with a clear message", "[planner][cli]") 
 TEST_CASE("dtr-plan compare prints static and dynamic rows, CSV and SVG", "[planner][cli]") {
   require_bin();
   const std::string csv = tmp("cmp.csv"), svg = tmp("cmp.svg");
-  const auto r = run_command(plan_bin() + " compare --trace " + data("golden/small.log") +
+  const auto r = run_command(plan_bin() + " compare --trace " + test_data("golden/small.log") +
                              " --budgets 0.5,0.8 --methods chen,rotor --policies dtr_eq,lru --csv " +
                              csv + " --svg " + svg);
   INFO(r.output);
@@ -121,7 +121,7 @@ TEST_CASE("dtr-plan: checkmate on a graph above its node limit is a clear refusa
   require_bin();
   // plan: exit 2 with the reason and what to use instead.
   const auto r = run_command(plan_bin() + " --milp-max-nodes 5 --graph " +
-                             data("planner/small.graph") + " --budget 400 --method checkmate");
+                             test_data("planner/small.graph") + " --budget 400 --method checkmate");
   INFO(r.output);
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("checkmate: too large: 7 nodes > limit 5") != std::string::npos);
@@ -154,7 +154,7 @@ TEST_CASE("dtr-plan: checkmate on a graph above its node limit is a clear refusa
 
 TEST_CASE("dtr-plan says why no plan fits a recorded trace", "[planner][cli][recorded]") {
   require_bin();
-  const std::string trace = data("planner/two_steps.trace");
+  const std::string trace = test_data("planner/two_steps.trace");
   // Below the floor (Note [Plan floor]): INFEASIBLE, and the least any plan needs, and why.
   const auto r = run_command(plan_bin() + " --trace " + trace + " --budget 800 --method chen");
   INFO(r.output);

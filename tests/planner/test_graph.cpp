@@ -9,12 +9,10 @@
 #include "dtr/sim/replay.h"
 #include "test_support.h"
 
-namespace {
-std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
-}  // namespace
+using dtr::test::test_data;
 
 TEST_CASE("graph_from_trace follows Note [Trace to graph] on the small trace", "[planner][graph]") {
-  const dtr::Trace trace = dtr::read_trace(data("traces/good.log"));
+  const dtr::Trace trace = dtr::read_trace(test_data("traces/good.log"));
   const dtr::Graph g = dtr::graph_from_trace(trace);
   REQUIRE(g.size() == 5);
   // w (constant), x (constant), y (CALL; yv folds into x), y.v1 (MUTATE), g (backward CALL).
@@ -60,7 +58,7 @@ TEST_CASE("graphs of the DTR logs keep the trace's compute and fit under its pea
 }
 
 TEST_CASE("the text graph format round-trips", "[planner][graph]") {
-  const dtr::Graph g = dtr::read_graph_text(data("planner/small.graph"));
+  const dtr::Graph g = dtr::read_graph_text(test_data("planner/small.graph"));
   REQUIRE(g.size() == 7);
   CHECK(g.first_backward == 4);
   CHECK(g.nodes[4].deps == std::vector<uint32_t>{2, 3});
@@ -70,7 +68,7 @@ TEST_CASE("the text graph format round-trips", "[planner][graph]") {
   const dtr::Graph back = dtr::read_graph_text(ss, "roundtrip");
   CHECK(dtr::graph_hash(back) == dtr::graph_hash(g));
 
-  const dtr::Trace trace = dtr::read_trace(data("traces/good.log"));
+  const dtr::Trace trace = dtr::read_trace(test_data("traces/good.log"));
   const dtr::Graph tg = dtr::graph_from_trace(trace);
   std::stringstream ts;
   dtr::write_graph_text(tg, ts);
@@ -80,7 +78,7 @@ TEST_CASE("the text graph format round-trips", "[planner][graph]") {
 TEST_CASE("bad graph text is a PlanError naming file, line and problem", "[planner][graph]") {
   auto error_of = [](const std::string& file) -> std::string {
     try {
-      dtr::read_graph_text(data("planner/" + file));
+      dtr::read_graph_text(test_data("planner/" + file));
     } catch (const dtr::PlanError& e) {
       return e.what();
     }

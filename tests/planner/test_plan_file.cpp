@@ -8,13 +8,12 @@
 #include "dtr/planner/plan.h"
 #include "dtr/planner/plan_eval.h"
 #include "dtr/planner/planner.h"
+#include "test_support.h"
 
-namespace {
-std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
-}  // namespace
+using dtr::test::test_data;
 
 TEST_CASE("a plan round-trips through its file", "[planner][plan]") {
-  const dtr::Graph g = dtr::read_graph_text(data("planner/small.graph"));
+  const dtr::Graph g = dtr::read_graph_text(test_data("planner/small.graph"));
   dtr::Plan p = dtr::keep_all_plan(g, "chen");
   dtr::bind_plan(p, g, "small.graph");
   p.budget_bytes = 400;
@@ -41,7 +40,7 @@ TEST_CASE("a plan round-trips through its file", "[planner][plan]") {
 TEST_CASE("corrupt plan files are PlanErrors naming the problem", "[planner][plan]") {
   auto error_of = [](const std::string& file) -> std::string {
     try {
-      dtr::read_plan(data("planner/" + file));
+      dtr::read_plan(test_data("planner/" + file));
     } catch (const dtr::PlanError& e) {
       return e.what();
     }
@@ -60,8 +59,8 @@ TEST_CASE("corrupt plan files are PlanErrors naming the problem", "[planner][pla
 }
 
 TEST_CASE("a plan for another trace is refused", "[planner][plan]") {
-  const dtr::Graph g = dtr::read_graph_text(data("planner/small.graph"));
-  const dtr::Plan p = dtr::read_plan(data("planner/wrong_trace_plan.json"));
+  const dtr::Graph g = dtr::read_graph_text(test_data("planner/small.graph"));
+  const dtr::Plan p = dtr::read_plan(test_data("planner/wrong_trace_plan.json"));
   CHECK_THROWS_WITH(dtr::check_plan_matches(p, g, "wrong_trace_plan.json", "small.graph"),
                     Catch::Contains("plan for another trace") && Catch::Contains("other.log"));
   // Same node count, other costs: the hash tells them apart.
@@ -92,7 +91,7 @@ TEST_CASE("decisions run as Note [Static execution] says", "[planner][eval]") {
 }
 
 TEST_CASE("schedules are checked step by step", "[planner][eval]") {
-  const dtr::Graph g = dtr::read_graph_text(data("planner/small.graph"));
+  const dtr::Graph g = dtr::read_graph_text(test_data("planner/small.graph"));
   using K = dtr::ScheduleStep::Kind;
   std::vector<uint32_t> order{0, 1, 2, 3, 4, 5, 6};
   const auto steps = dtr::schedule_with_frees(g, order);
@@ -110,7 +109,7 @@ TEST_CASE("schedules are checked step by step", "[planner][eval]") {
 }
 
 TEST_CASE("a budget below the largest op's need is refused", "[planner][plan]") {
-  const dtr::Graph g = dtr::read_graph_text(data("planner/small.graph"));
+  const dtr::Graph g = dtr::read_graph_text(test_data("planner/small.graph"));
   CHECK(dtr::largest_op_need(g) == 300);
   CHECK_THROWS_WITH(dtr::check_budget(g, 299), Catch::Contains("below the largest single op's need"));
   CHECK_NOTHROW(dtr::check_budget(g, 300));

@@ -24,19 +24,13 @@
 #include "dtr/planner/planner.h"
 #include "dtr/planner/warm_start.h"
 #include "dtr/sim/replay.h"
+#include "test_support.h"
 
 using namespace dtr;
+using dtr::test::test_data;
+using dtr::test::node_named;
 
 namespace {
-
-std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
-
-uint32_t node_named(const Graph& g, const std::string& name) {
-  for (uint32_t i = 0; i < g.size(); ++i)
-    if (g.nodes[i].name == name) return i;
-  FAIL("no node named " << name);
-  return 0;
-}
 
 // Chen's scheme on the chain, in both steps: keep a2 (the checkpoint), recompute a1 and a3;
 // with `buffers`, also recompute the zeroed gradient buffers (made again at their pin).
@@ -58,7 +52,7 @@ std::vector<NodeDecision> keep_all(const Graph& g) {
 
 TEST_CASE("a trace without ANNOTATE BACKWARD gets one backward pass per step",
           "[planner][graph][recorded]") {
-  const Trace trace = read_trace(data("planner/two_steps.trace"));
+  const Trace trace = read_trace(test_data("planner/two_steps.trace"));
   REQUIRE(backward_inferred(trace));
   const Graph g = graph_from_trace(trace);
   // 4 parameters; per step: x, a1..a4, loss, seed, g4, and (g_{k-1}, gw_k or gn_k) for
@@ -86,7 +80,7 @@ TEST_CASE("a trace without ANNOTATE BACKWARD gets one backward pass per step",
   CHECK(is_backward_op_name("aten::_log_softmax_backward_data"));
   CHECK_FALSE(is_backward_op_name("aten::convolution"));
   // An annotated trace keeps its annotation, and one backward pass.
-  const Trace annotated = read_trace(data("traces/good.log"));
+  const Trace annotated = read_trace(test_data("traces/good.log"));
   CHECK_FALSE(backward_inferred(annotated));
   CHECK_FALSE(graph_from_trace(annotated).has_several_backward_passes());
 
@@ -104,7 +98,7 @@ TEST_CASE("recompute decisions save memory in every step of a recorded trace",
   // Before the backward passes were inferred no node was backward, no `recompute` node was
   // ever dropped, and every plan evaluated to the keep-all peak: the ResNet-18 symptom
   // (dtr-plan at 630486b: chen at 940 B is INFEASIBLE, peak 1204 B, overhead 1.0000).
-  const Graph g = graph_from_trace(read_trace(data("planner/two_steps.trace")));
+  const Graph g = graph_from_trace(read_trace(test_data("planner/two_steps.trace")));
   const PlanEval all = evaluate_decisions(g, keep_all(g));
   CHECK(all.recomputations == 0);
   CHECK(all.compute_ns == g.total_compute_ns());
@@ -139,7 +133,7 @@ TEST_CASE("recompute decisions save memory in every step of a recorded trace",
 
 TEST_CASE("a zeroed gradient buffer is pinned from the write that fills it",
           "[planner][eval][recorded]") {
-  const Graph g = graph_from_trace(read_trace(data("planner/two_steps.trace")));
+  const Graph g = graph_from_trace(read_trace(test_data("planner/two_steps.trace")));
   // Note [Late pins]: zb_k is pinned (PIN at step 2's optimizer, kept to the end) from the
   // last node made before its first in-place write: gn_k, the gradient accumulated into it.
   for (const char* k : {"1", "2", "3", "4"}) {
@@ -208,7 +202,7 @@ TEST_CASE("a zeroed gradient buffer is pinned from the write that fills it",
 }
 
 TEST_CASE("the plan floor is what no plan goes under, and why", "[planner][recorded]") {
-  const Graph g = graph_from_trace(read_trace(data("planner/two_steps.trace")));
+  const Graph g = graph_from_trace(read_trace(test_data("planner/two_steps.trace")));
   const PlanFloor floor = plan_floor(g);
   // At the second step's layer-2 weight gradient (gn2): pinned, never freed: parameters
   // 256, both inputs 128, zb4 and zb3 (already written) and zb2 (its pin starts here) 192,
@@ -240,7 +234,7 @@ TEST_CASE("the plan floor is what no plan goes under, and why", "[planner][recor
 
 TEST_CASE("warm start on a trace of several steps follows every step's drops",
           "[planner][warm][recorded]") {
-  const Trace trace = read_trace(data("planner/two_steps.trace"));
+  const Trace trace = read_trace(test_data("planner/two_steps.trace"));
   const Graph g = graph_from_trace(trace);
   Plan plan = keep_all_plan(g, "test");
   plan.decisions = checkpoint_a2(g, true);

@@ -15,19 +15,13 @@
 #include "dtr/planner/planner.h"
 #include "dtr/planner/warm_start.h"
 #include "dtr/sim/replay.h"
+#include "test_support.h"
 
 using namespace dtr;
+using dtr::test::test_data;
+using dtr::test::node_named;
 
 namespace {
-
-std::string data(const std::string& name) { return std::string(DTR_TEST_DATA_DIR) + "/" + name; }
-
-uint32_t node_named(const Graph& g, const std::string& name) {
-  for (uint32_t i = 0; i < g.size(); ++i)
-    if (g.nodes[i].name == name) return i;
-  FAIL("no node " << name);
-  return 0;
-}
 
 ReplayResult warm_run(const Trace& trace, uint64_t budget_bytes, const PlanHints& hints) {
   ReplayOptions o;
@@ -44,7 +38,7 @@ ReplayResult warm_run(const Trace& trace, uint64_t budget_bytes, const PlanHints
 }  // namespace
 
 TEST_CASE("an in-place write's reads are uses in the graph", "[planner][warm][recorded]") {
-  const Graph g = graph_from_trace(read_trace(data("planner/residual_steps.trace")));
+  const Graph g = graph_from_trace(read_trace(test_data("planner/residual_steps.trace")));
   // relu(out += identity) reads the identity through the write: recomputing it needs both.
   CHECK(g.nodes[node_named(g, "s1r")].deps ==
         std::vector<uint32_t>{node_named(g, "s1b"), node_named(g, "s1d")});
@@ -68,7 +62,7 @@ TEST_CASE("an in-place write's reads are uses in the graph", "[planner][warm][re
 
 TEST_CASE("warm-start hints follow every step's backward pass and the reads after a stage",
           "[planner][warm][recorded]") {
-  const Graph g = graph_from_trace(read_trace(data("planner/residual_steps.trace")));
+  const Graph g = graph_from_trace(read_trace(test_data("planner/residual_steps.trace")));
   Plan plan = keep_all_plan(g, "test");
   for (const char* n : {"s1a", "s1b", "s1d", "s2a", "s2b", "s2d"})
     plan.decisions[node_named(g, n)] = NodeDecision::recompute;
@@ -98,7 +92,7 @@ TEST_CASE("warm-start hints follow every step's backward pass and the reads afte
 
 TEST_CASE("warm start on a recorded-style trace runs as the plan's evaluation",
           "[planner][warm][recorded]") {
-  const Trace trace = read_trace(data("planner/residual_steps.trace"));
+  const Trace trace = read_trace(test_data("planner/residual_steps.trace"));
   const Graph g = graph_from_trace(trace);
   const Baseline b = compute_baseline(trace);
   int runs = 0;
@@ -143,7 +137,7 @@ TEST_CASE("without the reads after a stage, the guide drops what the run still r
   // The control for the case above: the hints of a graph that forgets the reads of pins
   // and in-place writes (as the graph did before Note [In-place writes]) drop each pinned
   // gradient right after it is made; the pin then recomputes it, and its ancestors.
-  const Trace trace = read_trace(data("planner/residual_steps.trace"));
+  const Trace trace = read_trace(test_data("planner/residual_steps.trace"));
   const Graph g = graph_from_trace(trace);
   Plan plan = keep_all_plan(g, "test");
   for (const char* n : {"s1a", "s1b", "s1d", "s2a", "s2b", "s2d"})

@@ -10,10 +10,10 @@
 #include "test_support.h"
 
 using dtr::test::run_command;
+using dtr::test::test_data;
 
 namespace {
 std::string sim() { return DTR_SIM_BIN; }
-std::string data(const std::string& rel) { return std::string(DTR_TEST_DATA_DIR) + "/" + rel; }
 }  // namespace
 
 TEST_CASE("every dtr-sim command has --help", "[sim][cli]") {
@@ -26,7 +26,7 @@ TEST_CASE("every dtr-sim command has --help", "[sim][cli]") {
 }
 
 TEST_CASE("dtr-sim run --json prints the documented fields", "[sim][cli]") {
-  const auto r = run_command(sim() + " run --trace " + data("golden/small.log") +
+  const auto r = run_command(sim() + " run --trace " + test_data("golden/small.log") +
                              " --policy dtr_eq --budget 1400 --allocator none --json");
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.output);
@@ -42,7 +42,7 @@ TEST_CASE("dtr-sim run --json prints the documented fields", "[sim][cli]") {
 
 TEST_CASE("dtr-sim reports oom and thrash as statuses", "[sim][cli]") {
   auto status = [](const std::string& args) {
-    const auto r = run_command(sim() + " run --trace " + data("golden/small.log") + args +
+    const auto r = run_command(sim() + " run --trace " + test_data("golden/small.log") + args +
                                " --allocator none --json");
     REQUIRE(r.exit_code == 0);
     return nlohmann::json::parse(r.output)["status"].get<std::string>();
@@ -61,13 +61,13 @@ TEST_CASE("dtr-sim policies lists every policy with one line each", "[sim][cli]"
 }
 
 TEST_CASE("malformed traces exit with code 2 and name the file and line", "[sim][cli]") {
-  DIR* dir = opendir(data("traces").c_str());
+  DIR* dir = opendir(test_data("traces").c_str());
   REQUIRE(dir != nullptr);
   int checked = 0;
   while (dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
     if (name[0] == '.' || name.rfind("good", 0) == 0 || name == "no_start.log") continue;
-    const auto r = run_command(sim() + " run --trace " + data("traces/" + name) + " --budget 0.5");
+    const auto r = run_command(sim() + " run --trace " + test_data("traces/" + name) + " --budget 0.5");
     INFO(name << ": " << r.output);
     CHECK(r.exit_code == 2);
     CHECK(r.output.find(name + ":") != std::string::npos);  // FILE:LINE: problem
@@ -79,7 +79,7 @@ TEST_CASE("malformed traces exit with code 2 and name the file and line", "[sim]
 }
 
 TEST_CASE("bad options exit with code 2 and list what is valid", "[sim][cli]") {
-  const std::string trace = data("golden/small.log");
+  const std::string trace = test_data("golden/small.log");
   struct Case {
     std::string args, env, expect;
   };
@@ -105,7 +105,7 @@ TEST_CASE("bad options exit with code 2 and list what is valid", "[sim][cli]") {
 TEST_CASE("dtr-sim sweep writes a CSV and an SVG", "[sim][cli]") {
   const std::string dir = "/tmp/dtr-sim-cli-test";
   run_command("rm -rf " + dir + " && mkdir -p " + dir);
-  const auto r = run_command(sim() + " sweep --trace " + data("golden/small.log") +
+  const auto r = run_command(sim() + " sweep --trace " + test_data("golden/small.log") +
                              " --policies dtr_eq,lru --budgets 0.6,0.8,1.0 --csv " + dir +
                              "/out.csv --svg " + dir + "/out.svg");
   INFO(r.output);
@@ -120,7 +120,7 @@ TEST_CASE("dtr-sim sweep writes a CSV and an SVG", "[sim][cli]") {
 
 TEST_CASE("dtr-sim convert writes a versioned trace that replays identically", "[sim][cli]") {
   const std::string out = "/tmp/dtr-sim-cli-convert.trace";
-  const auto c = run_command(sim() + " convert --trace " + data("golden/small.log") + " --out " + out);
+  const auto c = run_command(sim() + " convert --trace " + test_data("golden/small.log") + " --out " + out);
   INFO(c.output);
   REQUIRE(c.exit_code == 0);
   CHECK(dtr::test::read_file(out).rfind("{\"INSTRUCTION\":\"DTR_TRACE\"", 0) == 0);
@@ -130,7 +130,7 @@ TEST_CASE("dtr-sim convert writes a versioned trace that replays identically", "
     auto j = nlohmann::json::parse(r.output);
     return std::make_tuple(j["compute_ns"], j["peak_bytes"], j["evictions"], j["status"]);
   };
-  CHECK(json_of(out) == json_of(data("golden/small.log")));
+  CHECK(json_of(out) == json_of(test_data("golden/small.log")));
 }
 
 TEST_CASE("dtr-sim run uses the fake allocator by default and reports its memory", "[sim][cli][allocator]") {
@@ -161,11 +161,11 @@ TEST_CASE("dtr-sim run uses the fake allocator by default and reports its memory
 }
 
 TEST_CASE("dtr-sim refuses coop without the allocator and an unknown allocator", "[sim][cli][allocator]") {
-  auto r = run_command(sim() + " run --trace " + data("golden/small.log") +
+  auto r = run_command(sim() + " run --trace " + test_data("golden/small.log") +
                        " --policy coop --allocator none");
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("--allocator fake") != std::string::npos);
-  r = run_command(sim() + " run --trace " + data("golden/small.log") + " --allocator bogus");
+  r = run_command(sim() + " run --trace " + test_data("golden/small.log") + " --allocator bogus");
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("valid: fake, none") != std::string::npos);
 }
