@@ -39,8 +39,22 @@ namespace dtr {
 // is not freed until the stage ends (it still counts against the stage's later steps).
 // Beyond the paper: R[t][k] = 0 for k > t (frontier advancing), so U[t][k] and FREE[t][.][k]
 // are only built for k <= t; the steps after t could only free memory. Pinned nodes are kept
-// in every stage after their first computation, never freed and never recomputed (R fixed
-// to 0). Duplicate reads of one input count as one edge.
+// in every stage after their pin starts, never freed and never recomputed there (R fixed to
+// 0; Note [Late pins in stage form]). Duplicate reads of one input count as one edge.
+
+// Note [Late pins in stage form]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A late pin (Note [Late pins] in graph.cpp) starts at stage q = pin_stage(i) > i: the
+// zeroed gradient buffers that zero_grad makes at the start of a step and the next backward
+// pass writes into. Stage form used to pin them from their computation, which held them
+// through the whole forward pass: on a 2-step ResNet-18 trace recorded from PyTorch, 43 MiB
+// of zeros at the start of the second backward, so no stage-form plan (checkmate, kusumoto)
+// went under 119 MiB where the decisions-based chain methods reached 103 MiB. Now
+// S[t][i] is fixed to 1 only for t > q (Graph::kept_pinned) and node i has no FREE column
+// only from stage q on (Graph::never_freed); before, it is an ordinary node that a schedule
+// may drop and recompute. Stage q itself needs it resident: R[q][i] + S[q][i] >= 1 (a row
+// of its own, since a pin at the last stage has no S[q+1]); complete_compute_from_keep
+// makes it there if it is not kept, and evaluate_stage_schedule checks it.
 
 // Note [Formulation size guard]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -133,8 +147,8 @@ void complete_compute_from_keep(const Graph& graph, StageSchedule& s) {
   const size_t n = graph.size();
   s.compute.resize(n);
   for (size_t t = 0; t < n; ++t) {
-    for (size_t i = 0; i < t; ++i) {
-      if (graph.nodes[i].pinned) s.keep[t][i] = 1;
+    for (uint32_t i = 0; i < t; ++i) {
+      if (graph.kept_pinned(i, t)) s.keep[t][i] = 1;
     }
   }
   for (size_t t = 0; t < n; ++t) {
@@ -146,6 +160,8 @@ void complete_compute_from_keep(const Graph& graph, StageSchedule& s) {
         if (s.keep[t + 1][i] && !s.keep[t][i]) r[i] = 1;
       }
     }
+    for (uint32_t i = 0; i < t; ++i)  // a late pin starting here (Note [Late pins in stage form])
+      if (graph.pinned_late(i) && graph.pin_stage(i) == t && !s.keep[t][i]) r[i] = 1;
     for (size_t j = t + 1; j-- > 0;) {  // inputs of computed nodes, closed backward
       if (!r[j]) continue;
       for (uint32_t d : graph.nodes[j].deps) {
@@ -170,8 +186,11 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
     const auto& keep = s.keep[t];
     if (!r[t]) return fail(t, "does not compute node " + std::to_string(t));
     for (size_t i = 0; i < t; ++i) {
-      if (graph.nodes[i].pinned && !keep[i])
+      if (graph.kept_pinned(static_cast<uint32_t>(i), t) && !keep[i])
         return fail(t, "pinned node " + std::to_string(i) + " is not kept");
+      if (graph.pinned_late(static_cast<uint32_t>(i)) && graph.pin_stage(static_cast<uint32_t>(i)) == t &&
+          !keep[i] && !r[i])
+        return fail(t, "pinned node " + std::to_string(i) + " is not resident when its pin starts");
       if (keep[i] && !(s.compute[t - 1][i] || (i < t - 1 && s.keep[t - 1][i])))
         return fail(t, "keeps node " + std::to_string(i) + ", not resident in stage " +
                            std::to_string(t - 1));
@@ -189,7 +208,7 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
       uint64_t bytes = 0;
       if (!r[k]) return bytes;
       for (uint32_t i : deps[k]) {
-        if (graph.nodes[i].pinned) continue;
+        if (graph.never_freed(i, t)) continue;
         if (t + 1 < n && s.keep[t + 1][i]) continue;
         bool read_later = false;
         for (uint32_t j : users[i]) read_later = read_later || (j > k && j <= t && r[j]);
@@ -235,7 +254,7 @@ std::vector<ScheduleStep> stage_schedule_steps(const Graph& graph, const StageSc
       steps.push_back({ScheduleStep::Kind::compute, k});
       resident[k] = 1;
       for (uint32_t i : deps[k]) {
-        if (graph.nodes[i].pinned || !resident[i]) continue;
+        if (graph.never_freed(i, t) || !resident[i]) continue;
         if (t + 1 < n && s.keep[t + 1][i]) continue;
         bool read_later = false;
         for (uint32_t j : users[i]) read_later = read_later || (j > k && j <= t && r[j]);
@@ -244,7 +263,7 @@ std::vector<ScheduleStep> stage_schedule_steps(const Graph& graph, const StageSc
     }
     for (uint32_t i = 0; i <= t; ++i) {  // what does not enter stage t+1
       const bool kept = t + 1 < n && s.keep[t + 1][i];
-      if (resident[i] && !kept && !graph.nodes[i].pinned && t + 1 < n) free_node(i);
+      if (resident[i] && !kept && !graph.never_freed(i, t) && t + 1 < n) free_node(i);
     }
   }
   return steps;
@@ -298,12 +317,12 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       // A pinned node is kept in every later stage, so it is never recomputed: left free,
       // a pinned node of cost 0 (a trace's CONSTANT) could be "recomputed" at no cost into
       // a schedule that computes a resident node, which plan_eval refuses.
-      const bool fixed_off = i < t && graph.nodes[i].pinned;
+      const bool fixed_off = i < t && graph.kept_pinned(static_cast<uint32_t>(i), t);
       f.r_col[t].push_back(add_col(i == t ? 1 : 0, fixed_off ? 0 : 1, cost, true));
       ++f.num_r;
     }
     for (size_t i = 0; i < t; ++i) {
-      f.s_col[t].push_back(add_col(graph.nodes[i].pinned ? 1 : 0, 1, 0, true));
+      f.s_col[t].push_back(add_col(graph.kept_pinned(static_cast<uint32_t>(i), t) ? 1 : 0, 1, 0, true));
       ++f.num_s;
     }
   }
@@ -319,6 +338,13 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
         elem(r, S(t, i), 1);
         elem(r, R(t, k), -1);
       }
+    }
+    // A late pin starting at stage t: R[t][i] + S[t][i] >= 1 (Note [Late pins in stage form]).
+    for (uint32_t i = 0; i < t; ++i) {
+      if (!graph.pinned_late(i) || graph.pin_stage(i) != t) continue;
+      const int r = add_row(1, kInf);
+      elem(r, R(t, i), 1);
+      elem(r, S(t, i), 1);
     }
     // Residency: S[t+1][i] <= R[t][i] + S[t][i].
     if (t + 1 < n) {
@@ -350,7 +376,7 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       elem(r, u[k], -1);
       if (mem(k + 1) != 0) elem(r, R(t, k + 1), -mem(k + 1));
       for (uint32_t i : deps[k]) {
-        if (graph.nodes[i].pinned) continue;  // never freed: no FREE column
+        if (graph.never_freed(i, t)) continue;  // never freed: no FREE column
         const int fc = add_col(0, 1, 0, true);
         ++f.num_free;
         if (mem(i) != 0) elem(r, fc, mem(i));

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <sstream>
 
 namespace dtr {
@@ -66,31 +67,67 @@ namespace {
 using Bits = std::vector<uint64_t>;
 
 struct Forward {
+  uint32_t base = 0;                      // global id of local node 0
   uint32_t n = 0;                         // forward nodes
-  std::vector<std::vector<uint32_t>> in;  // forward inputs (unique)
-  std::vector<std::vector<uint32_t>> out; // forward users (unique)
+  std::vector<std::vector<uint32_t>> in;  // forward inputs within the part (unique)
+  std::vector<std::vector<uint32_t>> out; // forward users within the part (unique)
   std::vector<uint64_t> cost, mem;
   size_t words = 0;
 };
 
-Forward forward_part(const Graph& g) {
+// The forward nodes [begin, end) of one training step, by local id (global id - begin);
+// edges from outside the range (an earlier step's values, read as inputs) are left out.
+Forward forward_part(const Graph& g, uint32_t begin, uint32_t end) {
   Forward f;
-  f.n = std::min<uint32_t>(g.first_backward, static_cast<uint32_t>(g.size()));
+  f.base = begin;
+  f.n = end - begin;
   f.in.resize(f.n);
   f.out.resize(f.n);
   for (uint32_t v = 0; v < f.n; ++v) {
-    f.cost.push_back(g.nodes[v].compute_ns);
-    f.mem.push_back(g.nodes[v].size_bytes);
-    auto deps = g.nodes[v].deps;
+    f.cost.push_back(g.nodes[begin + v].compute_ns);
+    f.mem.push_back(g.nodes[begin + v].size_bytes);
+    auto deps = g.nodes[begin + v].deps;
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     for (uint32_t d : deps) {
-      f.in[v].push_back(d);
-      f.out[d].push_back(v);
+      if (d < begin) continue;
+      f.in[v].push_back(d - begin);
+      f.out[d - begin].push_back(v);
     }
   }
   f.words = (f.n + 63) / 64;
   return f;
+}
+
+// Note [Kusumoto over several steps]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A trace of several training steps alternates forward and backward runs of nodes (Note
+// [Backward passes of a recorded trace] in graph.cpp). Each forward run followed by a
+// backward run is one step, and the DP runs on each step's forward part separately: values
+// of earlier steps are inputs to it (resident, outside its lower sets), and each step gets
+// the same DP budget, so the budget search (Note [DP budget search]) still tries one number
+// per attempt. A step whose DP finds no strategy at that budget keeps its forward part whole
+// (one segment); the measured schedule decides whether the attempt fits. A forward value is
+// kept for what reads it after its own step's backward run (rare: the optimizer reads
+// gradients, not activations). Forward nodes after the last backward run (the last
+// optimizer step) are computed once and kept while read.
+struct StepRange {
+  uint32_t begin = 0, fwd_end = 0, end = 0;  // forward [begin, fwd_end), backward [fwd_end, end)
+};
+
+std::vector<StepRange> training_steps(const Graph& g) {
+  std::vector<StepRange> steps;
+  const uint32_t n = static_cast<uint32_t>(g.size());
+  for (uint32_t i = 0; i < n;) {
+    StepRange r;
+    r.begin = i;
+    while (i < n && !g.nodes[i].backward) ++i;
+    r.fwd_end = i;
+    while (i < n && g.nodes[i].backward) ++i;
+    r.end = i;
+    if (r.fwd_end > r.begin && r.end > r.fwd_end) steps.push_back(r);
+  }
+  return steps;
 }
 
 bool has(const Bits& b, uint32_t v) { return (b[v / 64] >> (v % 64)) & 1; }
@@ -270,44 +307,75 @@ class Dp {
   std::vector<SetInfo> info_;
 };
 
-// Note [Lower sets to stages].
-StageSchedule to_schedule(const Graph& g, const Forward& f, const Dp& dp, const Strategy& st,
+// One training step's forward part and its DP (the DP refers to the part's Forward, so a
+// StepPart is not moved once made).
+struct StepPart {
+  StepRange range;
+  Forward f;
+  std::unique_ptr<Dp> dp;
+};
+
+// Note [Lower sets to stages], per step (Note [Kusumoto over several steps]). strategies[p]
+// is step p's strategy; an empty chain keeps its forward part whole (one segment).
+StageSchedule to_schedule(const Graph& g, const std::vector<std::unique_ptr<StepPart>>& parts,
+                          const std::vector<Strategy>& strategies,
                           std::vector<std::vector<uint32_t>>* segments) {
+  constexpr uint32_t kNone = UINT32_MAX;
   const size_t n = g.size();
-  const size_t k = st.chain.size() - 1;  // segments
-  std::vector<uint32_t> seg(f.n, 0);
-  std::vector<uint8_t> ckpt(f.n, 0);
-  segments->assign(k, {});
-  for (size_t s = 0; s < k; ++s) {
-    const Bits& lo = dp.set_bits(st.chain[s]);
-    const Bits& hi = dp.set_bits(st.chain[s + 1]);
-    for_each_bit(hi, [&](uint32_t v) {
-      if (has(lo, v)) return;
-      seg[v] = static_cast<uint32_t>(s);
-      (*segments)[s].push_back(v);
-      for (uint32_t u : f.out[v]) ckpt[v] |= !has(hi, u);
-    });
+  std::vector<uint32_t> step_of(n, kNone), seg(n, 0), last_seg(parts.size(), 0);
+  std::vector<uint8_t> ckpt(n, 0);
+  segments->clear();
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const Forward& f = parts[p]->f;
+    const Strategy& st = strategies[p];
+    const uint32_t first = static_cast<uint32_t>(segments->size());
+    if (st.chain.size() >= 2) {
+      for (size_t s = 0; s + 1 < st.chain.size(); ++s) {
+        const Bits& lo = parts[p]->dp->set_bits(st.chain[s]);
+        const Bits& hi = parts[p]->dp->set_bits(st.chain[s + 1]);
+        segments->emplace_back();
+        for_each_bit(hi, [&](uint32_t v) {
+          if (has(lo, v)) return;
+          seg[f.base + v] = first + static_cast<uint32_t>(s);
+          segments->back().push_back(f.base + v);
+          for (uint32_t u : f.out[v]) ckpt[f.base + v] |= !has(hi, u);
+        });
+      }
+    } else {
+      segments->emplace_back();
+      for (uint32_t v = 0; v < f.n; ++v) {
+        seg[f.base + v] = first;
+        segments->back().push_back(f.base + v);
+      }
+    }
+    last_seg[p] = static_cast<uint32_t>(segments->size() - 1);
+    for (uint32_t v = 0; v < f.n; ++v) step_of[f.base + v] = static_cast<uint32_t>(p);
   }
-  const uint32_t last_seg = k ? static_cast<uint32_t>(k - 1) : 0;
   const auto users = g.users();
   std::vector<uint32_t> last_use(n, 0), last_fwd_use(n, 0);
   for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t p = step_of[i];
     for (uint32_t j : users[i]) {
       last_use[i] = std::max(last_use[i], j);
-      if (j < f.n) last_fwd_use[i] = std::max(last_fwd_use[i], j);
+      if (p != kNone && j < parts[p]->range.fwd_end) last_fwd_use[i] = std::max(last_fwd_use[i], j);
     }
   }
-  std::vector<uint32_t> active(n, last_seg);
-  for (size_t b = f.n; b < n; ++b) {
-    bool any = false;
-    uint32_t a = 0;
-    for (uint32_t d : g.nodes[b].deps) {
-      if (d < f.n) {
-        a = any ? std::max(a, seg[d]) : seg[d];
-        any = true;
+  // The active segment of each backward node: the latest segment among its inputs from its
+  // step's forward part, else its predecessor's, else the step's last segment.
+  std::vector<uint32_t> active(n, 0);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const StepRange& r = parts[p]->range;
+    for (uint32_t b = r.fwd_end; b < r.end; ++b) {
+      bool any = false;
+      uint32_t a = 0;
+      for (uint32_t d : g.nodes[b].deps) {
+        if (step_of[d] == p) {
+          a = any ? std::max(a, seg[d]) : seg[d];
+          any = true;
+        }
       }
+      active[b] = any ? a : (b > r.fwd_end ? active[b - 1] : last_seg[p]);
     }
-    active[b] = any ? a : (b > f.n ? active[b - 1] : last_seg);
   }
   StageSchedule s;
   s.keep.resize(n);
@@ -315,12 +383,17 @@ StageSchedule to_schedule(const Graph& g, const Forward& f, const Dp& dp, const 
     s.keep[t].assign(t, 0);
     for (uint32_t u = 0; u < t; ++u) {
       const bool read_later = last_use[u] >= t;
-      if (u >= f.n) {
-        s.keep[t][u] = read_later;
-      } else if (t < f.n) {
-        s.keep[t][u] = last_fwd_use[u] >= t || (read_later && (ckpt[u] || seg[u] == last_seg));
+      const uint32_t p = step_of[u];
+      if (p != kNone && g.pinned_late(u) && t <= g.pin_stage(u)) {
+        // A buffer whose pin starts later (a zeroed gradient): kept only while its own
+        // forward pass reads it, made again for its pin (Note [Late pins in stage form]).
+        s.keep[t][u] = t < parts[p]->range.fwd_end && last_fwd_use[u] >= t;
+      } else if (p == kNone || t >= parts[p]->range.end) {
+        s.keep[t][u] = read_later;  // backward values; forward values past their step
+      } else if (t < parts[p]->range.fwd_end) {
+        s.keep[t][u] = last_fwd_use[u] >= t || (read_later && (ckpt[u] || seg[u] == last_seg[p]));
       } else {
-        s.keep[t][u] = read_later && (ckpt[u] || seg[u] == last_seg || seg[u] == active[t]);
+        s.keep[t][u] = read_later && (ckpt[u] || seg[u] == last_seg[p] || seg[u] == active[t]);
       }
     }
   }
@@ -331,7 +404,8 @@ StageSchedule to_schedule(const Graph& g, const Forward& f, const Dp& dp, const 
 }  // namespace
 
 std::vector<std::vector<uint32_t>> forward_lower_sets(const Graph& graph, bool exact, size_t cap) {
-  const Forward f = forward_part(graph);
+  const Forward f = forward_part(graph, 0, std::min<uint32_t>(graph.first_backward,
+                                                              static_cast<uint32_t>(graph.size())));
   std::vector<std::vector<uint32_t>> out;
   for (const Bits& b : enumerate(f, exact, cap)) {
     out.emplace_back();
@@ -344,12 +418,12 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   const auto start = std::chrono::steady_clock::now();
   graph.validate();
   KusumotoResult res;
-  const Forward f = forward_part(graph);
   auto finish = [&]() {
     res.solve_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return res;
   };
-  if (f.n == 0 || f.n == graph.size()) {
+  const std::vector<StepRange> ranges = training_steps(graph);
+  if (ranges.empty()) {
     // No forward/backward split: nothing for the lower-set framework to recompute.
     res.schedule = StageSchedule::no_remat(graph);
     res.cost = evaluate_stage_schedule(graph, res.schedule);
@@ -357,15 +431,38 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
     res.detail = "graph has no forward/backward split; every node computed once";
     return finish();
   }
-  const Dp dp(f, enumerate(f, opts.exact, opts.max_lower_sets));
-  res.num_lower_sets = dp.num_sets();
+  std::vector<std::unique_ptr<StepPart>> parts;
+  for (const StepRange& r : ranges) {
+    auto part = std::make_unique<StepPart>();
+    part->range = r;
+    part->f = forward_part(graph, r.begin, r.fwd_end);
+    part->dp = std::make_unique<Dp>(part->f, enumerate(part->f, opts.exact, opts.max_lower_sets));
+    res.num_lower_sets += part->dp->num_sets();
+    parts.push_back(std::move(part));
+  }
+  // Each step's strategy at DP budget b (an empty chain where its DP has none); returns
+  // how many steps have one.
+  auto solve_steps = [&](uint64_t b, std::vector<Strategy>* out) {
+    out->assign(parts.size(), Strategy{});
+    size_t solved = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (parts[p]->dp->solve(b, &(*out)[p])) {
+        ++solved;
+      } else {
+        (*out)[p] = Strategy{};
+      }
+    }
+    return solved;
+  };
 
   bool have = false;
+  size_t kept_whole = 0;  // steps of the chosen schedule whose DP had no strategy
   auto consider = [&](uint64_t b) {
-    Strategy st;
-    if (!dp.solve(b, &st)) return false;
+    std::vector<Strategy> st;
+    const size_t solved = solve_steps(b, &st);
+    if (solved == 0) return false;
     std::vector<std::vector<uint32_t>> segments;
-    StageSchedule s = to_schedule(graph, f, dp, st, &segments);
+    StageSchedule s = to_schedule(graph, parts, st, &segments);
     const ScheduleCost c = evaluate_stage_schedule(graph, s);
     if (!c.valid) {
       throw PlanError("kusumoto: the schedule built from a strategy fails evaluation (" + c.error +
@@ -391,20 +488,24 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
       res.cost = c;
       res.segments = std::move(segments);
       res.dp_budget_bytes = b;
-      res.dp_overhead_ns = st.overhead;
+      res.dp_overhead_ns = 0;
+      for (const Strategy& x : st) res.dp_overhead_ns += x.overhead;
+      kept_whole = parts.size() - solved;
     }
     return true;
   };
 
   const uint64_t budget = opts.budget_bytes;
   if (opts.memory_centric) {
+    // The least DP budget at which every step has a strategy (bisection; monotone).
     uint64_t lo = 0, hi = 0;  // the DP always succeeds at the sum of all terms
-    for (uint64_t m : f.mem) hi += 3 * m;
-    Strategy probe;
-    if (!dp.solve(hi, &probe)) hi = UINT64_MAX / 4;
-    while (lo < hi) {  // least DP budget with a strategy
+    for (const auto& part : parts)
+      for (uint64_t m : part->f.mem) hi += 3 * m;
+    std::vector<Strategy> probe;
+    if (solve_steps(hi, &probe) < parts.size()) hi = UINT64_MAX / 4;
+    while (lo < hi) {
       const uint64_t mid = lo + (hi - lo) / 2;
-      if (dp.solve(mid, &probe)) {
+      if (solve_steps(mid, &probe) == parts.size()) {
         hi = mid;
       } else {
         lo = mid + 1;
@@ -423,19 +524,19 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   res.found = have && res.cost.peak_bytes <= budget;
   std::ostringstream d;
   d << res.num_lower_sets << (opts.exact ? " lower sets" : " lower sets of ancestors");
+  if (parts.size() > 1) d << " over " << parts.size() << " training steps, each planned on its own";
   if (have) {
     d << "; " << res.segments.size() << " segments, DP budget " << res.dp_budget_bytes
       << " bytes, measured peak " << res.cost.peak_bytes << " bytes";
+    if (kept_whole)
+      d << "; " << kept_whole << " of " << parts.size()
+        << " steps had no strategy at that DP budget and are kept whole";
   } else {
     d << "; no strategy within any DP budget tried, the schedule is keep-all";
   }
-  if (graph.has_several_backward_passes())
-    d << "; plans the first training step only (the forward part is the nodes before the "
-         "first backward node; later steps are kept whole)";
   res.detail = d.str();
   return finish();
 }
-
 namespace {
 
 class KusumotoPlanner : public Planner {

@@ -18,7 +18,9 @@
 #include <sstream>
 
 #include "dtr/core/trace.h"
+#include "dtr/planner/checkmate.h"
 #include "dtr/planner/graph.h"
+#include "dtr/planner/kusumoto.h"
 #include "dtr/planner/plan.h"
 #include "dtr/planner/plan_eval.h"
 #include "dtr/planner/planner.h"
@@ -275,4 +277,77 @@ TEST_CASE("warm start on a trace of several steps follows every step's drops",
   const uint64_t planned_ns = evaluate_plan(g, plan).recompute_ns;
   CHECK(r.stats.remat_compute_ns <= planned_ns);
   CHECK(r.stats.remat_compute_ns + late_recomputed_ns >= planned_ns);
+}
+
+TEST_CASE("stage-form plans drop a zeroed buffer until its pin, and plan every step",
+          "[planner][checkmate][kusumoto][recorded]") {
+  // Note [Late pins in stage form] (planner/checkmate_milp.cpp) and Note [Kusumoto over
+  // several steps] (planner/kusumoto_planner.cpp).
+  const Graph g = graph_from_trace(read_trace(test_data("planner/two_steps.trace")));
+  Graph early = g;  // the old rule: every pin starts at the node's computation
+  for (GraphNode& n : early.nodes) n.pinned_from = 0;
+  const uint32_t zb1 = node_named(g, "zb4"), gn1 = node_named(g, "s2gn4");
+  REQUIRE(g.pinned_late(zb1));
+  REQUIRE(gn1 + 1 < g.size());
+  CHECK_FALSE(g.kept_pinned(zb1, zb1 + 1));
+  CHECK(g.kept_pinned(zb1, gn1 + 1));
+  CHECK_FALSE(g.never_freed(zb1, gn1 - 1));
+  CHECK(g.never_freed(zb1, gn1));
+  CHECK(early.kept_pinned(zb1, zb1 + 1));
+
+  // The formulation fixes S to 1 only after the pin.
+  const CheckmateFormulation f = build_checkmate_formulation(g, 4096);
+  CHECK(f.col_lb[f.s_col[zb1 + 1][zb1]] == 0);
+  CHECK(f.col_lb[f.s_col[gn1 + 1][zb1]] == 1);
+  CHECK(f.col_ub[f.r_col[gn1][zb1]] == 1);      // may be made again for its write
+  CHECK(f.col_ub[f.r_col[gn1 + 1][zb1]] == 0);  // never after
+
+  // The least peak any stage-form schedule reaches, by bisection on the MILP's budget:
+  // lower with late pins.
+  auto least_peak = [](const Graph& graph) {
+    uint64_t lo = 0, hi = evaluate_stage_schedule(graph, StageSchedule::no_remat(graph)).peak_bytes;
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      CheckmateOptions o;
+      o.budget_bytes = mid;
+      o.time_limit_s = 20;
+      const CheckmateResult r = solve_checkmate_milp(graph, o);
+      if (r.has_plan() && r.cost.peak_bytes <= mid) hi = mid; else lo = mid + 1;
+    }
+    return hi;
+  };
+  // 912 B against 1004 B: the MILP drops zb1..zb4 through the second forward pass.
+  const uint64_t late_peak = least_peak(g), early_peak = least_peak(early);
+  CHECK(late_peak == 912);
+  CHECK(early_peak == 1004);
+  CHECK(late_peak >= plan_floor(g).bytes);
+  {  // its plan runs as compute/free steps with the same peak (plan_eval's schedule mode;
+     // its compute differs on multi-output ops: docs/planner-milp.md, "Known differences")
+    CheckmateOptions o;
+    o.budget_bytes = late_peak;
+    o.time_limit_s = 20;
+    const CheckmateResult r = solve_checkmate_milp(g, o);
+    REQUIRE(r.has_plan());
+    const PlanEval e = evaluate_plan(g, plan_from_stage_schedule(g, r.schedule, "checkmate"));
+    CHECK(e.peak_bytes == r.cost.peak_bytes);
+  }
+
+  // Kusumoto has segments in the second step's forward part (it planned only the first
+  // step before) and makes the buffers again for their writes: 1012 B against 1204 B with
+  // pins from the computation.
+  KusumotoOptions ko;
+  ko.exact = false;
+  ko.memory_centric = true;
+  ko.budget_bytes = late_peak;
+  const KusumotoResult k = solve_kusumoto(g, ko);
+  const uint32_t s2a1 = node_named(g, "s2a1");
+  bool second = false;
+  for (const auto& seg : k.segments)
+    for (uint32_t v : seg) second = second || v == s2a1;
+  CHECK(second);
+  CHECK_THAT(k.detail, Catch::Contains("over 2 training steps"));
+  CHECK(k.cost.valid);
+  CHECK(k.cost.peak_bytes == 1012);
+  CHECK(solve_kusumoto(early, ko).cost.peak_bytes == 1204);
+  CHECK_NOTHROW(evaluate_plan(g, plan_from_stage_schedule(g, k.schedule, "kusumoto")));
 }

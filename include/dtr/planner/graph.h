@@ -76,6 +76,11 @@ struct Graph {
     return nodes[i].pinned_from > i ? nodes[i].pinned_from : i;
   }
   bool pinned_late(uint32_t i) const { return nodes[i].pinned && nodes[i].pinned_from > i; }
+  // In stage form (Checkmate's S and R, planner/checkmate_milp.cpp; Note [Late pins in
+  // stage form] there): whether node i must be kept into stage t, and whether stage t may
+  // not free it.
+  bool kept_pinned(uint32_t i, size_t t) const { return nodes[i].pinned && t > pin_stage(i); }
+  bool never_freed(uint32_t i, size_t t) const { return nodes[i].pinned && t >= pin_stage(i); }
   uint64_t total_compute_ns() const;
   // Users of each node (inverse of deps), computed on demand.
   std::vector<std::vector<uint32_t>> users() const;

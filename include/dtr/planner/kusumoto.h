@@ -7,7 +7,9 @@
 // segment's boundary (nodes with a forward user outside L_i) and the whole last segment; the
 // backward pass recomputes a segment's other nodes when it reaches them. The DP (planner/
 // kusumoto_planner.cpp, Note [Kusumoto DP]) minimises recomputation subject to the paper's
-// memory estimate, or (memory-centric) minimises the memory estimate.
+// memory estimate, or (memory-centric) minimises the memory estimate. On a graph of several
+// training steps each step's forward part gets its own DP (Note [Kusumoto over several
+// steps]); forward_lower_sets() lists the first step's.
 //
 // Exact: over all lower sets (tractable only for small or narrow forward graphs; past
 // KusumotoOptions::max_lower_sets it throws PlanTooLarge, planner.h). Approximate: over the
