@@ -445,13 +445,8 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   auto solve_steps = [&](uint64_t b, std::vector<Strategy>* out) {
     out->assign(parts.size(), Strategy{});
     size_t solved = 0;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      if (parts[p]->dp->solve(b, &(*out)[p])) {
-        ++solved;
-      } else {
-        (*out)[p] = Strategy{};
-      }
-    }
+    for (size_t p = 0; p < parts.size(); ++p)
+      if (parts[p]->dp->solve(b, &(*out)[p])) ++solved;  // solve leaves it empty otherwise
     return solved;
   };
 

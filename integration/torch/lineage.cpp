@@ -224,7 +224,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   memory.engine_allocates = false;
   recording_ = std::make_unique<Recording>(config_, allocator, clock_);
   tracing_ = !config_.trace.empty();
-  set_scan_newest(allocator.config().budget_bytes == kUnlimitedBytes);
+  budget_changed(allocator.config().budget_bytes);
   EngineHooks* hooks = recording_->engine_hooks(this);
   if (plan_) {  // Note [Warm start in PyTorch]
     guide_ = std::make_unique<PlanGuide>(*plan_, hooks);
@@ -817,7 +817,7 @@ void collect_lineage() {
 }
 
 void lineage_budget_changed(uint64_t budget_bytes) {
-  if (Lineage* lineage = the_lineage()) lineage->set_scan_newest(budget_bytes == kUnlimitedBytes);
+  if (Lineage* lineage = the_lineage()) lineage->budget_changed(budget_bytes);
 }
 
 std::string plan_source() {

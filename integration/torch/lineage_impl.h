@@ -152,8 +152,11 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
   // need; called every so many ops and before evicting for the allocator.
   void collect(bool full);
-  // Note [Temporaries]: whether the newest storages are scanned after every op.
-  void set_scan_newest(bool on) { scan_newest_.store(on, std::memory_order_relaxed); }
+  // Note [Temporaries]: the newest storages are scanned after every op when there is no
+  // budget (at start and after dtr.set_budget).
+  void budget_changed(uint64_t budget_bytes) {
+    scan_newest_.store(budget_bytes == kUnlimitedBytes, std::memory_order_relaxed);
+  }
 
   // The first half of a collect: releases storages found dead since the last scan, among
   // the `newest` storages adopted last (all by default: Note [Temporaries]).

@@ -59,7 +59,6 @@ def test_training_under_a_budget_remembers_a_bounded_lineage(lib):
     assert remembered[-1] < 300, remembered
 
 
-
 TEMPORARIES = r"""
 import json, torch, dtr
 torch.manual_seed(0)
