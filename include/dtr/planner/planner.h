@@ -140,7 +140,11 @@ RotorSolution rotor_solve(const ChainSpec& spec, uint64_t budget_bytes, uint32_t
 
 // The states k (1 <= k < L) of the chain's checkpoint subset with the least peak under
 // single-level checkpointing (Note [Checkpoint-subset DP]); `peak_bytes` gets that peak,
-// a_0 and d_1 included. O(L^3).
+// a_0 and d_1 included. O(L log L) time and space (Note [Checkpoint-subset in O(L log L)]).
 std::vector<uint32_t> checkpoint_subset_min_peak(const ChainSpec& spec, uint64_t* peak_bytes);
+// The same least peak by the direct O(L^3) DP: the reference the fast one is tested against.
+std::vector<uint32_t> checkpoint_subset_min_peak_cubic(const ChainSpec& spec, uint64_t* peak_bytes);
+// The peak of the subset `states` (increasing, within 1..L-1) in the same model.
+uint64_t checkpoint_subset_peak(const ChainSpec& spec, const std::vector<uint32_t>& states);
 
 }  // namespace dtr
