@@ -15,19 +15,22 @@ import pytest
 from conftest import Result, clean_env, driver, run
 
 # script args, fractions of the baseline peak; the last one is the lowest feasible found by
-# lowest_budget.py in steps of 0.1 (docs/pytorch.md has the table and why some scripts stop
-# above 0.5: one op's working set, e.g. a convolution's backward with its oneDNN reorders,
-# plus the parameters, is more than half the peak).
+# lowest_budget.py in steps of 0.02, rounded up where it passed only once (three runs passed
+# at each fraction here; docs/pytorch.md has the table). Some scripts stop above 0.5: at
+# the failing op, its working set (inputs, outputs, workspace such as a convolution's
+# oneDNN reorders or the second buffer of 1.13's batch-norm backward) plus what can never
+# be recomputed (parameters, optimizer state) is more than half the peak. The transformer
+# runs with 6 layers, where activations dominate as in the models DTR is for: 0.5 and 0.45.
 SCRIPTS = {
     "mlp": (("mlp.py", "--steps", "3", "--depth", "12", "--width", "256", "--batch", "2048"),
-            (0.7, 0.6)),
+            (0.7, 0.55)),
     "cnn": (("cnn.py", "--steps", "3"), (0.7, 0.6)),
-    "resnet18": (("vision.py", "--model", "resnet18", "--steps", "3"), (0.7, 0.6)),
-    "transformer": (("transformer.py", "--steps", "3"), (0.7, 0.6)),
+    "resnet18": (("vision.py", "--model", "resnet18", "--steps", "3"), (0.7, 0.55)),
+    "transformer": (("transformer.py", "--steps", "3", "--layers", "6"), (0.7, 0.5, 0.45)),
     "lstm_lm": (("lstm_lm.py", "--steps", "3"), (0.7, 0.6)),
     "dataloader": (("dataloader.py", "--steps", "3"), (0.7, 0.5)),
     "sgd_momentum": (("sgd_momentum.py", "--steps", "3"), (0.7, 0.5, 0.4)),
-    "adam_foreach": (("adam_foreach.py", "--steps", "3"), (0.7, 0.6)),
+    "adam_foreach": (("adam_foreach.py", "--steps", "3"), (0.7, 0.58)),
 }
 
 CASES = [(name, fraction) for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
