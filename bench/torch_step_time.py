@@ -4,7 +4,7 @@ the machine's speed hits all of them alike. Reported as ratios of medians (issue
 
     /usr/bin/python3 bench/torch_step_time.py [--rounds 5] [--steps 4] [--out docs/...]
 
-For each script (resnet18, transformer): `plain` (no library), `dtr` (library, no budget:
+For each script (resnet18, transformer, transformer6 = 6 layers): `plain` (no library), `dtr` (library, no budget:
 recording and bookkeeping only), `dtr 0.5x` (a hard budget of half the peak, evicting
 and rematerializing; where half is infeasible, the next fraction in --fractions). Each run's first step is dropped (warm-up); a configuration's
 figure is the median over rounds of the run's median step time. Peak RSS is each
@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 from dtr import runs  # noqa: E402
 
+# name: (script, its arguments besides --steps)
 SCRIPTS = {
-    "resnet18": ROOT / "tests/torch/scripts/vision.py",  # resnet18 by default, 128x128
-    "transformer": ROOT / "tests/torch/scripts/transformer.py",
+    "resnet18": (ROOT / "tests/torch/scripts/vision.py", []),  # resnet18 by default, 128x128
+    "transformer": (ROOT / "tests/torch/scripts/transformer.py", []),  # 3 layers
+    "transformer6": (ROOT / "tests/torch/scripts/transformer.py", ["--layers", "6"]),
 }
 
 
@@ -31,12 +33,13 @@ def main():
     parser.add_argument("--fractions", default="0.5,0.6,0.7",
                         help="budget fractions of the peak to try in order: the first under "
                              "which the script runs is timed (said in the table)")
-    parser.add_argument("--scripts", default="resnet18,transformer")
+    parser.add_argument("--scripts", default="resnet18,transformer",
+                        help="comma-separated, of " + ", ".join(SCRIPTS))
     args = parser.parse_args()
     rows = []
     for name in args.scripts.split(","):
-        script = SCRIPTS[name]
-        script_args = ["--steps", str(args.steps)]
+        script, extra = SCRIPTS[name]
+        script_args = ["--steps", str(args.steps), *extra]
         free = runs.run(script, script_args, conf="remat:False")
         if free.returncode != 0:
             runs.fail(f"{name} failed", free)
