@@ -4,10 +4,11 @@ the machine's speed hits all of them alike. Reported as ratios of medians (issue
 
     /usr/bin/python3 bench/torch_step_time.py [--rounds 5] [--steps 4] [--out docs/...]
 
-For each script (resnet18, transformer, transformer6 = 6 layers): `plain` (no library), `dtr` (library, no budget:
-recording and bookkeeping only), `dtr 0.5x` (a hard budget of half the peak, evicting
-and rematerializing; where half is infeasible, the next fraction in --fractions). Each run's first step is dropped (warm-up); a configuration's
-figure is the median over rounds of the run's median step time. Peak RSS is each
+For each script (resnet18, transformer, transformer6 = 6 layers): `plain` (no library),
+`dtr` (library, no budget: recording and bookkeeping only), `dtr 0.5x` (a hard budget of
+half the peak, evicting and rematerializing; where half is infeasible, the next fraction in
+--fractions). Each run's first step is dropped (warm-up); a configuration's figure is the
+median over rounds of the run's median step time. Peak RSS is each
 process's own (wait4), the median over rounds.
 """
 import argparse

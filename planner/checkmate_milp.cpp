@@ -161,7 +161,7 @@ void complete_compute_from_keep(const Graph& graph, StageSchedule& s) {
       }
     }
     for (uint32_t i = 0; i < t; ++i)  // a late pin starting here (Note [Late pins in stage form])
-      if (graph.pinned_late(i) && graph.pin_stage(i) == t && !s.keep[t][i]) r[i] = 1;
+      if (graph.pin_starts(i, t) && !s.keep[t][i]) r[i] = 1;
     for (size_t j = t + 1; j-- > 0;) {  // inputs of computed nodes, closed backward
       if (!r[j]) continue;
       for (uint32_t d : graph.nodes[j].deps) {
@@ -185,11 +185,10 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
     const auto& r = s.compute[t];
     const auto& keep = s.keep[t];
     if (!r[t]) return fail(t, "does not compute node " + std::to_string(t));
-    for (size_t i = 0; i < t; ++i) {
-      if (graph.kept_pinned(static_cast<uint32_t>(i), t) && !keep[i])
+    for (uint32_t i = 0; i < t; ++i) {
+      if (graph.kept_pinned(i, t) && !keep[i])
         return fail(t, "pinned node " + std::to_string(i) + " is not kept");
-      if (graph.pinned_late(static_cast<uint32_t>(i)) && graph.pin_stage(static_cast<uint32_t>(i)) == t &&
-          !keep[i] && !r[i])
+      if (graph.pin_starts(i, t) && !keep[i] && !r[i])
         return fail(t, "pinned node " + std::to_string(i) + " is not resident when its pin starts");
       if (keep[i] && !(s.compute[t - 1][i] || (i < t - 1 && s.keep[t - 1][i])))
         return fail(t, "keeps node " + std::to_string(i) + ", not resident in stage " +
@@ -341,7 +340,7 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
     }
     // A late pin starting at stage t: R[t][i] + S[t][i] >= 1 (Note [Late pins in stage form]).
     for (uint32_t i = 0; i < t; ++i) {
-      if (!graph.pinned_late(i) || graph.pin_stage(i) != t) continue;
+      if (!graph.pin_starts(i, t)) continue;
       const int r = add_row(1, kInf);
       elem(r, R(t, i), 1);
       elem(r, S(t, i), 1);

@@ -532,6 +532,7 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   res.detail = d.str();
   return finish();
 }
+
 namespace {
 
 class KusumotoPlanner : public Planner {

@@ -81,6 +81,8 @@ struct Graph {
   // not free it.
   bool kept_pinned(uint32_t i, size_t t) const { return nodes[i].pinned && t > pin_stage(i); }
   bool never_freed(uint32_t i, size_t t) const { return nodes[i].pinned && t >= pin_stage(i); }
+  // Whether node i's pin starts late, at stage t: stage t must have it resident.
+  bool pin_starts(uint32_t i, size_t t) const { return pinned_late(i) && pin_stage(i) == t; }
   uint64_t total_compute_ns() const;
   // Users of each node (inverse of deps), computed on demand.
   std::vector<std::vector<uint32_t>> users() const;
