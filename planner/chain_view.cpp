@@ -27,12 +27,21 @@
 namespace dtr {
 
 uint64_t ChainView::model_budget(uint64_t budget_bytes, const Graph& graph) const {
-  // Forward pinned nodes (parameters, inputs) are resident throughout; backward pinned nodes
-  // (gradients) accumulate during the backward, which the chain model does not see, so
-  // they are left to the evaluator (attempts at smaller model budgets absorb them).
-  uint64_t pinned = 0;
-  for (const GraphNode& n : graph.nodes)
-    if (n.pinned && !n.backward) pinned += n.size_bytes;
+  // Forward pinned nodes (parameters, inputs, dropout masks) are resident while their pins
+  // hold, and the most of them resident at once is taken from the budget; backward pinned
+  // nodes (gradients) accumulate during the backward, which the chain model does not see,
+  // so they are left to the evaluator (attempts at smaller model budgets absorb them).
+  const size_t n = graph.size();
+  std::vector<int64_t> delta(n + 1, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    const GraphNode& node = graph.nodes[i];
+    if (!node.pinned || node.backward) continue;
+    delta[graph.pin_stage(i)] += static_cast<int64_t>(node.size_bytes);
+    if (graph.pin_ends(i)) delta[node.pinned_until + 1] -= static_cast<int64_t>(node.size_bytes);
+  }
+  int64_t now = 0, most = 0;
+  for (size_t t = 0; t <= n; ++t) most = std::max(most, now += delta[t]);
+  const auto pinned = static_cast<uint64_t>(most);
   return budget_bytes > pinned ? budget_bytes - pinned : 0;
 }
 

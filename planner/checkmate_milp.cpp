@@ -39,8 +39,9 @@ namespace dtr {
 // is not freed until the stage ends (it still counts against the stage's later steps).
 // Beyond the paper: R[t][k] = 0 for k > t (frontier advancing), so U[t][k] and FREE[t][.][k]
 // are only built for k <= t; the steps after t could only free memory. Pinned nodes are kept
-// in every stage after their pin starts, never freed and never recomputed there (R fixed to
-// 0; Note [Late pins in stage form]). Duplicate reads of one input count as one edge.
+// in every stage after their pin starts until it ends, never freed and never recomputed
+// there (R fixed to 0; Notes [Late pins in stage form] and [Pin ends in stage form]).
+// Duplicate reads of one input count as one edge.
 
 // Note [Late pins in stage form]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -55,6 +56,16 @@ namespace dtr {
 // may drop and recompute. Stage q itself needs it resident: R[q][i] + S[q][i] >= 1 (a row
 // of its own, since a pin at the last stage has no S[q+1]); complete_compute_from_keep
 // makes it there if it is not kept, and evaluate_stage_schedule checks it.
+
+// Note [Pin ends in stage form]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pin that ends at stage e (Note [Pin ends] in graph.cpp: a DISCARDed CONSTANT) keeps
+// S[t][i] fixed to 1 only for t <= e and leaves node i a FREE column at stage e
+// (Graph::kept_pinned, Graph::never_freed), so the memory rows stop counting it after e. R
+// stays fixed to 0 after the pin starts, also after e (Graph::never_recomputed): the node
+// cannot be made again, and nothing needs it then, since e is at or after the last use of
+// everything that may be recomputed through it; a later recomputation of one of its users
+// would find it neither kept nor computed, which the dependency rows forbid.
 
 // Note [Formulation size guard]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -138,7 +149,9 @@ StageSchedule StageSchedule::no_remat(const Graph& graph) {
     s.compute[t].assign(t + 1, 0);
     s.compute[t][t] = 1;
     s.keep[t].assign(t, 0);
-    for (size_t i = 0; i < t; ++i) s.keep[t][i] = graph.nodes[i].pinned || last_use[i] >= t;
+    for (size_t i = 0; i < t; ++i)
+      s.keep[t][i] =
+          (graph.nodes[i].pinned && t <= graph.nodes[i].pinned_until) || last_use[i] >= t;
   }
   return s;
 }
@@ -316,7 +329,7 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       // A pinned node is kept in every later stage, so it is never recomputed: left free,
       // a pinned node of cost 0 (a trace's CONSTANT) could be "recomputed" at no cost into
       // a schedule that computes a resident node, which plan_eval refuses.
-      const bool fixed_off = i < t && graph.kept_pinned(static_cast<uint32_t>(i), t);
+      const bool fixed_off = i < t && graph.never_recomputed(static_cast<uint32_t>(i), t);
       f.r_col[t].push_back(add_col(i == t ? 1 : 0, fixed_off ? 0 : 1, cost, true));
       ++f.num_r;
     }

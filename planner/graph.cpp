@@ -22,15 +22,13 @@
 //    (from its computation on, or later: Note [Late pins]); DISCARD (format v2: nothing
 //    reads the storage again) unpins what PIN pinned, so a gradient pinned at one optimizer
 //    step and discarded later is not resident to the end.
-//    A CONSTANT stays pinned: it cannot be recomputed (the graph has no pin intervals, so
-//    a DISCARDed constant, such as an earlier step's input batch, is resident to the end).
+//    A CONSTANT stays pinned: it cannot be recomputed; a DISCARD ends its pin (Note [Pin
+//    ends]).
 //  - ANNOTATE BACKWARD: every node made afterwards has backward = true. A trace without
 //    the annotation (every trace recorded from PyTorch) gets its backward passes inferred:
 //    Note [Backward passes of a recorded trace].
 // Unlike the trace's baseline, a graph node is free to die after its last use (planners
-// place frees), so the graph's no-remat peak is at most the trace's baseline peak, up to
-// the DISCARDed constants above (on a 2-step ResNet-18 trace: 122.92 MiB against the
-// baseline's 122.13 MiB, the first step's 0.75 MiB input batch and a few scalars).
+// place frees), so the graph's no-remat peak is at most the trace's baseline peak.
 //
 // Note [Backward passes of a recorded trace]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -50,8 +48,15 @@
 //  - a MUTATE's new version is backward iff the version it replaces is: accumulating into
 //    a gradient stays backward, an optimizer's update of a parameter does not, so the next
 //    step's forward pass, which reads the parameters, stays forward. (The torch host
-//    records in-place ops as alias CALLs, which make no node: Note [Mutation] in
-//    integration/torch/lineage.cpp.)
+//    records most in-place ops as alias CALLs, which make no node: Note [Mutation] in
+//    integration/torch/lineage.cpp.) So is the result of an in-place op (ATen names them
+//    `*_`: add_, addcdiv_) that is not an alias: the host records a write into a storage
+//    that lineage read as a new storage made by the op from a copy of the old value, its
+//    first arg (Note [Copy on write], same file). Adam's `param.addcdiv_(exp_avg, denom)`
+//    reads the gradient's moments; taken as backward, it made every node of the next
+//    step's forward pass backward (a 2-step trace of a 6-layer transformer: 800 of 1622
+//    nodes backward, the second forward pass among them, so no plan could drop one of its
+//    activations).
 // Each step's backward pass is found (ResNet-18: nodes 381-511 and 674-804), with the next
 // step's forward pass in between: forward nodes may follow backward ones (graph.h). The
 // loss gradient's seed (ones_like(loss)) reads only forward nodes and stays forward, as
@@ -105,6 +110,30 @@
 // marks it `recompute` lets it go after its computation and recomputes it at the pin
 // (Note [Static execution]), for the cost of its op (a memset). A node pinned only by
 // being referenced at the end, and never written in place, is pinned from its computation.
+//
+// Note [Pin ends]
+// ~~~~~~~~~~~~~~~
+// A CONSTANT cannot be recomputed, so it is pinned; but most are not resident to the end.
+// The torch host records what it never recomputes as a CONSTANT (Note [Never recompute] in
+// integration/torch/dispatch_hook.cpp): the parameters, each step's input batch, and every
+// dropout mask (bernoulli_ is seeded-random). A DISCARD says the live run found nothing
+// that reads the storage again, its lineage included. Pinned to the end, a 2-step trace of
+// the 6-layer transformer held all its 48 masks (24 of 4 MiB, 24 of 1 MiB) for good: the
+// graph's no-remat peak was 319.6 MiB against the live run's 259.9 MiB, its plan floor
+// 0.667 of that peak, and no static plan went under 0.7 where the simulated dtr_eq ran
+// at 0.5.
+// So a DISCARDed CONSTANT's pin ends (`pinned_until`) at the later of
+//  - the last node made before the DISCARD, and
+//  - the last use of any node that may have to be recomputed through it: its users and,
+//    through unpinned nodes, theirs (a recomputation needs it resident, and it cannot be
+//    made again). A pinned user is never recomputed after its pin starts, and a late
+//    pinned node has no deps, so no path runs through a pinned node.
+// After its end the node is freed and never computed again: Graph::pinned_at and the
+// stage-form predicates (Note [Pin ends in stage form] in checkmate_milp.cpp), the plan
+// floor and static execution (Note [Static execution]) all count it from its pin's start
+// to its end. A PIN's DISCARD unpins instead (the storage was computed, so it may be
+// recomputed: Note [Trace to graph]). On that transformer trace the no-remat peak is now
+// the trace's baseline peak, 259.86 MiB, and the floor 0.433 of it.
 #include "dtr/planner/graph.h"
 
 #include <algorithm>
@@ -129,6 +158,28 @@ constexpr uint32_t kNone = UINT32_MAX;
 std::string graph_error(const std::string& path, size_t line, const std::string& problem,
                         const std::string& hint) {
   return path + ":" + std::to_string(line) + ": " + problem + "; " + hint;
+}
+
+// Note [Pin ends]: each DISCARDed CONSTANT's pin ends at the later of its DISCARD and the
+// last use of anything that may be recomputed through it. `reach[i]`: the last stage that
+// needs node i resident, its own uses and, through unpinned users, theirs.
+void end_discarded_pins(Graph& g, std::vector<uint32_t>& discarded_at) {
+  if (discarded_at.empty()) return;
+  discarded_at.resize(g.nodes.size(), kNone);
+  const auto n = static_cast<uint32_t>(g.nodes.size());
+  const std::vector<std::vector<uint32_t>> uses = g.uses();
+  const std::vector<std::vector<uint32_t>> users = g.users();
+  std::vector<uint32_t> reach(n, 0);
+  for (uint32_t i = n; i-- > 0;) {
+    reach[i] = uses[i].empty() ? i : uses[i].back();
+    for (uint32_t u : users[i])
+      if (!g.nodes[u].pinned) reach[i] = std::max(reach[i], reach[u]);
+  }
+  for (uint32_t s = 0; s < n; ++s) {
+    if (discarded_at[s] == kNone || !g.nodes[s].pinned) continue;
+    const uint32_t end = std::max({discarded_at[s], reach[s], g.pin_stage(s)});
+    if (end + 1 < n) g.nodes[s].pinned_until = end;
+  }
 }
 
 }  // namespace
@@ -185,6 +236,13 @@ void Graph::validate() const {
                         "topological order");
     if (n.same_op_as_prev && i == 0)
       throw PlanError("graph: node 0 (" + n.name + ") cannot share an op with a previous node");
+    if (n.pinned_until != GraphNode::kPinnedToEnd &&
+        (!n.pinned || n.pinned_until >= nodes.size() || n.pinned_until < pin_stage(i)))
+      throw PlanError(
+          "graph: node " + std::to_string(i) + " (" + n.name + ") has a pin ending at node " +
+          std::to_string(n.pinned_until) +
+          (n.pinned ? ", not between its pin's start and the last node" : " but is not pinned") +
+          "; hint: pinned_until names this node or a later one of a pinned node");
     if (n.pinned_from > i && (!n.pinned || n.pinned_from >= nodes.size()))
       throw PlanError("graph: node " + std::to_string(i) + " (" + n.name +
                       ") has a late pin at node " + std::to_string(n.pinned_from) +
@@ -196,6 +254,16 @@ void Graph::validate() const {
                         std::to_string(n.reads[k]) +
                         "; hint: reads name this node or later ones, in ascending order, each once");
   }
+  bool ends = false;
+  for (uint32_t i = 0; i < nodes.size(); ++i) ends |= pin_ends(i);
+  if (!ends) return;
+  const std::vector<std::vector<uint32_t>> all = uses();
+  for (uint32_t i = 0; i < nodes.size(); ++i)
+    if (pin_ends(i) && !all[i].empty() && all[i].back() > nodes[i].pinned_until)
+      throw PlanError("graph: node " + std::to_string(i) + " (" + nodes[i].name +
+                      ") is used at node " + std::to_string(all[i].back()) +
+                      " after its pin ends at node " + std::to_string(nodes[i].pinned_until) +
+                      "; hint: a pin ends at or after the node's last use (Note [Pin ends])");
 }
 
 std::string graph_hash(const Graph& graph) {
@@ -223,6 +291,7 @@ std::string graph_hash(const Graph& graph) {
     mix_u64((n.backward ? 1u : 0u) | (n.pinned ? 2u : 0u) | (n.same_op_as_prev ? 4u : 0u) |
             (late ? 8u : 0u));
     if (late) mix_u64(n.pinned_from);  // absent otherwise: older graphs keep their hashes
+    if (graph.pin_ends(i)) mix_u64(n.pinned_until | (uint64_t{1} << 62));  // likewise
     if (!n.reads.empty()) {             // likewise
       mix_u64(n.reads.size() | (uint64_t{1} << 63));
       for (uint32_t q : n.reads) mix_u64(q);
@@ -233,14 +302,12 @@ std::string graph_hash(const Graph& graph) {
   return buf;
 }
 
-uint64_t pinned_bytes(const Graph& graph) {
-  uint64_t total = 0;
-  for (const GraphNode& n : graph.nodes)
-    if (n.pinned) total += n.size_bytes;
-  return total;
-}
-
 bool is_backward_op_name(const std::string& op) { return op.find("backward") != std::string::npos; }
+
+bool is_inplace_op_name(const std::string& op) {
+  const size_t n = op.size();
+  return n >= 2 && op[n - 1] == '_' && op[n - 2] != '_';
+}
 
 bool backward_inferred(const Trace& trace) {
   for (const TraceEvent& ev : trace.events)
@@ -314,6 +381,7 @@ Graph graph_from_trace(const Trace& trace) {
   // in place (kNone: neither), and whether it is a CONSTANT.
   std::vector<uint32_t> held_from;
   std::vector<char> constant;
+  std::vector<uint32_t> discarded_at;  // Note [Pin ends]: a CONSTANT's DISCARD, by node
   auto hold = [&](uint32_t s) {
     if (s == kNone || g.nodes.empty()) return;
     held_from.resize(g.nodes.size(), kNone);
@@ -336,7 +404,13 @@ Graph graph_from_trace(const Trace& trace) {
       }
       case TraceEventKind::call: {
         const std::vector<uint32_t> deps = deps_of(ev.args);
-        const bool gradient = is_backward_op_name(ev.op) || reads_backward(storages_of(ev.args));
+        // Note [Backward passes of a recorded trace]: an in-place op's own result is a new
+        // version of its first arg.
+        const bool copied = is_inplace_op_name(ev.op) && !ev.args.empty() &&
+                            storage_of[ev.args[0]] != kNone && !is_backward_op_name(ev.op);
+        const bool gradient =
+            copied ? g.nodes[storage_of[ev.args[0]]].backward
+                   : is_backward_op_name(ev.op) || reads_backward(storages_of(ev.args));
         bool made = false;
         for (const TraceResult& r : ev.results) {
           if (r.alias >= 0) continue;
@@ -433,10 +507,17 @@ Graph graph_from_trace(const Trace& trace) {
           hold(storage_of[ev.dst]);
         }
         break;
-      case TraceEventKind::discard:
-        if (storage_of[ev.dst] != kNone && pinned_by_pin.erase(storage_of[ev.dst]) > 0)
-          g.nodes[storage_of[ev.dst]].pinned = false;
+      case TraceEventKind::discard: {
+        const uint32_t s = storage_of[ev.dst];
+        if (s == kNone) break;
+        if (pinned_by_pin.erase(s) > 0) {
+          g.nodes[s].pinned = false;
+        } else if (s < constant.size() && constant[s]) {
+          discarded_at.resize(g.nodes.size(), kNone);
+          discarded_at[s] = static_cast<uint32_t>(g.nodes.size() - 1);
+        }
         break;
+      }
     }
   }
   g.first_backward = 0;
@@ -451,6 +532,7 @@ Graph graph_from_trace(const Trace& trace) {
     if (n.pinned && !constant[s] && n.deps.empty() && held_from[s] != kNone && held_from[s] > s)
       n.pinned_from = held_from[s];
   }
+  end_discarded_pins(g, discarded_at);
   g.validate();
   return g;
 }
@@ -526,6 +608,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
     const uint32_t self = static_cast<uint32_t>(g.nodes.size());
     bool have_cost = false, have_size = false;
     std::string pinned_from;  // resolved after the line: it names a later node
+    std::string pinned_until;  // likewise
     std::string reads;        // likewise: later nodes
     for (size_t t = 2; t < l.tokens.size(); ++t) {
       const std::string& tok = l.tokens[t];
@@ -540,6 +623,8 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         n.same_op_as_prev = true;
       } else if (key == "pinned-from" && eq != std::string::npos) {
         pinned_from = value;
+      } else if (key == "pinned-until" && eq != std::string::npos) {
+        pinned_until = value;
       } else if (key == "reads" && eq != std::string::npos) {
         reads = value;
       } else if (key == "cost" && eq != std::string::npos) {
@@ -575,7 +660,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       } else {
         throw PlanError(graph_error(path, l.number, "unknown field '" + tok + "'",
                                     "fields are cost=, size=, deps=, backward, pinned, "
-                                    "pinned-from=, same-op, reads="));
+                                    "pinned-from=, pinned-until=, same-op, reads="));
       }
     }
     if (!pinned_from.empty()) {
@@ -586,6 +671,15 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
                         "pinned-from= names a node defined after this one, which must be "
                         "`pinned` (Note [Late pins])"));
       n.pinned_from = it->second.first;
+    }
+    if (!pinned_until.empty()) {
+      const auto it = index.find(pinned_until);
+      if (!n.pinned || it == index.end() || it->second.first < self)
+        throw PlanError(
+            graph_error(path, l.number, "bad pinned-until='" + pinned_until + "'",
+                        "pinned-until= names this node or one defined after it, and the node "
+                        "must be `pinned` (Note [Pin ends])"));
+      n.pinned_until = it->second.first;
     }
     for (const std::string& name : name_list(reads)) {
       const auto it = index.find(name);
@@ -633,6 +727,7 @@ void write_graph_text(const Graph& graph, std::ostream& out) {
     if (n.backward) out << " backward";
     if (n.pinned) out << " pinned";
     if (graph.pinned_late(i)) out << " pinned-from=" << graph.nodes[n.pinned_from].name;
+    if (graph.pin_ends(i)) out << " pinned-until=" << graph.nodes[n.pinned_until].name;
     if (n.same_op_as_prev) out << " same-op";
     for (size_t k = 0; k < n.reads.size(); ++k)
       out << (k ? "," : " reads=") << graph.nodes[n.reads[k]].name;
@@ -711,6 +806,8 @@ bool as_training_chain(const Graph& graph, ChainSpec* spec) {
   const size_t n = graph.size();
   if (n < 2 || n % 2 != 0 || graph.first_backward != n / 2) return false;
   const size_t L = n / 2;
+  for (uint32_t i = 0; i < n; ++i)  // the chain model has no late pins, pin ends or reads
+    if (graph.pinned_late(i) || graph.pin_ends(i) || !graph.nodes[i].reads.empty()) return false;
   ChainSpec s;
   for (size_t i = 0; i < L; ++i) {
     const GraphNode& a = graph.nodes[i];

@@ -17,7 +17,8 @@
 //    this is the cut at first_backward.
 // A node recomputed in the backward stays until its last use, so a segment between two
 // checkpoints is recomputed once and then consumed, as in Chen et al.'s scheme; `keep`
-// nodes stay from their computation to their last use; pinned nodes are never freed.
+// nodes stay from their computation to their last use; pinned nodes are never freed, or
+// freed at the end of their pin (Note [Pin ends] in graph.cpp) and never made again.
 // A late pin (Note [Late pins] in graph.cpp) starts at stage q = pinned_from: stage q
 // needs the node resident (recomputing it if it was dropped), and for the rules above q
 // is one more use of it; before q the node is an ordinary one. A node's `reads` (Note
@@ -26,7 +27,9 @@
 // Schedule mode executes compute/free steps verbatim and checks them: deps resident at
 // each compute, no compute of a resident node, no free of a pinned or absent node (a late
 // pinned node may be freed before its pin's node is first computed, and must be resident
-// then), every node computed at least once, every pinned node resident at the end.
+// then; a node whose pin ends may be freed once its end's node is computed, and is never
+// computed again), every node computed at least once, every pinned node whose pin does not
+// end resident at the end.
 #include "dtr/planner/plan_eval.h"
 
 #include <algorithm>
@@ -51,8 +54,9 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
   // more use; the nodes each stage must find resident because their pin starts there or
   // something that makes no node reads them there.
   auto users = graph.uses();
-  std::vector<std::vector<uint32_t>> pins_at(n);
+  std::vector<std::vector<uint32_t>> pins_at(n), ends_at(n);
   for (uint32_t j = 0; j < n; ++j) {
+    if (graph.pin_ends(j)) ends_at[graph.nodes[j].pinned_until].push_back(j);
     for (uint32_t q : graph.nodes[j].reads)
       if (q > j) pins_at[q].push_back(j);  // a read at its own stage: it was just made
     if (!graph.pinned_late(j)) continue;
@@ -75,7 +79,7 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
   };
   auto maybe_free = [&](uint32_t j, uint32_t stage) {
     if (!resident[j] || pending[j] > 0) return;
-    if (graph.nodes[j].pinned && stage >= graph.pin_stage(j)) return;
+    if (graph.never_freed(j, stage)) return;
     const uint32_t next = next_use_after(j, stage);
     bool drop = next == UINT32_MAX;
     if (!drop && decisions[j] == NodeDecision::recompute && !graph.nodes[j].backward && !remat[j] &&
@@ -127,6 +131,7 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
     }
     maybe_free(i, i);
     for (uint32_t j : pins_at[i]) maybe_free(j, i);  // a read may have been its last use
+    for (uint32_t j : ends_at[i]) maybe_free(j, i);  // its pin ends here
   }
   finish(graph, e);
   return e;
@@ -150,13 +155,16 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
     const GraphNode& node = graph.nodes[s.node];
     if (s.kind == ScheduleStep::Kind::free) {
       if (!resident[s.node]) throw PlanError(where(k, s.node) + " frees a node that is not resident");
-      if (node.pinned && computed[graph.pin_stage(s.node)])
+      if (node.pinned && computed[graph.pin_stage(s.node)] &&
+          !(graph.pin_ends(s.node) && computed[node.pinned_until]))
         throw PlanError(where(k, s.node) + " frees a pinned node");
       resident[s.node] = 0;
       live -= node.size_bytes;
       continue;
     }
     if (resident[s.node]) throw PlanError(where(k, s.node) + " computes a node that is resident");
+    if (computed[s.node] && graph.pin_ends(s.node) && computed[node.pinned_until])
+      throw PlanError(where(k, s.node) + " computes a node again after its pin ended");
     for (uint32_t d : node.deps)
       if (!resident[d])
         throw PlanError(where(k, s.node) + " needs node " + std::to_string(d) + " '" +
@@ -183,7 +191,7 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
     if (!computed[x])
       throw PlanError("schedule never computes node " + std::to_string(x) + " '" +
                       graph.nodes[x].name + "'");
-    if (graph.nodes[x].pinned && !resident[x])
+    if (graph.nodes[x].pinned && !graph.pin_ends(x) && !resident[x])
       throw PlanError("schedule ends without pinned node " + std::to_string(x) + " '" +
                       graph.nodes[x].name + "' resident");
   }
@@ -202,6 +210,19 @@ std::vector<ScheduleStep> schedule_with_frees(const Graph& graph,
   const size_t m = compute_order.size();
   std::vector<char> needed(graph.size(), 0);
   std::vector<std::vector<uint32_t>> frees_after(m);
+  // A node whose pin ends (Note [Pin ends] in graph.cpp) is freed after its last use or
+  // the first computation of its end's node, whichever is later.
+  std::vector<size_t> first_at(graph.size(), m), last_at(graph.size(), 0);
+  for (size_t p = 0; p < m; ++p) {
+    const uint32_t x = compute_order[p];
+    first_at[x] = std::min(first_at[x], p);
+    last_at[x] = p;
+    for (uint32_t d : graph.nodes[x].deps) last_at[d] = p;
+  }
+  for (uint32_t x = 0; x < graph.size(); ++x)
+    if (graph.pin_ends(x) && first_at[x] < m)
+      frees_after[std::max(last_at[x], std::min(first_at[graph.nodes[x].pinned_until], m - 1))]
+          .push_back(x);
   for (size_t p = m; p-- > 0;) {
     const uint32_t x = compute_order[p];
     if (!needed[x] && !graph.nodes[x].pinned) frees_after[p].push_back(x);

@@ -2,9 +2,10 @@
 //
 // Note [Plan floor]
 // ~~~~~~~~~~~~~~~~~
-// A pinned node is never freed once computed, and the first computation of node i needs
-// node i and its deps resident: so while node i is first computed, every plan holds
-// node i, its deps and all pinned nodes made before i. The most of this over i is a floor
+// A pinned node is never freed once computed until its pin ends (Note [Pin ends] in
+// graph.cpp), and the first computation of node i needs node i and its deps resident: so
+// while node i is first computed, every plan holds node i, its deps and all pinned nodes
+// made before i whose pins still hold. The most of this over i is a floor
 // no plan can go under, whatever the method (decisions or schedules, chain or MILP): when
 // the budget is below it, every method returns INFEASIBLE, and dtr-plan says why instead
 // of showing a bare status. On a training trace the floor is set by what a step keeps
@@ -57,25 +58,31 @@ PlanFloor plan_floor(const Graph& graph) {
   PlanFloor best;
   const uint32_t n = static_cast<uint32_t>(graph.size());
   // Pinned node j counts from the stage after its computation, or from its late pin's
-  // stage on (Note [Late pins] in graph.cpp), where it is needed as much as a dep.
-  std::vector<std::vector<uint32_t>> starts(n + 1);
-  for (uint32_t j = 0; j < n; ++j)
-    if (graph.nodes[j].pinned)
-      starts[graph.pinned_late(j) ? graph.pin_stage(j) : j + 1].push_back(j);
-  auto pinned_at = [&](uint32_t j, uint32_t i) {
-    return graph.nodes[j].pinned && graph.pin_stage(j) <= i;
-  };
-  uint64_t pinned = 0;  // pinned nodes made before the current one, their pin started
+  // stage on (Note [Late pins] in graph.cpp), where it is needed as much as a dep, to its
+  // pin's end.
+  std::vector<std::vector<uint32_t>> starts(n + 1), ends(n + 1);
+  for (uint32_t j = 0; j < n; ++j) {
+    if (!graph.nodes[j].pinned) continue;
+    const uint32_t start = graph.pinned_late(j) ? graph.pin_stage(j) : j + 1;
+    if (graph.pin_ends(j) && graph.nodes[j].pinned_until < start) continue;
+    starts[start].push_back(j);
+    if (graph.pin_ends(j)) ends[graph.nodes[j].pinned_until + 1].push_back(j);
+  }
+  uint64_t pinned = 0;  // pinned nodes made before the current one, their pin holding
   uint32_t pinned_count = 0;
   for (uint32_t i = 0; i < n; ++i) {
     for (uint32_t j : starts[i]) {
       pinned += graph.nodes[j].size_bytes;
       ++pinned_count;
     }
+    for (uint32_t j : ends[i]) {
+      pinned -= graph.nodes[j].size_bytes;
+      --pinned_count;
+    }
     const GraphNode& node = graph.nodes[i];
     uint64_t op = node.size_bytes;  // the node and its deps not counted as pinned
     for (uint32_t d : node.deps)
-      if (!pinned_at(d, i)) op += graph.nodes[d].size_bytes;
+      if (!graph.pinned_at(d, i)) op += graph.nodes[d].size_bytes;
     if (pinned + op > best.bytes || i == 0) {
       best.bytes = pinned + op;
       best.node = i;
@@ -94,9 +101,9 @@ std::string describe_plan_floor(const Graph& graph, const PlanFloor& floor) {
          std::to_string(floor.bytes) + " B) while node " + std::to_string(floor.node) + " '" +
          n.name + "' is computed: " + format_bytes(floor.pinned_bytes) + " in " +
          std::to_string(floor.pinned_count) +
-         " pinned nodes made before it, never freed (parameters and inputs, and what the "
-         "trace pins or keeps to its end: gradients for the optimizer step, optimizer state, "
-         "the step's outputs), and " +
+         " pinned nodes made before it, not freed before it (parameters and inputs, and what "
+         "the trace pins or keeps to its end: gradients for the optimizer step, optimizer "
+         "state, the step's outputs), and " +
          format_bytes(floor.op_bytes) + " for the node and its other inputs";
 }
 

@@ -3,6 +3,7 @@
 //   dtr-plan --trace F|--graph G --budget 0.4|300M --method NAME [--out plan.json]
 //   dtr-plan eval --trace F|--graph G --plan plan.json
 //   dtr-plan compare --trace F --budgets 0.2:0.9:0.1 [--warm dtr_eq] [--csv F] [--svg F]
+//   dtr-plan graph --trace F [--out G]
 //   dtr-plan methods
 //
 // A thin main over the planner library (docs/planner.md). A budget ratio refers to the
@@ -206,6 +207,12 @@ int main(int argc, char** argv) {
   compare->add_option("--csv", cmp_csv, "write the rows as CSV here");
   compare->add_option("--svg", cmp_svg, "plot overhead against budget here (SVG)");
 
+  std::string graph_trace, graph_out;
+  CLI::App* graph_cmd =
+      app.add_subcommand("graph", "write a trace's graph in the text format (docs/plan-format.md)");
+  graph_cmd->add_option("--trace", graph_trace, "trace file")->required();
+  graph_cmd->add_option("--out", graph_out, "write the graph here (default: standard output)");
+
   CLI::App* methods = app.add_subcommand("methods", "list the planning methods");
 
   try {
@@ -223,6 +230,18 @@ int main(int argc, char** argv) {
     if (*methods) {
       for (const dtr::PlannerInfo& p : dtr::planner_registry())
         std::printf("%-18s %s\n", p.name.c_str(), p.summary.c_str());
+      return 0;
+    }
+    if (*graph_cmd) {
+      const Input in = load_input(graph_trace, "");
+      if (graph_out.empty()) {
+        dtr::write_graph_text(in.graph, std::cout);
+        return 0;
+      }
+      std::ofstream out(graph_out);
+      dtr::write_graph_text(in.graph, out);
+      if (!out.flush())
+        throw dtr::PlanError(graph_out + ": cannot write the graph; check the directory exists");
       return 0;
     }
     if (*eval) {

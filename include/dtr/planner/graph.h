@@ -11,8 +11,8 @@
 // follow backward ones; `first_backward` is the first backward node. A node is `pinned`
 // when it must stay resident from its computation on (constants such as parameters; the
 // step's results); its pin may start later than its computation (`pinned_from`, Note [Late
-// pins] in planner/graph.cpp). Planners decide, per stage, which nodes are resident and
-// which are (re)computed.
+// pins] in planner/graph.cpp) and end before the last stage (`pinned_until`, Note [Pin ends]
+// there). Planners decide, per stage, which nodes are resident and which are (re)computed.
 //
 // A node may also be read after its stage by what makes no node (`reads`: an in-place write
 // into another storage, a PIN); those stages need it resident like its users.
@@ -20,8 +20,8 @@
 // Invariants (Graph::validate throws PlanError on a violation): deps are in range and point
 // backward (a topological order; a cycle in a text graph is reported as such), sizes and
 // costs are non-negative, first_backward is the index of the first backward node (size()
-// when there is none), a late pin names a later node of a pinned one, reads name this or later
-// nodes in ascending order.
+// when there is none), a late pin names a later node of a pinned one, a pin's end is at or
+// after its start and every use of the node, reads name this or later nodes in ascending order.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +51,11 @@ struct GraphNode {
   // starts at node pinned_from's computation, which needs this node resident; before, it
   // is an ordinary node. 0: pinned from its own computation.
   uint32_t pinned_from = 0;
+  // The last stage the pin holds (Note [Pin ends] in planner/graph.cpp: a CONSTANT the
+  // trace DISCARDs, such as a dropout mask): after it nothing uses the node, which is freed
+  // and never made again. kPinnedToEnd: resident to the end.
+  static constexpr uint32_t kPinnedToEnd = UINT32_MAX;
+  uint32_t pinned_until = kPinnedToEnd;
   // Stages (ascending node indices, its own or later) after which the node is read by what makes
   // no node of its own: an in-place write into another storage, a PIN (Note [In-place
   // writes] in planner/graph.cpp). Each is one more use: that stage needs it resident.
@@ -76,11 +81,23 @@ struct Graph {
     return nodes[i].pinned_from > i ? nodes[i].pinned_from : i;
   }
   bool pinned_late(uint32_t i) const { return nodes[i].pinned && nodes[i].pinned_from > i; }
-  // In stage form (Checkmate's S and R, planner/checkmate_milp.cpp; Note [Late pins in
-  // stage form] there): whether node i must be kept into stage t, and whether stage t may
-  // not free it.
-  bool kept_pinned(uint32_t i, size_t t) const { return nodes[i].pinned && t > pin_stage(i); }
-  bool never_freed(uint32_t i, size_t t) const { return nodes[i].pinned && t >= pin_stage(i); }
+  // Whether pinned node i's pin ends before the last stage (Note [Pin ends]).
+  bool pin_ends(uint32_t i) const {
+    return nodes[i].pinned && nodes[i].pinned_until != GraphNode::kPinnedToEnd;
+  }
+  // Whether pinned node i is held by its pin at stage t: from its pin's start to its end.
+  bool pinned_at(uint32_t i, size_t t) const {
+    return nodes[i].pinned && t >= pin_stage(i) && t <= nodes[i].pinned_until;
+  }
+  // In stage form (Checkmate's S and R, planner/checkmate_milp.cpp; Notes [Late pins in
+  // stage form] and [Pin ends in stage form] there): whether node i must be kept into stage
+  // t, whether stage t may not free it, and whether stage t may not compute it (after its
+  // pin starts it is never made again, also after the pin ends).
+  bool kept_pinned(uint32_t i, size_t t) const { return pinned_at(i, t) && t > pin_stage(i); }
+  bool never_freed(uint32_t i, size_t t) const {
+    return pinned_at(i, t) && t < nodes[i].pinned_until;
+  }
+  bool never_recomputed(uint32_t i, size_t t) const { return nodes[i].pinned && t > pin_stage(i); }
   // Whether node i's pin starts late, at stage t: stage t must have it resident.
   bool pin_starts(uint32_t i, size_t t) const { return pinned_late(i) && pin_stage(i) == t; }
   uint64_t total_compute_ns() const;
@@ -95,8 +112,6 @@ struct Graph {
 // A stable 64-bit hash of the graph's structure (names, costs, sizes, deps, flags), as
 // 16 hex digits: a plan file records it so a plan is never applied to another graph.
 std::string graph_hash(const Graph& graph);
-// Total bytes of pinned nodes (resident at the end of any schedule).
-uint64_t pinned_bytes(const Graph& graph);
 
 // From a trace: one node per storage made by CALL/MUTATE/CONSTANT (Note [Trace to graph] in
 // planner/graph.cpp).
@@ -107,10 +122,13 @@ bool backward_inferred(const Trace& trace);
 // The op names whose results begin a backward pass in a trace without ANNOTATE BACKWARD:
 // autograd's derivative ops, `aten::*_backward*` (Note [Backward passes of a recorded trace]).
 bool is_backward_op_name(const std::string& op);
+// Whether an op writes its first arg in place, by ATen's naming (`add_`, `addcdiv_`; not a
+// dunder such as `__iand__`): its non-alias result is a new version of that arg.
+bool is_inplace_op_name(const std::string& op);
 
 // The text format for hand-made graphs (docs/plan-format.md), one node per line:
-//   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned] [pinned-from=LATER] [same-op]
-//        [reads=LATER,...]
+//   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned] [pinned-from=LATER]
+//        [pinned-until=END] [same-op] [reads=LATER,...]
 // `#` starts a comment. Names must be defined before use; a dependency on a later node
 // (which is how a cycle shows up) is an error naming the line.
 Graph read_graph_text(std::istream& in, const std::string& path_for_errors);
