@@ -7,9 +7,9 @@ the machine's speed hits all of them alike. Reported as ratios of medians (issue
 For each script (resnet18, transformer, transformer6 = 6 layers): `plain` (no library),
 `dtr` (library, no budget: recording and bookkeeping only), `dtr 0.5x` (a hard budget of
 half the peak, evicting and rematerializing; where half is infeasible, the next fraction in
---fractions). Each run's first step is dropped (warm-up); a configuration's figure is the
-median over rounds of the run's median step time. Peak RSS is each
-process's own (wait4), the median over rounds.
+--fractions; with --policies, one such configuration per eviction policy). Each run's
+first step is dropped (warm-up); a configuration's figure is the median over rounds of the
+run's median step time. Peak RSS is each process's own (wait4), the median over rounds.
 """
 import argparse
 import sys
@@ -34,6 +34,9 @@ def main():
     parser.add_argument("--fractions", default="0.5,0.6,0.7",
                         help="budget fractions of the peak to try in order: the first under "
                              "which the script runs is timed (said in the table)")
+    parser.add_argument("--policies", default="",
+                        help="comma-separated eviction policies to time under the budget, each "
+                             "a configuration of its own (default: the library's default)")
     parser.add_argument("--scripts", default="resnet18,transformer",
                         help="comma-separated, of " + ", ".join(SCRIPTS))
     args = parser.parse_args()
@@ -54,11 +57,13 @@ def main():
         configs = {
             "plain": dict(library=False),
             "dtr": dict(conf=None),
-            f"dtr {fraction}x": dict(conf=f"budget:{budget}"),
         }
+        for policy in args.policies.split(",") if args.policies else [""]:
+            configs[f"dtr {fraction}x{' ' + policy if policy else ''}"] = dict(
+                conf=f"budget:{budget}" + (f",policy:{policy}" if policy else ""))
         times = {c: [] for c in configs}
         rss = {c: [] for c in configs}
-        remats = 0
+        remats = {c: 0 for c in configs}
         for r in range(args.rounds):
             for config, kw in configs.items():
                 run = runs.run(script, script_args, **kw)
@@ -66,8 +71,7 @@ def main():
                     runs.fail(f"{name} {config} failed", run)
                 times[config].append(runs.median(run.step_times()[1:]))
                 rss[config].append(run.max_rss_kib / 1024)
-                if config.endswith("x"):
-                    remats = run.report.get("dtr.num_remats", 0)
+                remats[config] = run.report.get("dtr.num_remats", 0)
             print(f"{name} round {r + 1}/{args.rounds}: " +
                   ", ".join(f"{c} {t[-1]:.3f} s" for c, t in times.items()), flush=True)
         med = {c: runs.median(t) for c, t in times.items()}
@@ -80,10 +84,12 @@ def main():
     for name, med, budget, remats, rss, fraction in rows:
         plain = med["plain"]
         keys = list(med)
-        print(f"| {name} | {plain:.3f} s | {med[keys[1]]:.3f} s | {med[keys[1]] / plain:.3f} | "
-              f"{med[keys[2]]:.3f} s ({fraction}x: {budget / 2**20:.0f} MiB) | "
-              f"{med[keys[2]] / plain:.3f} | "
-              f"{remats} | {' / '.join(f'{rss[k]:.0f} MiB' for k in keys)} |")
+        for key in keys[2:]:  # one row per budget configuration (policy)
+            policy = key.split(" ")[2] if key.count(" ") > 1 else ""
+            print(f"| {name} | {plain:.3f} s | {med[keys[1]]:.3f} s | {med[keys[1]] / plain:.3f} | "
+                  f"{med[key]:.3f} s ({fraction}x: {budget / 2**20:.0f} MiB"
+                  f"{', ' + policy if policy else ''}) | {med[key] / plain:.3f} | "
+                  f"{remats[key]} | {' / '.join(f'{rss[k]:.0f} MiB' for k in keys[:2] + [key])} |")
 
 
 if __name__ == "__main__":
