@@ -58,9 +58,11 @@ def main():
             "plain": dict(library=False),
             "dtr": dict(conf=None),
         }
+        policy_of = {}  # budget configuration -> its policy ("": the library's default)
         for policy in args.policies.split(",") if args.policies else [""]:
-            configs[f"dtr {fraction}x{' ' + policy if policy else ''}"] = dict(
-                conf=f"budget:{budget}" + (f",policy:{policy}" if policy else ""))
+            config = f"dtr {fraction}x{' ' + policy if policy else ''}"
+            configs[config] = dict(conf=f"budget:{budget}" + (f",policy:{policy}" if policy else ""))
+            policy_of[config] = policy
         times = {c: [] for c in configs}
         rss = {c: [] for c in configs}
         remats = {c: 0 for c in configs}
@@ -76,16 +78,16 @@ def main():
                   ", ".join(f"{c} {t[-1]:.3f} s" for c, t in times.items()), flush=True)
         med = {c: runs.median(t) for c, t in times.items()}
         rows.append((name, med, budget, remats, {c: runs.median(v) for c, v in rss.items()},
-                     fraction))
+                     fraction, policy_of))
     print()
     print("| model | plain step | dtr, no budget | ratio | dtr, budget | ratio | remats/run |"
           " peak RSS plain / dtr / dtr budget |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, med, budget, remats, rss, fraction in rows:
+    for name, med, budget, remats, rss, fraction, policy_of in rows:
         plain = med["plain"]
         keys = list(med)
         for key in keys[2:]:  # one row per budget configuration (policy)
-            policy = key.split(" ")[2] if key.count(" ") > 1 else ""
+            policy = policy_of[key]
             print(f"| {name} | {plain:.3f} s | {med[keys[1]]:.3f} s | {med[keys[1]] / plain:.3f} | "
                   f"{med[key]:.3f} s ({fraction}x: {budget / 2**20:.0f} MiB"
                   f"{', ' + policy if policy else ''}) | {med[key] / plain:.3f} | "

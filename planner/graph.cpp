@@ -663,31 +663,33 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
                                     "pinned-from=, pinned-until=, same-op, reads="));
       }
     }
+    // pinned-from=, pinned-until= and reads= name nodes defined at or after `first`.
+    auto node_from = [&](const std::string& name, uint32_t first) {
+      const auto it = index.find(name);
+      return it == index.end() || it->second.first < first ? kNone : it->second.first;
+    };
     if (!pinned_from.empty()) {
-      const auto it = index.find(pinned_from);
-      if (!n.pinned || it == index.end() || it->second.first <= self)
+      n.pinned_from = n.pinned ? node_from(pinned_from, self + 1) : kNone;
+      if (n.pinned_from == kNone)
         throw PlanError(
             graph_error(path, l.number, "bad pinned-from='" + pinned_from + "'",
                         "pinned-from= names a node defined after this one, which must be "
                         "`pinned` (Note [Late pins])"));
-      n.pinned_from = it->second.first;
     }
     if (!pinned_until.empty()) {
-      const auto it = index.find(pinned_until);
-      if (!n.pinned || it == index.end() || it->second.first < self)
+      n.pinned_until = n.pinned ? node_from(pinned_until, self) : kNone;
+      if (n.pinned_until == kNone)
         throw PlanError(
             graph_error(path, l.number, "bad pinned-until='" + pinned_until + "'",
                         "pinned-until= names this node or one defined after it, and the node "
                         "must be `pinned` (Note [Pin ends])"));
-      n.pinned_until = it->second.first;
     }
     for (const std::string& name : name_list(reads)) {
-      const auto it = index.find(name);
-      if (it == index.end() || it->second.first < self)
+      n.reads.push_back(node_from(name, self));
+      if (n.reads.back() == kNone)
         throw PlanError(graph_error(path, l.number, "bad reads= entry '" + name + "'",
                                     "reads= names this node or nodes defined after it (Note "
                                     "[In-place writes])"));
-      n.reads.push_back(it->second.first);
     }
     std::sort(n.reads.begin(), n.reads.end());
     n.reads.erase(std::unique(n.reads.begin(), n.reads.end()), n.reads.end());
