@@ -67,6 +67,26 @@ namespace dtr {
 // everything that may be recomputed through it; a later recomputation of one of its users
 // would find it neither kept nor computed, which the dependency rows forbid.
 
+// Note [Shared runs in stage form]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Stage t computes its nodes in node order, and the outputs of one op are adjacent nodes,
+// so whichever of an op's outputs the stage computes come one right after another: one run
+// of the op (Note [One run of a multi-output op] in plan_eval.cpp). So the objective
+// charges the run, not the outputs: the outputs' R columns cost nothing and a continuous
+// column Y[t][op] in [0, 1] with Y >= R[t][j] for each output j < t carries the op's cost;
+// minimising drives Y to max_j R[t][j], 0 or 1 at integer R, and the MILP's objective is
+// the evaluation's compute. Node t's own first computation in stage t stays free (a later
+// output of t-1's op, which stage t-1 made). evaluate_stage_schedule charges the same, and
+// stage_schedule_steps writes each stage's computations in node order, so the plan's
+// evaluation in schedule mode charges the same too.
+// Y is built only where it changes something: for an op whose stage may recompute two or
+// more of its outputs (the others are pinned there), all of the same cost (as a trace's
+// are; a hand-made graph with unequal costs keeps one charge per output, above the
+// evaluation). Kept small because CBC's search is sensitive to it: with Y on every
+// multi-output op, or a refund column per later output (Z <= R[t][i], Z <= the sum of the
+// earlier outputs' R, objective -cost), CBC found no plan for tests/data/planner/
+// two_steps.trace at 820 B within 120 s; with Y where it matters, it does within 40 s.
+
 // Note [Formulation size guard]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The formulation has O(n^2 + n|E|) columns (docs/planner-milp.md) and --time-limit does
@@ -236,11 +256,17 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
       u -= freed_after(k);
       c.peak_bytes = std::max(c.peak_bytes, u);
     }
-    for (size_t k = 0; k <= t; ++k) {
-      if (r[k]) {
-        if (!(k == t && t > 0 && graph.nodes[t].same_op_as_prev)) c.compute_ns += graph.nodes[k].compute_ns;
-        ++c.num_computes;
-      }
+    // Note [One run of a multi-output op] (plan_eval.cpp): node t's own computation is free
+    // when it is a later output of t-1's op; a recomputation when the stage's previous
+    // computation was of an earlier output of its op.
+    uint32_t prev = UINT32_MAX;
+    for (uint32_t k = 0; k <= t; ++k) {
+      if (!r[k]) continue;
+      const bool shared =
+          k == t ? t > 0 && graph.nodes[t].same_op_as_prev : graph.same_run(prev, k);
+      if (!shared) c.compute_ns += graph.nodes[k].compute_ns;
+      ++c.num_computes;
+      prev = k;
     }
   }
   c.valid = true;
@@ -321,6 +347,10 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
 
   f.r_col.resize(n);
   f.s_col.resize(n);
+  // The R columns of an op's outputs that share a run cost this, not 0 (Note [Shared runs
+  // in stage form]): less than one cost unit over all R columns, so the optimum's compute
+  // is unchanged, but among schedules of equal compute the MILP prefers fewer computations.
+  const double tie_break = 0.5 / (static_cast<double>(n) * static_cast<double>(n + 1) / 2 + 1);
   for (size_t t = 0; t < n; ++t) {
     for (size_t i = 0; i <= t; ++i) {
       // The first computation of a second output of an op is free (a constant: R[t][t] = 1).
@@ -333,6 +363,25 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       f.r_col[t].push_back(add_col(i == t ? 1 : 0, fixed_off ? 0 : 1, cost, true));
       ++f.num_r;
     }
+    // An op with several outputs costs one run in stage t, whichever of its outputs before
+    // t the stage recomputes (Note [Shared runs in stage form]): where two or more of them
+    // may be recomputed, their R columns cost nothing and a run column Y >= R[t][j] for each
+    // carries the op's cost.
+    for (uint32_t i = 0; i + 1 < t; ++i) {
+      if (!graph.nodes[i + 1].same_op_as_prev || (i > 0 && graph.nodes[i].same_op_as_prev))
+        continue;  // i is not the first output of a multi-output op
+      CheckmateFormulation::OpRun run{static_cast<uint32_t>(t), {}, -1};
+      bool equal_costs = true;
+      for (uint32_t j = i; j < t && (j == i || graph.nodes[j].same_op_as_prev); ++j) {
+        equal_costs = equal_costs && graph.nodes[j].compute_ns == graph.nodes[i].compute_ns;
+        if (!graph.never_recomputed(j, t)) run.outputs.push_back(j);
+      }
+      const double cost = static_cast<double>(graph.nodes[i].compute_ns / f.cost_unit_ns);
+      if (run.outputs.size() < 2 || !equal_costs || cost == 0) continue;
+      for (uint32_t j : run.outputs) f.obj[static_cast<size_t>(f.r_col[t][j])] = tie_break;
+      run.col = add_col(0, 1, cost, false);
+      f.op_runs.push_back(std::move(run));
+    }
     for (size_t i = 0; i < t; ++i) {
       f.s_col[t].push_back(add_col(graph.kept_pinned(static_cast<uint32_t>(i), t) ? 1 : 0, 1, 0, true));
       ++f.num_s;
@@ -340,6 +389,14 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
   }
   auto R = [&](size_t t, size_t i) { return f.r_col[t][i]; };
   auto S = [&](size_t t, size_t i) { return f.s_col[t][i]; };
+
+  for (const CheckmateFormulation::OpRun& run : f.op_runs) {
+    for (uint32_t j : run.outputs) {
+      const int r = add_row(0, kInf);  // Y - R[t][j] >= 0
+      elem(r, run.col, 1);
+      elem(r, R(run.stage, j), -1);
+    }
+  }
 
   for (size_t t = 0; t < n; ++t) {
     // Dependencies: R[t][k] <= R[t][i] + S[t][i] for each edge (i, k), k <= t.

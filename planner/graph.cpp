@@ -190,6 +190,13 @@ bool Graph::has_several_backward_passes() const {
   return false;
 }
 
+bool Graph::same_run(uint32_t prev, uint32_t x) const {
+  if (prev >= x || x >= nodes.size()) return false;
+  for (uint32_t j = x; j > prev; --j)
+    if (!nodes[j].same_op_as_prev) return false;
+  return true;
+}
+
 uint64_t Graph::total_compute_ns() const {
   uint64_t total = 0;
   for (const GraphNode& n : nodes)

@@ -30,6 +30,27 @@
 // then; a node whose pin ends may be freed once its end's node is computed, and is never
 // computed again), every node computed at least once, every pinned node whose pin does not
 // end resident at the end.
+//
+// Note [One run of a multi-output op]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A multi-output op (batch norm: its output and saved statistics) is one node per output,
+// each carrying the op's cost (`same_op_as_prev` marks the later ones). Running the op
+// makes all of them, and the runtime reruns it once for all its outputs
+// (eviction/engine.cpp), so the evaluator charges one run, not one per output node:
+//  - the first computation of a later output is free (the forward run made it with the
+//    first; that one was computed before);
+//  - a recomputation of node x is free when the computation just before it (frees in
+//    between do not count) was of an earlier output of x's op (Graph::same_run): both come
+//    out of one rerun.
+// `recomputations` still counts every node made again; `recompute_ns` counts what is
+// charged. Outputs share a rerun only in ascending order: decisions mode and stage form
+// (checkmate_milp.cpp, which charges the same) compute in node order; a written schedule
+// that makes them in another order pays a run for each. Before this rule a recomputed
+// segment paid a batch norm once per output it reran, three times where the engine reruns
+// it once: on a ResNet-18 trace recorded from PyTorch, half of rotor's evaluated
+// recomputation at 0.9 (39.2 of 76.6 ms) was such charges (docs/planner.md, "Warm start").
+// Not modelled: a rerun makes every output, also those the stage does not need (the
+// runtime holds them until they are evicted; the evaluator does not count them).
 #include "dtr/planner/plan_eval.h"
 
 #include <algorithm>
@@ -71,6 +92,7 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
   PlanEval e;
   uint64_t live = 0;
   std::vector<uint32_t> todo, stack;
+  uint32_t prev = UINT32_MAX;  // the last node computed (Note [One run of a multi-output op])
 
   auto next_use_after = [&](uint32_t j, uint32_t stage) -> uint32_t {
     uint32_t& p = next_user_pos[j];
@@ -118,12 +140,15 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
       if (computed[x]) {
         remat[x] = 1;
         ++e.recomputations;
-        e.recompute_ns += node.compute_ns;
-        e.compute_ns += node.compute_ns;
+        if (!graph.same_run(prev, x)) {
+          e.recompute_ns += node.compute_ns;
+          e.compute_ns += node.compute_ns;
+        }
       } else {
         computed[x] = 1;
-        if (!(node.same_op_as_prev && x == i && computed[x - 1])) e.compute_ns += node.compute_ns;
+        if (!(node.same_op_as_prev && computed[x - 1])) e.compute_ns += node.compute_ns;
       }
+      prev = x;
       for (uint32_t d : node.deps) {
         --pending[d];
         maybe_free(d, i);
@@ -145,6 +170,7 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
     if (graph.pinned_late(j)) pins_at[graph.nodes[j].pinned_from].push_back(j);
   PlanEval e;
   uint64_t live = 0;
+  uint32_t prev = UINT32_MAX;  // the last node computed (Note [One run of a multi-output op])
   auto where = [&](size_t k, uint32_t x) {
     return "schedule step " + std::to_string(k) + " (node " + std::to_string(x) + " '" +
            graph.nodes[x].name + "')";
@@ -177,15 +203,16 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
     live += node.size_bytes;
     e.peak_bytes = std::max(e.peak_bytes, live);
     resident[s.node] = 1;
-    const bool shared = node.same_op_as_prev && k > 0 &&
-                        schedule[k - 1].kind == ScheduleStep::Kind::compute &&
-                        schedule[k - 1].node + 1 == s.node && !computed[s.node];
-    if (computed[s.node]) {
+    const bool again = computed[s.node];
+    const bool shared =
+        again ? graph.same_run(prev, s.node) : node.same_op_as_prev && computed[s.node - 1];
+    if (again) {
       ++e.recomputations;
-      e.recompute_ns += node.compute_ns;
+      if (!shared) e.recompute_ns += node.compute_ns;
     }
     computed[s.node] = 1;
     if (!shared) e.compute_ns += node.compute_ns;
+    prev = s.node;
   }
   for (uint32_t x = 0; x < n; ++x) {
     if (!computed[x])

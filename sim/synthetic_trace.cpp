@@ -128,4 +128,64 @@ Trace make_random_trace(uint64_t seed, uint32_t n_events, uint64_t unit_bytes) {
   return std::move(b.trace);
 }
 
+Trace make_random_training_trace(uint64_t seed, uint32_t forward_ops, uint64_t unit_bytes,
+                                 uint64_t unit_ns) {
+  Builder b;
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  auto bytes = [&] { return uniform(1, 4) * unit_bytes; };
+  auto ns = [&] { return uniform(1, 5) * unit_ns; };
+  // The program first, as (event, names it reads); releases are added after each name's
+  // last read at the end, as autograd frees a saved value after its backward op.
+  b.annotate("START");
+  const NameId input = b.constant(bytes());
+  std::vector<NameId> main = {input};                        // each forward op's first output
+  std::vector<std::vector<NameId>> inputs(forward_ops + 1);  // what forward op i read
+  std::vector<std::vector<NameId>> saved(forward_ops + 1);   // its other outputs
+  for (uint32_t i = 1; i <= forward_ops; ++i) {
+    inputs[i] = {main.back()};
+    if (main.size() >= 3 && uniform(0, 2) == 0)
+      inputs[i].push_back(main[uniform(0, main.size() - 3)]);
+    std::vector<std::pair<uint64_t, int32_t>> outs = {{bytes(), -1}};
+    if (uniform(0, 2) == 0) {  // a multi-output op: one or two saved outputs, as batch norm's
+      outs.push_back({bytes(), -1});
+      if (uniform(0, 1) == 0) outs.push_back({bytes(), -1});
+    }
+    const auto made = b.call("f" + std::to_string(i), inputs[i], outs, ns());
+    main.push_back(made[0]);
+    saved[i].assign(made.begin() + 1, made.end());
+  }
+  b.annotate("BACKWARD");
+  NameId grad = b.call("loss_backward", {main.back()}, {{bytes(), -1}}, ns())[0];
+  for (uint32_t i = forward_ops; i >= 1; --i) {
+    std::vector<NameId> args = {grad};
+    args.insert(args.end(), inputs[i].begin(), inputs[i].end());
+    args.insert(args.end(), saved[i].begin(), saved[i].end());
+    grad = b.call("f" + std::to_string(i) + "_backward", args, {{bytes(), -1}}, ns())[0];
+  }
+  // Releases: every name but the input and the last gradient, right after its last read
+  // (or its making, if nothing reads it).
+  std::vector<size_t> last(b.trace.names.size(), 0);
+  for (size_t e = 0; e < b.trace.events.size(); ++e) {
+    for (const TraceResult& r : b.trace.events[e].results) last[r.name] = e;
+    for (NameId a : b.trace.events[e].args) last[a] = e;
+  }
+  std::vector<TraceEvent> events;
+  for (size_t e = 0; e < b.trace.events.size(); ++e) {
+    events.push_back(b.trace.events[e]);
+    for (NameId n = 0; n < last.size(); ++n) {
+      if (last[n] != e || n == input || n == grad) continue;
+      TraceEvent ev;
+      ev.kind = TraceEventKind::release;
+      ev.dst = n;
+      events.push_back(ev);
+    }
+  }
+  b.trace.events = std::move(events);
+  b.trace.path = "random-training-" + std::to_string(seed);
+  return std::move(b.trace);
+}
+
 }  // namespace dtr

@@ -78,6 +78,16 @@ struct CheckmateFormulation {
   uint64_t cost_unit_ns = 1;
   double budget_units = 0;
   size_t num_r = 0, num_s = 0, num_u = 0, num_free = 0;
+  // One run of a multi-output op in stage `stage` (Note [Shared runs in stage form] in
+  // planner/checkmate_milp.cpp): the R columns of `outputs` (those the stage may
+  // recompute) cost nothing; the continuous column `col`, >= each of their R, carries the
+  // op's cost.
+  struct OpRun {
+    uint32_t stage;
+    std::vector<uint32_t> outputs;
+    int col;
+  };
+  std::vector<OpRun> op_runs;
 
   size_t num_cols() const { return col_lb.size(); }
   size_t num_rows() const { return row_lb.size(); }

@@ -3,7 +3,7 @@
 // A Graph is a DAG of nodes in a topological order (the order the trace ran them): node i
 // is one op's result storage (multi-output ops give one node per non-alias output, views
 // fold into the storage they alias). Each node has a compute cost (ns; for a multi-output
-// op the cost is charged to every output node, since recomputing any of them reruns the op)
+// op every output node carries the op's cost, since recomputing any of them reruns the op)
 // and a memory size (bytes), and the nodes it reads (`deps`, all < i). `backward` marks
 // nodes computed by a backward pass (after the trace's `ANNOTATE BACKWARD`, or inferred for
 // a trace without one: Note [Backward passes of a recorded trace] in planner/graph.cpp). A
@@ -61,8 +61,9 @@ struct GraphNode {
   // writes] in planner/graph.cpp). Each is one more use: that stage needs it resident.
   std::vector<uint32_t> reads;
   // Another output of the op that made node i-1 (multi-output ops, e.g. batch norm): the
-  // op runs once for all its outputs in the trace, so total_compute_ns() and the forward
-  // pass of plan evaluation charge it once; a recomputation charges each node it reruns.
+  // op runs once for all its outputs, so total_compute_ns() charges it once, and so does
+  // every run of it that plan evaluation counts (Note [One run of a multi-output op] in
+  // planner/plan_eval.cpp).
   bool same_op_as_prev = false;
 };
 
@@ -100,6 +101,10 @@ struct Graph {
   bool never_recomputed(uint32_t i, size_t t) const { return nodes[i].pinned && t > pin_stage(i); }
   // Whether node i's pin starts late, at stage t: stage t must have it resident.
   bool pin_starts(uint32_t i, size_t t) const { return pinned_late(i) && pin_stage(i) == t; }
+  // Whether node x is a later output of node prev's op (prev < x, and x and every node
+  // between follow with same_op_as_prev): computed right after prev, it comes out of the
+  // same run (Note [One run of a multi-output op] in planner/plan_eval.cpp).
+  bool same_run(uint32_t prev, uint32_t x) const;
   uint64_t total_compute_ns() const;
   // Users of each node (inverse of deps), computed on demand.
   std::vector<std::vector<uint32_t>> users() const;

@@ -4,8 +4,8 @@
 // memory and compute model (Note [Static execution] in planner/plan_eval.cpp):
 //  - memory: the bytes of resident nodes; computing a node needs its deps resident and
 //    adds its size; the peak is the maximum over all computations.
-//  - compute: every (re)computation costs the node's compute_ns, except that the forward
-//    computation of another output of the same op (`same_op_as_prev`) is free.
+//  - compute: every (re)computation costs the node's compute_ns, except that an op with
+//    several outputs is charged once per run of it (Note [One run of a multi-output op]).
 // With an explicit schedule the steps are executed as written (and checked); without one
 // the per-node decisions drive a demand-driven execution in node order.
 #pragma once

@@ -18,4 +18,14 @@ Trace make_linear_chain_trace(uint32_t n, uint64_t unit_bytes = 1, uint64_t unit
 // Sizes are multiples of `unit_bytes`: constants 1..64 units, outputs 1..256 units.
 Trace make_random_trace(uint64_t seed, uint32_t n_events, uint64_t unit_bytes = 1024);
 
+// A seeded random training step of `forward_ops` ops, for checks against exact planners:
+// a CONSTANT input, forward ops that read the previous op's first output and sometimes an
+// earlier one, a third of them with one or two more outputs only the backward reads (as
+// batch norm's saved statistics), then after ANNOTATE BACKWARD one backward op per forward
+// op, in reverse, reading the running gradient and that op's inputs and other outputs. Every name
+// but the input and the last gradient is released right after its last read. Sizes are
+// 1..4 `unit_bytes`, times 1..5 `unit_ns`.
+Trace make_random_training_trace(uint64_t seed, uint32_t forward_ops, uint64_t unit_bytes = 8,
+                                 uint64_t unit_ns = 1000);
+
 }  // namespace dtr
