@@ -47,8 +47,8 @@
 // (checkmate_milp.cpp, which charges the same) compute in node order; a written schedule
 // that makes them in another order pays a run for each. Before this rule a recomputed
 // segment paid a batch norm once per output it reran, three times where the engine reruns
-// it once: on a ResNet-18 trace recorded from PyTorch, half of rotor's evaluated
-// recomputation at 0.9 (39.2 of 76.6 ms) was such charges (docs/planner.md, "Warm start").
+// it once: on a ResNet-18 trace recorded from PyTorch, rotor's plan at 0.9 was evaluated at
+// 1.1845 and is now at 1.1560 (its warm run: 1.0904; docs/planner.md, "Warm start").
 // Not modelled: a rerun makes every output, also those the stage does not need (the
 // runtime holds them until they are evicted; the evaluator does not count them).
 #include "dtr/planner/plan_eval.h"

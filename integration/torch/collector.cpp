@@ -26,6 +26,8 @@ namespace dtr::torch_integration {
 void Lineage::release_storage(StorageId s) {
   storages_[s].dead = true;
   ++deaths_;
+  // Note [Discards in a trace] (lineage.cpp): a full collect follows while tracing.
+  if (engine_->is_pinned(s)) pinned_dead_bytes_ += engine_->storage_size(s);
   for (TensorId t : engine_->storage_tensors(s)) {
     while (engine_->external_refs(t) > 0) {
       recording_->release(t);
@@ -71,6 +73,7 @@ void Lineage::collect(bool full) {
   if (!full) return;
   full_collect_ops_ = ops_recorded_;
   full_collect_deaths_ = deaths_;
+  pinned_dead_bytes_ = 0;
   ops_since_collect_ = 0;
   const uint32_t needed_mark = begin_marks();
   auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };

@@ -112,6 +112,20 @@ constexpr uint64_t kMinOpsBetweenCollects = 1024;  // full collects: Note [Colle
 // trace's RELEASE of a dead storage comes before the next op allocates, as the memory
 // would come back without lineage (Note [Recording a trace] in recording.cpp).
 constexpr uint64_t kOpsBetweenDeadScans = 64;
+// Note [Discards in a trace]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A dead pinned storage (a dropout mask, a live descendant pinned by Note [Pinned writes],
+// an old parameter value) is freed only by a full collect, which finds that no lineage
+// needs it and DISCARDs it. Under a budget a full collect runs at every eviction request
+// after new deaths, so it goes soon; with no budget, only every kMinOpsBetweenCollects ops
+// or more. A trace is recorded with no budget, and the simulator holds a pinned storage
+// until its DISCARD: on the LSTM script the step-1 logits (15.6 MiB, pinned at the
+// optimizer step) died early in step 2 and were DISCARDed 4500 events later, after step 2's
+// backward, so every replayed policy ran out of memory at 0.6-0.7 of the baseline peak
+// where the live run trains at 0.6. So while tracing, a full collect runs before the next
+// op once pinned storages of kMinEvictableBytes or more have died since the last one
+// (batched: the small pinned storages of Note [Small storages] die all the time).
+
 // Note [Temporaries]
 // ~~~~~~~~~~~~~~~~~~
 // Most storages die young: an op's output read by the next op or two and dropped (a
@@ -339,8 +353,12 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   // Tracing: what died since the last op is released before this op allocates, as its
-  // memory would be without lineage (kOpsBetweenDeadScans).
-  if (tracing_) scan_for_dead();
+  // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
+  // discarded as soon as lineage lets it go (Note [Discards in a trace]).
+  if (tracing_) {
+    scan_for_dead();
+    if (pinned_dead_bytes_ >= kMinEvictableBytes) collect(/*full=*/true);
+  }
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs
   // memory but not its old value: it is not refilled.

@@ -225,6 +225,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t full_collect_ops_ = UINT64_MAX;   // ... and at the last full collect
   uint64_t deaths_ = 0;                      // storages found dead so far
   uint64_t full_collect_deaths_ = UINT64_MAX;
+  uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
   SteadyClock clock_;
   std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
