@@ -72,10 +72,11 @@ namespace dtr {
 // Stage t computes its nodes in node order, and the outputs of one op are adjacent nodes,
 // so whichever of an op's outputs the stage computes come one right after another: one run
 // of the op (Note [One run of a multi-output op] in plan_eval.cpp). So the objective
-// charges the run, not the outputs: the outputs' R columns cost nothing and a continuous
-// column Y[t][op] in [0, 1] with Y >= R[t][j] for each output j < t carries the op's cost;
-// minimising drives Y to max_j R[t][j], 0 or 1 at integer R, and the MILP's objective is
-// the evaluation's compute. Node t's own first computation in stage t stays free (a later
+// charges the run, not the outputs: the outputs' R columns cost only a tie-break and a
+// continuous column Y[t][op] in [0, 1] with Y >= R[t][j] for each output j < t carries the
+// op's cost; minimising drives Y to max_j R[t][j], 0 or 1 at integer R, and the MILP's
+// objective is the evaluation's compute (to within the tie-breaks, less than one cost
+// unit in all). Node t's own first computation in stage t stays free (a later
 // output of t-1's op, which stage t-1 made). evaluate_stage_schedule charges the same, and
 // stage_schedule_steps writes each stage's computations in node order, so the plan's
 // evaluation in schedule mode charges the same too.
@@ -85,7 +86,12 @@ namespace dtr {
 // evaluation). Kept small because CBC's search is sensitive to it: with Y on every
 // multi-output op, or a refund column per later output (Z <= R[t][i], Z <= the sum of the
 // earlier outputs' R, objective -cost), CBC found no plan for tests/data/planner/
-// two_steps.trace at 820 B within 120 s; with Y where it matters, it does within 40 s.
+// two_steps.trace at 820 B within 120 s; with Y where it matters it found one within 40 s,
+// and with the tie-break it proves 820 B optimal in 7 s. The tie-break: an R column of
+// cost 0 is free to be 1, and such spare recomputations cost memory the search then had
+// to undo; each costs 0.5 / (number of R columns + 1) cost units, so all of them together
+// cost less than one unit and the optimum's compute is unchanged, while among schedules of
+// equal compute the MILP prefers fewer computations.
 
 // Note [Formulation size guard]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -365,7 +371,7 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
     }
     // An op with several outputs costs one run in stage t, whichever of its outputs before
     // t the stage recomputes (Note [Shared runs in stage form]): where two or more of them
-    // may be recomputed, their R columns cost nothing and a run column Y >= R[t][j] for each
+    // may be recomputed, their R columns cost a tie-break and a run column Y >= R[t][j] for each
     // carries the op's cost.
     for (uint32_t i = 0; i + 1 < t; ++i) {
       if (!graph.nodes[i + 1].same_op_as_prev || (i > 0 && graph.nodes[i].same_op_as_prev))

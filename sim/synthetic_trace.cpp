@@ -137,8 +137,8 @@ Trace make_random_training_trace(uint64_t seed, uint32_t forward_ops, uint64_t u
   };
   auto bytes = [&] { return uniform(1, 4) * unit_bytes; };
   auto ns = [&] { return uniform(1, 5) * unit_ns; };
-  // The program first, as (event, names it reads); releases are added after each name's
-  // last read at the end, as autograd frees a saved value after its backward op.
+  // The program first; the releases go in at the end, each right after its name's last
+  // read, as autograd frees a saved value after its backward op.
   b.annotate("START");
   const NameId input = b.constant(bytes());
   std::vector<NameId> main = {input};                        // each forward op's first output

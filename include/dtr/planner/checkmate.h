@@ -80,8 +80,8 @@ struct CheckmateFormulation {
   size_t num_r = 0, num_s = 0, num_u = 0, num_free = 0;
   // One run of a multi-output op in stage `stage` (Note [Shared runs in stage form] in
   // planner/checkmate_milp.cpp): the R columns of `outputs` (those the stage may
-  // recompute) cost nothing; the continuous column `col`, >= each of their R, carries the
-  // op's cost.
+  // recompute) cost only a tie-break; the continuous column `col`, >= each of their R,
+  // carries the op's cost.
   struct OpRun {
     uint32_t stage;
     std::vector<uint32_t> outputs;
