@@ -6,6 +6,8 @@
 // BM_CheckpointSubsetDP/<variant>/<stages>: the checkpoint-subset DP alone on a chain of
 // `stages` stages, the O(L log L) one (0) against the O(L^3) reference (1), which is run up
 // to 2000 stages only.
+// Method 4, kusumoto-approx (the DAG planner), runs on chains of up to 2000 nodes and the
+// first two logs only: its time grows about as the square of the forward nodes.
 // Each iteration is run_planner(): the solve plus the common evaluator. Skips with a reason
 // when a log is absent.
 #include <benchmark/benchmark.h>
@@ -19,7 +21,7 @@
 
 namespace {
 
-const char* const kMethods[] = {"chen", "revolve", "rotor", "checkpoint-subset"};
+const char* const kMethods[] = {"chen", "revolve", "rotor", "checkpoint-subset", "kusumoto-approx"};
 const char* const kLogs[] = {"resnet32", "transformer", "lstm"};
 
 dtr::ChainSpec bench_chain_spec(uint32_t stages) {
@@ -51,6 +53,7 @@ void BM_PlanChain(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanChain)
     ->ArgsProduct({{0, 1, 2, 3}, {100, 1000, 10000}})
+    ->ArgsProduct({{4}, {100, 1000, 2000}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 
@@ -72,7 +75,11 @@ void BM_PlanLog(benchmark::State& state) {
   state.counters["feasible"] = r.feasible;
   state.counters["overhead"] = double(r.predicted_compute_ns) / double(g.total_compute_ns());
 }
-BENCHMARK(BM_PlanLog)->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_PlanLog)
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})
+    ->ArgsProduct({{4}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 void BM_CheckpointSubsetDP(benchmark::State& state) {
   const bool cubic = state.range(0) == 1;

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <sstream>
 
@@ -34,7 +33,20 @@ namespace dtr {
 // subject to opt[L][t] + peak(L, L') <= B and opt[L][t] + ckpt(L, L') <= B. Time-centric:
 // the least t with opt[forward][t] defined; memory-centric: the least B for which any t is
 // defined, then the least t. Costs are exact integers (no discretisation: tables are Pareto
-// pruned instead).
+// pruned instead, Note [Bounded Pareto tables]).
+
+// Note [Bounded Pareto tables]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With exact integer costs a set's table holds one entry per Pareto-optimal (overhead,
+// checkpoint memory) pair, and on a long forward graph that front grows with the budget:
+// on the DTR Transformer log (1 068 lower sets of ancestors) the largest table held 537
+// entries and all of them 215 408 at twice the budget, and as every set there is a subset
+// of every larger one, each entry is pushed into a thousand sets: one plan did not finish in
+// 300 s. So a front longer than KusumotoOptions::pareto_width keeps that many entries,
+// evenly spaced along it, the cheapest and the leanest always among them. Below the width
+// the DP is exact as before (every table of the tests' graphs is); above it the DP may miss
+// its own optimum, which costs nothing in correctness: the strategy it returns is measured
+// like any other (Note [DP budget search]).
 
 // Note [Lower sets to stages]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -248,30 +260,23 @@ class Dp {
   size_t num_sets() const { return sets_.size(); }
   const Bits& set_bits(size_t i) const { return sets_[i]; }
 
-  // Least-overhead strategy within DP budget b (false if none).
-  bool solve(uint64_t b, Strategy* out) const {
+  // Least-overhead strategy within DP budget b (false if none). Pulls into each set from
+  // its subsets, which come earlier (sets are sorted by size), so every table is final
+  // before it is read; Note [Bounded Pareto tables] for `width`.
+  bool solve(uint64_t b, size_t width, Strategy* out) const {
     struct Entry {
-      uint64_t ckpt;
-      size_t prev;
-      uint64_t prev_t;
+      uint64_t t, ckpt;         // accumulated overhead and checkpoint memory
+      uint32_t prev, prev_pos;  // the set it came from and the entry there
     };
     const size_t nl = sets_.size();
-    std::vector<std::map<uint64_t, Entry>> opt(nl);
-    opt[0][0] = Entry{0, nl, 0};
-    for (size_t i = 0; i < nl; ++i) {
-      // Pareto prune: drop entries with no less checkpoint memory than a cheaper one.
-      uint64_t best = UINT64_MAX;
-      for (auto it = opt[i].begin(); it != opt[i].end();) {
-        if (it->second.ckpt >= best) {
-          it = opt[i].erase(it);
-        } else {
-          best = it->second.ckpt;
-          ++it;
-        }
-      }
-      if (opt[i].empty()) continue;
-      for (size_t j = i + 1; j < nl; ++j) {
-        if (info_[j].size <= info_[i].size || !subset(sets_[i], sets_[j])) continue;
+    std::vector<std::vector<Entry>> opt(nl);
+    opt[0].push_back(Entry{0, 0, UINT32_MAX, 0});
+    std::vector<Entry> cand;
+    for (size_t j = 1; j < nl; ++j) {
+      cand.clear();
+      for (size_t i = 0; i < j; ++i) {
+        if (opt[i].empty() || info_[i].size >= info_[j].size || !subset(sets_[i], sets_[j]))
+          continue;
         const uint64_t peak = info_[j].mem - info_[i].mem + info_[j].grad_mem;
         if (peak > b) continue;
         uint64_t overhead = 0, ckpt = 0;
@@ -282,23 +287,38 @@ class Dp {
           for (uint64_t x = info_[j].boundary[w] & ~sets_[i][w]; x; x &= x - 1)
             ckpt += f_.mem[w * 64 + __builtin_ctzll(x)];
         }
-        for (const auto& [t, e] : opt[i]) {
+        for (size_t k = 0; k < opt[i].size(); ++k) {
+          const Entry& e = opt[i][k];
           if (e.ckpt + peak > b || e.ckpt + ckpt > b) continue;
-          auto [it, inserted] = opt[j].try_emplace(t + overhead, Entry{e.ckpt + ckpt, i, t});
-          if (!inserted && it->second.ckpt > e.ckpt + ckpt) it->second = Entry{e.ckpt + ckpt, i, t};
+          cand.push_back(Entry{e.t + overhead, e.ckpt + ckpt, static_cast<uint32_t>(i),
+                               static_cast<uint32_t>(k)});
         }
+      }
+      // The Pareto front: by overhead, keeping an entry only if it holds less checkpoint
+      // memory than every cheaper one (ties: the first pushed, the smallest subset).
+      std::stable_sort(cand.begin(), cand.end(), [](const Entry& x, const Entry& y) {
+        return x.t != y.t ? x.t < y.t : x.ckpt < y.ckpt;
+      });
+      std::vector<Entry>& front = opt[j];
+      for (const Entry& e : cand)
+        if (front.empty() || e.ckpt < front.back().ckpt) front.push_back(e);
+      const size_t keep = width == 1 ? 2 : width;  // both ends are always kept
+      if (keep != 0 && front.size() > keep) {
+        // Keep `keep` entries evenly spaced along the front, both ends included.
+        std::vector<Entry> thin;
+        for (size_t k = 0; k < keep; ++k)
+          thin.push_back(front[k * (front.size() - 1) / (keep - 1)]);
+        front.swap(thin);
       }
     }
     if (opt[nl - 1].empty()) return false;
     out->chain.clear();
-    out->overhead = opt[nl - 1].begin()->first;
-    size_t i = nl - 1;
-    uint64_t t = out->overhead;
-    while (i < nl) {
+    out->overhead = opt[nl - 1].front().t;
+    for (uint32_t i = static_cast<uint32_t>(nl - 1), k = 0; i != UINT32_MAX;) {
       out->chain.push_back(i);
-      const Entry& e = opt[i].at(t);
+      const Entry& e = opt[i][k];
       i = e.prev;
-      t = e.prev_t;
+      k = e.prev_pos;
     }
     std::reverse(out->chain.begin(), out->chain.end());
     return true;
@@ -417,6 +437,18 @@ std::vector<std::vector<uint32_t>> forward_lower_sets(const Graph& graph, bool e
   return out;
 }
 
+std::optional<uint64_t> kusumoto_dp_overhead(const Graph& graph, uint64_t dp_budget, bool exact,
+                                             size_t pareto_width) {
+  graph.validate();
+  const std::vector<StepRange> ranges = training_steps(graph);
+  if (ranges.empty()) return std::nullopt;
+  const Forward f = forward_part(graph, ranges[0].begin, ranges[0].fwd_end);
+  const Dp dp(f, enumerate(f, exact, KusumotoOptions{}.max_lower_sets));
+  Strategy st;
+  if (!dp.solve(dp_budget, pareto_width, &st)) return std::nullopt;
+  return st.overhead;
+}
+
 KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   const auto start = std::chrono::steady_clock::now();
   graph.validate();
@@ -449,7 +481,8 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
     out->assign(parts.size(), Strategy{});
     size_t solved = 0;
     for (size_t p = 0; p < parts.size(); ++p)
-      if (parts[p]->dp->solve(b, &(*out)[p])) ++solved;  // solve leaves it empty otherwise
+      if (parts[p]->dp->solve(b, opts.pareto_width, &(*out)[p]))
+        ++solved;  // solve leaves it empty otherwise
     return solved;
   };
 
@@ -549,6 +582,7 @@ class KusumotoPlanner : public Planner {
     opts.budget_bytes = budget_bytes;
     opts.exact = exact_;
     opts.memory_centric = memory_centric_;
+    opts.pareto_width = options.kusumoto_width;
     const KusumotoResult r = solve_kusumoto(graph, opts);
     PlanResult res;
     res.plan = plan_from_stage_schedule(graph, r.schedule, name());

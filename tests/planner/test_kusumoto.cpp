@@ -4,6 +4,8 @@
 // the MILP on random DAGs is in test_checkmate.cpp.
 #include <catch2/catch.hpp>
 
+#include <random>
+
 #include "dtr/planner/checkmate.h"
 #include "dtr/planner/graph.h"
 #include "dtr/planner/kusumoto.h"
@@ -137,4 +139,44 @@ TEST_CASE("kusumoto planners through the registry", "[planner][kusumoto]") {
     CHECK(r.predicted_compute_ns >= 18);  // the MILP optimum at budget 9
     CHECK(r.plan.method == name);
   }
+}
+
+TEST_CASE("kusumoto's bounded Pareto tables: exact below the width, never cheaper above it",
+          "[planner][kusumoto]") {
+  // Note [Bounded Pareto tables]. Heterogeneous training chains, whose exact lower sets are
+  // the prefixes: every prefix is a subset of every longer one, and fronts grow long.
+  std::mt19937 rng(20261124);
+  std::uniform_int_distribution<uint64_t> ns(1, 1000), bytes(1, 100);
+  size_t thinned_dearer = 0, compared = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    ChainSpec spec;
+    for (int i = 0; i < 40; ++i) {
+      spec.fwd_ns.push_back(ns(rng));
+      spec.fwd_bytes.push_back(bytes(rng));
+      spec.bwd_ns.push_back(ns(rng));
+      spec.bwd_bytes.push_back(bytes(rng));
+    }
+    const Graph g = training_chain_graph(spec);
+    uint64_t all = 0;
+    for (uint64_t b : spec.fwd_bytes) all += b;
+    for (uint64_t dp_budget = all / 8; dp_budget <= 2 * all; dp_budget += all / 8) {
+      CAPTURE(trial, dp_budget);
+      const auto exact = kusumoto_dp_overhead(g, dp_budget, true, 0);
+      const auto wide = kusumoto_dp_overhead(g, dp_budget, true, size_t{1} << 20);
+      const auto narrow = kusumoto_dp_overhead(g, dp_budget, true, 4);
+      // Approximate = exact here: the lower sets of ancestors of a chain are its prefixes.
+      CHECK(kusumoto_dp_overhead(g, dp_budget, false, 0) == exact);
+      CHECK(wide == exact);
+      // Thinning keeps each front's leanest entry, so a strategy exists exactly when one did.
+      REQUIRE(narrow.has_value() == exact.has_value());
+      if (!exact) continue;
+      ++compared;
+      CHECK(*narrow >= *exact);
+      if (*narrow > *exact) ++thinned_dearer;
+    }
+  }
+  // The narrow tables did lose strategies (else this test would show nothing), and most
+  // budgets had one.
+  CHECK(compared > 200);
+  CHECK(thinned_dearer > 0);
 }

@@ -185,6 +185,11 @@ int main(int argc, char** argv) {
                      "): building and presolving their formulation is not bounded by --time-limit")
       ->capture_default_str();
 
+  app.add_option("--kusumoto-width", popts.kusumoto_width,
+                 "kusumoto methods: entries kept per lower set's Pareto table (0: all, exact but "
+                 "unbounded in time on long graphs)")
+      ->capture_default_str();
+
   std::string eval_trace, eval_graph, eval_plan;
   CLI::App* eval = app.add_subcommand("eval", "evaluate a plan file on its trace or graph");
   eval->add_option("--trace", eval_trace, "trace file");

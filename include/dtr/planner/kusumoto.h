@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct KusumotoOptions {
   bool exact = true;            // all lower sets; false: lower sets of ancestors
   bool memory_centric = false;  // least memory (then least time) instead of least time
   size_t max_lower_sets = 4096;  // exact: more lower sets than this is PlanTooLarge
+  // Entries kept per lower set's Pareto table (overhead -> least checkpoint memory); 0 keeps
+  // them all, 1 keeps 2 (the cheapest and the leanest). Note [Bounded Pareto tables] in
+  // planner/kusumoto_planner.cpp.
+  size_t pareto_width = 256;
 };
 
 struct KusumotoResult {
@@ -53,5 +58,12 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts);
 // The lower sets of the forward graph, each as a sorted list of node ids, smallest first;
 // exact: all of them (PlanTooLarge past `cap`), else the lower sets of ancestors.
 std::vector<std::vector<uint32_t>> forward_lower_sets(const Graph& graph, bool exact, size_t cap);
+
+// The DP alone (Note [Kusumoto DP]) on the first training step's forward part: the least
+// overhead of a strategy within DP budget `dp_budget`, its tables bounded to `pareto_width`
+// entries (0: unbounded), or nothing if no strategy fits. For tests of Note [Bounded Pareto
+// tables]; plans come from solve_kusumoto.
+std::optional<uint64_t> kusumoto_dp_overhead(const Graph& graph, uint64_t dp_budget, bool exact,
+                                             size_t pareto_width);
 
 }  // namespace dtr

@@ -41,6 +41,7 @@ struct PlanOptions {
   uint32_t milp_max_nodes = 0;   // checkmate methods refuse larger graphs; 0: their defaults
   uint32_t max_stages = 100;     // chain methods on a DAG group forward nodes into at most this
   uint32_t memory_slots = 400;   // rotor/checkpoint-subset: memory discretisation levels
+  uint32_t kusumoto_width = 256;  // kusumoto methods: Pareto entries per lower set (0: all)
   uint64_t seed = 0;
   std::string trace_name;        // recorded in the plan
 };
