@@ -1,10 +1,14 @@
 // compat.cpp: the version-specific calls declared in compat.h (Note [PyTorch 2.x changes]).
 #include "integration/torch/compat.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <limits>
+#include <mutex>
 
 namespace dtr::torch_compat {
 
@@ -39,6 +43,16 @@ void throw_out_of_memory(const std::string& message) {
 #else
   C10_THROW_ERROR(Error, message);
 #endif
+}
+
+c10::IValue snapshot_generator(const c10::IValue& arg) {
+  at::Generator gen = arg.isNone() ? at::detail::getDefaultCPUGenerator() : arg.toGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return c10::IValue(gen.clone());
+}
+
+c10::IValue copy_generator(const c10::IValue& snapshot) {
+  return c10::IValue(snapshot.toGenerator().clone());
 }
 
 bool memory_profiling_enabled() { return c10::memoryProfilingEnabled(); }

@@ -37,6 +37,8 @@
 //    2.x keeps the enumerator but Python's FakeTensor mode uses the Python key, not it;
 //    check DispatchKey.h of the target release before porting.
 //  - Op tags (at::Tag::nondeterministic_seeded, inplace_view) exist from 1.13.
+//  - at::Generator::clone() and at::detail::getDefaultCPUGenerator() (Note [Seeded ops] in
+//    dispatch_hook.cpp) are unchanged in 2.x; 2.x adds graphsafe_get_state, not needed.
 //
 // Lock rules: none here; every function is a thin wrapper.
 #pragma once
@@ -59,7 +61,18 @@
 #define DTR_TORCH_HAS_COPY_DATA DTR_TORCH_VERSION_AT_LEAST(2, 3)
 #define DTR_TORCH_HAS_OOM_ERROR DTR_TORCH_VERSION_AT_LEAST(1, 13)
 
+namespace c10 {
+struct IValue;
+}
+
 namespace dtr::torch_compat {
+
+// Note [Seeded ops] in dispatch_hook.cpp. `arg` is a seeded op's `Generator?` argument:
+// a copy of the state of the generator it names, or of the default CPU generator when it
+// is None, taken under that generator's lock.
+c10::IValue snapshot_generator(const c10::IValue& arg);
+// A fresh generator in the state of `snapshot` (one replay advances the one it is given).
+c10::IValue copy_generator(const c10::IValue& snapshot);
 
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
 constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;

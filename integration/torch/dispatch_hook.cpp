@@ -33,14 +33,40 @@
 //
 // Note [Never recompute]
 // ~~~~~~~~~~~~~~~~~~~~~~
-// Opaque ops run once and are never recomputed: their outputs stay pinned (a dropout mask
-// is pinned; the multiply that uses it stays recomputable). They are: ops outside aten
+// Opaque ops run once and are never recomputed: their outputs stay pinned (the result of
+// torch.randn is pinned; the ops that read it stay recomputable). They are: ops outside aten
 // (a profiler op returns a tensor that owns a C++ object; collectives), ops tagged
 // nondeterministic_seeded or nondeterministic_bitwise, the empty* family (its values are
 // whatever memory held), resize_/set_ (they change a storage, not its values), in-place
 // ops that write more than one tensor (a foreach optimizer step: a remat would apply the
 // step again to every target that is still material), and ops that return no tensor.
 // A written storage of an opaque op is pinned (Note [Mutation] in lineage.cpp).
+// Except seeded fills (Note [Seeded ops]).
+//
+// Note [Seeded ops]
+// ~~~~~~~~~~~~~~~~~
+// A seeded op's output is a function of its inputs and of the state of the generator it
+// draws from. In-place fills that overwrite their tensor whole with draws (bernoulli_,
+// uniform_, normal_, random_, exponential_, cauchy_, log_normal_, geometric_, each with a
+// `Generator?` argument) are recorded like zero_ (Note [Overwrite] in lineage.cpp), and the
+// recorded call keeps, in place of that argument, a copy of the generator's state taken
+// just before the op drew (the default CPU generator's when the argument is None). A remat
+// passes a fresh copy of it as the op's explicit generator: the CPU kernels draw the same
+// numbers in the same order from the same state, so the values are the same bits, and the
+// program's own generator is not advanced (what torch.utils.checkpoint does with
+// preserve_rng_state). This is what makes a dropout mask recomputable: 1.13's CPU dropout
+// is empty_like, bernoulli_(1 - p), div_ and mul, and without it every mask was pinned
+// until its backward (60 MiB of the 130 MiB budget of the 6-layer transformer at 0.5x).
+// Only in grad mode: a fill under torch.no_grad() is a parameter's initialisation
+// (nn.init), which must stay opaque and pinned, as before. Recorded, the parameters became
+// recomputable storages that each optimizer step writes in place (Note [Mutation]), and
+// runs that pass at their tested budgets ran out of memory (the CNN at 0.7 and 0.6,
+// resnet18 at 0.55, the DataLoader script, DDP), with parameters locked in the material
+// list; the exact chain was not analysed.
+// Other seeded ops (randn, randperm, native_dropout, the out-of-place bernoulli) stay
+// opaque. A fill that does not cover its storage is recorded as a new version (Note
+// [Mutation]), which replays the same way. Cost: a copy of the generator (about 5 KB for
+// the CPU one) per recorded fill.
 //
 // Note [Batch norm]
 // ~~~~~~~~~~~~~~~~~
@@ -62,6 +88,7 @@
 // Python code reports success through torch.ops.dtr.raw_access_guarded. C++ code that
 // reads data_ptr() of a tensor it did not get through the dispatcher is not covered.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -103,6 +130,15 @@ const std::unordered_set<std::string>& never_recompute_names() {
   return names;
 }
 
+// Note [Seeded ops]: in-place fills with draws, replayed from a copy of their generator.
+const std::unordered_set<std::string>& seeded_fill_names() {
+  static const std::unordered_set<std::string> names = {
+      "aten::bernoulli_",   "aten::uniform_", "aten::normal_",     "aten::random_",
+      "aten::exponential_", "aten::cauchy_",  "aten::log_normal_", "aten::geometric_",
+  };
+  return names;
+}
+
 bool is_tensor_type(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) return true;
   if (type->kind() == c10::TypeKind::ListType)
@@ -132,6 +168,23 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
   if (op.hasTag(at::Tag::inplace_view) || (info.write_args.empty() && returns_alias)) {
     info.kind = OpKind::view;
     return info;
+  }
+  // Note [Seeded ops]
+  if (seeded_fill_names().count(name) && op.hasTag(at::Tag::nondeterministic_seeded) &&
+      !op.hasTag(at::Tag::nondeterministic_bitwise) && info.write_args.size() == 1 &&
+      info.write_args[0] == 0 && returns_all_written) {
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::TypePtr& type = schema.arguments()[i].type();
+      if (type->kind() == c10::TypeKind::OptionalType &&
+          type->containedType(0)->kind() == c10::TypeKind::GeneratorType)
+        info.generator_arg = static_cast<int16_t>(i);
+    }
+    if (info.generator_arg >= 0) {
+      info.kind = OpKind::compute;
+      info.in_place = true;
+      info.overwrites = true;
+      return info;
+    }
   }
   if (op.hasTag(at::Tag::nondeterministic_seeded) ||
       op.hasTag(at::Tag::nondeterministic_bitwise) || never_recompute_names().count(name) ||
@@ -165,6 +218,19 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   return cache.emplace(key, classify_op(op)).first->second;
+}
+
+// Note [Seeded ops]: the info of a seeded fill run outside grad mode, as an opaque op.
+const OpInfo& opaque_seeded_fill(const c10::OperatorHandle& op, const OpInfo& info) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> cache;
+  const c10::FunctionSchema* key = &op.schema();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  OpInfo opaque = info;
+  opaque.kind = OpKind::opaque;
+  opaque.in_place = opaque.overwrites = false;
+  opaque.generator_arg = -1;
+  return cache.emplace(key, opaque).first->second;
 }
 
 // --- Note [Raw access] ---------------------------------------------------------------------
@@ -257,7 +323,10 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const c10::DispatchKeySet below =
       ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kDtrKey);
   Lineage* lineage = the_lineage();
-  const OpInfo& info = op_info(op);
+  const OpInfo& classified = op_info(op);
+  const OpInfo& info = classified.generator_arg >= 0 && !c10::GradMode::is_enabled()
+                           ? opaque_seeded_fill(op, classified)
+                           : classified;
   if (!lineage || info.kind == OpKind::view) {
     op.redispatchBoxed(below, stack);
     return;

@@ -457,6 +457,10 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     pending.args[3] = c10::IValue();
     pending.args[4] = c10::IValue();
   }
+  // Note [Seeded ops] (dispatch_hook.cpp): the generator's state before the op draws.
+  if (info.generator_arg >= 0)
+    pending.args[info.generator_arg] =
+        torch_compat::snapshot_generator(pending.args[info.generator_arg]);
 }
 
 // A new mark for a walk over storages: marks_[s] == the value returned means "marked in
@@ -599,6 +603,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.output_slots.assign(output_slots.begin(), output_slots.end());
       r.in_place = pending.target >= 0;
       r.overwrite = pending.overwrite;
+      r.generator_arg = info.generator_arg;
       r.target_slot = target_slot;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
@@ -674,6 +679,10 @@ void Lineage::on_compute(OpId op, bool remat) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   MemoryHistory::ContextScope remat_allocations(history_, MemoryContext::remat);
   torch::jit::Stack stack(r.args.begin(), r.args.end());
+  // Note [Seeded ops] (dispatch_hook.cpp): each replay draws from a copy of the state the
+  // op first drew from, and leaves the program's generator alone.
+  if (r.generator_arg >= 0)
+    stack[r.generator_arg] = torch_compat::copy_generator(stack[r.generator_arg]);
   const std::vector<TensorId>& outputs = engine_->op_outputs(op);
   if (r.in_place) {
     // In place: the written storage gets the input's value first if they differ (Note

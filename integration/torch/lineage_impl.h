@@ -71,6 +71,9 @@ struct OpInfo {
   bool overwrites = false;
   // native_batch_norm in training mode: remat passes no running stats (Note [Batch norm]).
   bool batch_norm = false;
+  // A seeded fill (bernoulli_, uniform_, ...): its `Generator?` argument, whose state is
+  // kept for replays (Note [Seeded ops] in dispatch_hook.cpp); -1 for other ops.
+  int16_t generator_arg = -1;
 };
 
 // One op the fallback is running: its inputs, found and locked before it runs, and what
@@ -195,6 +198,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     c10::SmallVector<TensorSlot, 2> output_slots;  // per engine output: its place among the returns
     bool in_place = false;    // remat writes target_slot's tensor in its own storage
     bool overwrite = false;   // Note [Overwrite]: the target's old value is not an input
+    int16_t generator_arg = -1;  // Note [Seeded ops]: args[k] holds the generator's state
     TensorSlot target_slot;
   };
 

@@ -20,17 +20,20 @@ from conftest import Result, clean_env, driver, run
 # the failing op, its working set (inputs, outputs, workspace such as a convolution's
 # oneDNN reorders or the second buffer of 1.13's batch-norm backward) plus what can never
 # be recomputed (parameters, optimizer state) is more than half the peak. The transformer
-# runs with 6 layers, where activations dominate as in the models DTR is for: 0.5 and 0.45.
+# runs with 6 layers, where activations dominate as in the models DTR is for. Since Note
+# [Seeded ops] (dispatch_hook.cpp) made dropout masks recomputable, the 6-layer transformer
+# goes from 0.45 to 0.25, the 3-layer one from 0.52 to 0.35 and adam_foreach from 0.56 to 0.5.
 SCRIPTS = {
     "mlp": (("mlp.py", "--steps", "3", "--depth", "12", "--width", "256", "--batch", "2048"),
             (0.7, 0.55)),
     "cnn": (("cnn.py", "--steps", "3"), (0.7, 0.6)),
     "resnet18": (("vision.py", "--model", "resnet18", "--steps", "3"), (0.7, 0.55)),
-    "transformer": (("transformer.py", "--steps", "3", "--layers", "6"), (0.7, 0.5, 0.45)),
+    "transformer": (("transformer.py", "--steps", "3", "--layers", "6"), (0.7, 0.5, 0.3)),
+    "transformer3": (("transformer.py", "--steps", "3"), (0.7, 0.5, 0.4)),
     "lstm_lm": (("lstm_lm.py", "--steps", "3"), (0.7, 0.6)),
     "dataloader": (("dataloader.py", "--steps", "3"), (0.7, 0.5)),
     "sgd_momentum": (("sgd_momentum.py", "--steps", "3"), (0.7, 0.5, 0.4)),
-    "adam_foreach": (("adam_foreach.py", "--steps", "3"), (0.7, 0.58)),
+    "adam_foreach": (("adam_foreach.py", "--steps", "3"), (0.7, 0.5)),
 }
 
 CASES = [(name, fraction) for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
