@@ -44,9 +44,10 @@ namespace dtr {
 // of every larger one, each entry is pushed into a thousand sets: one plan did not finish in
 // 300 s. So a front longer than KusumotoOptions::pareto_width keeps that many entries,
 // evenly spaced along it, the cheapest and the leanest always among them. Below the width
-// the DP is exact as before (every table of the tests' graphs is); above it the DP may miss
-// its own optimum, which costs nothing in correctness: the strategy it returns is measured
-// like any other (Note [DP budget search]).
+// the DP is exact as before; above it the DP may miss its own optimum, which costs nothing
+// in correctness: the strategy it returns is measured like any other (Note [DP budget
+// search]). Keeping the leanest entry keeps feasibility: a strategy exists at a DP budget
+// exactly when one does unbounded (tests/planner/test_kusumoto.cpp).
 
 // Note [Lower sets to stages]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
