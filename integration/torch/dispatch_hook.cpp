@@ -211,26 +211,26 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
   return info;
 }
 
-const OpInfo& op_info(const c10::OperatorHandle& op) {
-  // Per thread, so no lock; the schema's address identifies the op for the process.
-  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> cache;
-  const c10::FunctionSchema* key = &op.schema();
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  return cache.emplace(key, classify_op(op)).first->second;
-}
+// An op's info, and for a seeded fill the same op as opaque: what it is outside grad mode
+// (Note [Seeded ops]).
+struct Classified {
+  OpInfo info, opaque_fill;
+};
 
-// Note [Seeded ops]: the info of a seeded fill run outside grad mode, as an opaque op.
-const OpInfo& opaque_seeded_fill(const c10::OperatorHandle& op, const OpInfo& info) {
-  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo> cache;
+const Classified& op_info(const c10::OperatorHandle& op) {
+  // Per thread, so no lock; the schema's address identifies the op for the process.
+  thread_local std::unordered_map<const c10::FunctionSchema*, Classified> cache;
   const c10::FunctionSchema* key = &op.schema();
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  OpInfo opaque = info;
-  opaque.kind = OpKind::opaque;
-  opaque.in_place = opaque.overwrites = false;
-  opaque.generator_arg = -1;
-  return cache.emplace(key, opaque).first->second;
+  Classified c{classify_op(op), {}};
+  if (c.info.generator_arg >= 0) {
+    c.opaque_fill = c.info;
+    c.opaque_fill.kind = OpKind::opaque;
+    c.opaque_fill.in_place = c.opaque_fill.overwrites = false;
+    c.opaque_fill.generator_arg = -1;
+  }
+  return cache.emplace(key, std::move(c)).first->second;
 }
 
 // --- Note [Raw access] ---------------------------------------------------------------------
@@ -323,10 +323,10 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const c10::DispatchKeySet below =
       ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kDtrKey);
   Lineage* lineage = the_lineage();
-  const OpInfo& classified = op_info(op);
-  const OpInfo& info = classified.generator_arg >= 0 && !c10::GradMode::is_enabled()
-                           ? opaque_seeded_fill(op, classified)
-                           : classified;
+  const Classified& classified = op_info(op);
+  const OpInfo& info = classified.info.generator_arg >= 0 && !c10::GradMode::is_enabled()
+                           ? classified.opaque_fill
+                           : classified.info;
   if (!lineage || info.kind == OpKind::view) {
     op.redispatchBoxed(below, stack);
     return;

@@ -27,6 +27,7 @@
 
 #include "dtr/planner/checkmate.h"
 #include "dtr/planner/graph.h"
+#include "dtr/planner/planner.h"
 
 namespace dtr {
 
@@ -38,7 +39,7 @@ struct KusumotoOptions {
   // Entries kept per lower set's Pareto table (overhead -> least checkpoint memory); 0 keeps
   // them all, 1 keeps 2 (the cheapest and the leanest). Note [Bounded Pareto tables] in
   // planner/kusumoto_planner.cpp.
-  size_t pareto_width = 256;
+  size_t pareto_width = kKusumotoParetoWidth;
 };
 
 struct KusumotoResult {

@@ -36,12 +36,16 @@ class BudgetBelowOpNeed : public PlanError {
   using PlanError::PlanError;
 };
 
+// Entries kept per lower set's Pareto table by the kusumoto methods (Note [Bounded Pareto
+// tables] in planner/kusumoto_planner.cpp).
+constexpr uint32_t kKusumotoParetoWidth = 256;
+
 struct PlanOptions {
   double time_limit_s = 60.0;    // solvers (checkmate) stop here and return their incumbent
   uint32_t milp_max_nodes = 0;   // checkmate methods refuse larger graphs; 0: their defaults
   uint32_t max_stages = 100;     // chain methods on a DAG group forward nodes into at most this
   uint32_t memory_slots = 400;   // rotor/checkpoint-subset: memory discretisation levels
-  uint32_t kusumoto_width = 256;  // kusumoto methods: Pareto entries per lower set (0: all)
+  uint32_t kusumoto_width = kKusumotoParetoWidth;  // kusumoto methods; 0: unbounded
   uint64_t seed = 0;
   std::string trace_name;        // recorded in the plan
 };
