@@ -51,7 +51,7 @@ demo: build
 	  --budgets 0.1:0.9:0.1 --csv $(BUILD)/demo-sweep.csv --svg $(BUILD)/demo-sweep.svg
 	@echo "wrote $(BUILD)/demo-sweep.csv and $(BUILD)/demo-sweep.svg"
 	@echo "== an unmodified PyTorch training script (torchvision resnet18), without and under half its peak =="
-	/usr/bin/python3 tools/torch_demo.py --fractions 0.5,0.6,0.7 --steps 4
+	/usr/bin/python3 tools/torch_demo.py --fractions 0.5,0.6,0.7 --steps 4 --batch 32
 
 bench: build
 	$(BUILD)/bin/dtr-bench --benchmark_counters_tabular=true

@@ -21,7 +21,8 @@ from dtr import runs  # noqa: E402
 
 # name: (script, its arguments besides --steps)
 SCRIPTS = {
-    "resnet18": (ROOT / "tests/torch/scripts/vision.py", []),  # resnet18 by default, 128x128
+    # resnet18 by default, 128x128, batch 32
+    "resnet18": (ROOT / "tests/torch/scripts/vision.py", ["--batch", "32"]),
     "transformer": (ROOT / "tests/torch/scripts/transformer.py", []),  # 3 layers
     "transformer6": (ROOT / "tests/torch/scripts/transformer.py", ["--layers", "6"]),
 }

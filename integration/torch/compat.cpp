@@ -1,9 +1,38 @@
 // compat.cpp: the version-specific calls declared in compat.h (Note [PyTorch 2.x changes]).
+//
+// Note [Lean batch-norm backward]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch's CPU native_batch_norm_backward allocates grad_input (empty_like) before it
+// looks at the memory formats, and on its usual path (input and grad_out both contiguous,
+// or both channels-last) allocates it a second time before the first is freed: the op
+// needs two buffers the size of its input for one result (32 MiB for the 16 MiB stem of
+// resnet18 on 128x128 images, measured with torch.profiler). Under a budget that buffer
+// sets the floor: at the stem's batch-norm backward, with nothing left to evict, the
+// parameters, the input batch, the op's two inputs and both buffers were 0.51 of
+// resnet18's peak (docs/pytorch.md, "How low the budget goes").
+// On that path the fallback (and a remat) run the op here instead: one grad_input in the
+// memory format the kernel would give it, grad_weight and grad_bias as it allocates them,
+// and the kernel's own stub (batch_norm_cpu_backward_stub), so the bits are the kernel's.
+// Any other case (a mixed-dtype call, another layout or device, strided inputs, no
+// grad_input wanted) returns false and runs PyTorch's kernel. tests/torch/
+// test_batch_norm_backward.py compares results and strides with PyTorch's and checks the
+// op's peak.
 #include "integration/torch/compat.h"
+
+#if DTR_TORCH_LEAN_BATCH_NORM
+// DispatchStub.h declares DispatchStubImpl::get_call_ptr with one pointer per CPU
+// capability that PyTorch was built with; Debian's amd64 libtorch_cpu has AVX2 and AVX512.
+#define HAVE_AVX2_CPU_DEFINITION
+#define HAVE_AVX512_CPU_DEFINITION
+#include <ATen/native/batch_norm.h>
+#endif
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
@@ -53,6 +82,58 @@ c10::IValue snapshot_generator(const c10::IValue& arg) {
 
 c10::IValue copy_generator(const c10::IValue& snapshot) {
   return c10::IValue(snapshot.toGenerator().clone());
+}
+
+bool lean_batch_norm_backward(std::vector<c10::IValue>& stack) {
+#if DTR_TORCH_LEAN_BATCH_NORM
+  // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?,
+  //                            save_mean?, save_invstd?, train, eps, output_mask[3])
+  constexpr size_t kArgs = 10;
+  if (stack.size() < kArgs) return false;
+  c10::IValue* args = stack.data() + (stack.size() - kArgs);
+  if (!args[0].isTensor() || !args[1].isTensor() || !args[9].isBoolList()) return false;
+  const at::Tensor& grad_out = args[0].toTensor();
+  const at::Tensor& input = args[1].toTensor();
+  const c10::List<bool> mask = args[9].toBoolList();
+  if (mask.size() != 3 || !mask[0]) return false;
+  const at::ScalarType dtype = input.scalar_type();
+  auto plain = [dtype](const at::Tensor& t) {
+    return t.device().is_cpu() && t.layout() == c10::kStrided && t.scalar_type() == dtype;
+  };
+  if (!plain(input) || !plain(grad_out) || input.dim() < 2) return false;
+  if (dtype != at::kFloat && dtype != at::kDouble) return false;
+  at::Tensor optional[5];  // weight, running_mean, running_var, save_mean, save_invstd
+  for (size_t i = 0; i < 5; ++i) {
+    const c10::IValue& v = args[2 + i];
+    if (v.isNone()) continue;
+    if (!v.isTensor()) return false;
+    optional[i] = v.toTensor();
+    if (optional[i].defined() && !plain(optional[i])) return false;
+  }
+  // The kernel's contiguous path: both contiguous, or both channels-last.
+  auto contiguous = [](const at::Tensor& t) {
+    return t.is_contiguous() || t.is_contiguous(at::MemoryFormat::ChannelsLast);
+  };
+  if (!contiguous(input) || !contiguous(grad_out) ||
+      input.suggest_memory_format() != grad_out.suggest_memory_format())
+    return false;
+  const bool train = args[7].toBool();
+  const double eps = args[8].toDouble();
+  at::Tensor grad_input = at::empty_like(
+      input, input.is_contiguous() ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast);
+  at::Tensor grad_weight, grad_bias;
+  if (mask[1]) grad_weight = at::empty({input.size(1)}, input.options());
+  if (mask[2]) grad_bias = at::empty({input.size(1)}, input.options());
+  at::native::batch_norm_cpu_backward_stub(c10::DeviceType::CPU, grad_input, grad_weight, grad_bias,
+                                           grad_out, input, optional[0], optional[1], optional[2],
+                                           optional[3], optional[4], train, eps);
+  torch::jit::drop(stack, kArgs);
+  torch::jit::push(stack, std::move(grad_input), std::move(grad_weight), std::move(grad_bias));
+  return true;
+#else
+  (void)stack;
+  return false;
+#endif
 }
 
 bool memory_profiling_enabled() { return c10::memoryProfilingEnabled(); }

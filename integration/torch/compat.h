@@ -39,6 +39,11 @@
 //  - Op tags (at::Tag::nondeterministic_seeded, inplace_view) exist from 1.13.
 //  - at::Generator::clone() and at::detail::getDefaultCPUGenerator() (Note [Seeded ops] in
 //    dispatch_hook.cpp) are unchanged in 2.x; 2.x adds graphsafe_get_state, not needed.
+//  - Note [Lean batch-norm backward] (compat.cpp) calls ATen's internal
+//    batch_norm_cpu_backward_stub, compiled for 1.13 only (DTR_TORCH_LEAN_BATCH_NORM).
+//    2.x's CPU kernel still allocates grad_input twice on the same path, but its stub also
+//    takes mixed BFloat16/float arguments: re-check its conditions against the release's
+//    Normalization.cpp before enabling it there.
 //
 // Lock rules: none here; every function is a thin wrapper.
 #pragma once
@@ -51,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #define DTR_TORCH_VERSION_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||              \
@@ -60,6 +66,13 @@
 #define DTR_TORCH_ALLOCATE_IS_CONST (!DTR_TORCH_VERSION_AT_LEAST(2, 3))
 #define DTR_TORCH_HAS_COPY_DATA DTR_TORCH_VERSION_AT_LEAST(2, 3)
 #define DTR_TORCH_HAS_OOM_ERROR DTR_TORCH_VERSION_AT_LEAST(1, 13)
+// Note [Lean batch-norm backward] in compat.cpp: checked against 1.13's kernel only.
+// x86-64 only: the stub's declaration depends on the CPU capabilities of the build.
+#if TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR == 13 && defined(__x86_64__)
+#define DTR_TORCH_LEAN_BATCH_NORM 1
+#else
+#define DTR_TORCH_LEAN_BATCH_NORM 0
+#endif
 
 namespace c10 {
 struct IValue;
@@ -73,6 +86,15 @@ namespace dtr::torch_compat {
 c10::IValue snapshot_generator(const c10::IValue& arg);
 // A fresh generator in the state of `snapshot` (one replay advances the one it is given).
 c10::IValue copy_generator(const c10::IValue& snapshot);
+
+// Note [Lean batch-norm backward]. `stack` holds the boxed arguments of
+// aten::native_batch_norm_backward (and may hold more below them). Where they take the CPU
+// kernel's contiguous path, computes the op with the kernel's own stub into one grad_input
+// buffer, replaces the arguments by the three results and returns true; otherwise returns
+// false and leaves `stack` alone, for the caller to run the op as usual. Call it below
+// autograd, as a kernel.
+bool lean_batch_norm_backward(std::vector<c10::IValue>& stack);
+constexpr const char* kLeanBatchNormBackward = "aten::native_batch_norm_backward";
 
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
 constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;

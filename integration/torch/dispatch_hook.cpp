@@ -197,6 +197,8 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
   }
   if (info.write_args.empty()) {
     info.kind = OpKind::compute;
+    if (name == torch_compat::kLeanBatchNormBackward)
+      info.lean_kernel = &torch_compat::lean_batch_norm_backward;
     return info;
   }
   const bool one_tensor_written =
@@ -355,7 +357,8 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    op.redispatchBoxed(below, stack);
+    // Note [Lean batch-norm backward] in compat.cpp
+    if (!info.lean_kernel || !info.lean_kernel(*stack)) op.redispatchBoxed(below, stack);
   } catch (...) {
     lineage->abort_op(pending);
     throw;

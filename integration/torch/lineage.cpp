@@ -604,6 +604,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.in_place = pending.target >= 0;
       r.overwrite = pending.overwrite;
       r.generator_arg = info.generator_arg;
+      r.lean_kernel = info.lean_kernel;
       r.target_slot = target_slot;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
@@ -707,7 +708,7 @@ void Lineage::on_compute(OpId op, bool remat) {
     r.op->callBoxed(&stack);
     return;
   }
-  r.op->callBoxed(&stack);
+  if (!r.lean_kernel || !r.lean_kernel(stack)) r.op->callBoxed(&stack);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorId u = outputs[i];
     const StorageId s = engine_->storage_of(u);

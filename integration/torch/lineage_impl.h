@@ -58,6 +58,8 @@ enum class OpKind : uint8_t {
   opaque,   // run once, never recomputed: Note [Never recompute] in dispatch_hook.cpp
 };
 
+using LeanKernel = bool (*)(torch::jit::Stack& stack);
+
 struct OpInfo {
   OpKind kind = OpKind::opaque;
   uint16_t num_args = 0;
@@ -74,6 +76,9 @@ struct OpInfo {
   // A seeded fill (bernoulli_, uniform_, ...): its `Generator?` argument, whose state is
   // kept for replays (Note [Seeded ops] in dispatch_hook.cpp); -1 for other ops.
   int16_t generator_arg = -1;
+  // Runs the op in place of its kernel where it can, with less memory and the same bits
+  // (Note [Lean batch-norm backward] in compat.cpp); false: run the kernel.
+  LeanKernel lean_kernel = nullptr;
 };
 
 // One op the fallback is running: its inputs, found and locked before it runs, and what
@@ -199,6 +204,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     bool in_place = false;    // remat writes target_slot's tensor in its own storage
     bool overwrite = false;   // Note [Overwrite]: the target's old value is not an input
     int16_t generator_arg = -1;  // Note [Seeded ops]: args[k] holds the generator's state
+    LeanKernel lean_kernel = nullptr;  // OpInfo::lean_kernel
     TensorSlot target_slot;
   };
 

@@ -1,5 +1,5 @@
-"""A small CNN (Conv2d + BatchNorm2d + in-place ReLU + Dropout) trained for a few SGD steps on
-random 3x64x64 images. Knows nothing of dtr.
+"""A small CNN (Conv2d + BatchNorm2d + in-place ReLU + Dropout; three stages of --depth
+blocks) trained for a few SGD steps on random 3x64x64 images. Knows nothing of dtr.
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>`, and at the
 end `param <name> <sha256 of the parameter's raw bytes>` and `buffer <name> <sha256>` (the
@@ -26,13 +26,15 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--depth", type=int, default=2, help="blocks per stage (>= 2)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
+    more = args.depth - 2
     model = nn.Sequential(
-        block(3, 32), block(32, 32), nn.MaxPool2d(2),
-        block(32, 64), block(64, 64), nn.MaxPool2d(2),
-        block(64, 128), nn.Dropout(0.2), block(128, 128),
+        block(3, 32), *[block(32, 32) for _ in range(1 + more)], nn.MaxPool2d(2),
+        block(32, 64), *[block(64, 64) for _ in range(1 + more)], nn.MaxPool2d(2),
+        block(64, 128), nn.Dropout(0.2), *[block(128, 128) for _ in range(1 + more)],
         nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Dropout(0.5), nn.Linear(128, 10),
     )
