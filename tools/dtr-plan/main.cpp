@@ -177,7 +177,9 @@ int main(int argc, char** argv) {
   app.add_option("--method", method, "planning method (see `dtr-plan methods`)")->capture_default_str();
   app.add_option("--out", out_path, "write the plan here (JSON)");
   app.add_option("--max-stages", popts.max_stages, "chain methods on a DAG: stages at most")->capture_default_str();
-  app.add_option("--time-limit", popts.time_limit_s, "solver time limit, seconds")->capture_default_str();
+  app.add_option("--time-limit", popts.time_limit_s,
+                 "time limit of checkmate's solver and kusumoto's DPs, seconds")
+      ->capture_default_str();
   app.add_option("--milp-max-nodes", popts.milp_max_nodes,
                  "checkmate methods refuse larger graphs (0: checkmate " +
                      std::to_string(dtr::kCheckmateMilpMaxNodes) + ", checkmate-lp " +

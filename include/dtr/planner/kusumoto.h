@@ -40,6 +40,9 @@ struct KusumotoOptions {
   // them all, 1 keeps 2 (the cheapest and the leanest). Note [Bounded Pareto tables] in
   // planner/kusumoto_planner.cpp.
   size_t pareto_width = kKusumotoParetoWidth;
+  // Seconds; 0: none. Past it the DPs stop and the best strategy measured by then is kept
+  // (Note [Kusumoto time limit] in planner/kusumoto_planner.cpp).
+  double time_limit_s = 0;
 };
 
 struct KusumotoResult {
@@ -51,6 +54,7 @@ struct KusumotoResult {
   uint64_t dp_budget_bytes = 0;  // the budget the DP was given for the chosen strategy
   uint64_t dp_overhead_ns = 0;   // the DP's own recomputation estimate for it
   double solve_s = 0;
+  bool timed_out = false;  // the time limit stopped the search (detail says when)
   std::string detail;
 };
 

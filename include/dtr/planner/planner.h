@@ -41,7 +41,7 @@ class BudgetBelowOpNeed : public PlanError {
 constexpr uint32_t kKusumotoParetoWidth = 256;
 
 struct PlanOptions {
-  double time_limit_s = 60.0;    // solvers (checkmate) stop here and return their incumbent
+  double time_limit_s = 60.0;    // checkmate and kusumoto stop here and return their incumbent
   uint32_t milp_max_nodes = 0;   // checkmate methods refuse larger graphs; 0: their defaults
   uint32_t max_stages = 100;     // chain methods on a DAG group forward nodes into at most this
   uint32_t memory_slots = 400;   // rotor/checkpoint-subset: memory discretisation levels
