@@ -131,6 +131,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.policy = config.policy;
   o.search = parse_search_mode(config.search);
   o.sample = config.sample;
+  o.dead_first = config.dead_first;
   o.seed = config.seed;
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
@@ -259,6 +260,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.budget_bytes = result.budget_bytes;
   config.search = options.search;
   config.sample_size = options.sample;
+  config.dead_first = options.dead_first;
   config.seed = options.seed;
   config.debug = options.debug;
   if (options.max_overhead > 0) {

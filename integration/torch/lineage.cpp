@@ -229,6 +229,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   EngineConfig ec;
   ec.search = parse_search_mode(config.search);
   ec.sample_size = config.sample;
+  ec.dead_first = config.dead_first;
   ec.seed = config.seed;
   ec.debug = config.debug;
   HeuristicParams params;

@@ -31,9 +31,10 @@ struct Fixture {
   RecordingHooks hooks;
   std::unique_ptr<Engine> engine;
 
-  explicit Fixture(uint64_t budget, const std::string& policy = "dtr_eq") {
+  explicit Fixture(uint64_t budget, const std::string& policy = "dtr_eq", bool dead_first = true) {
     EngineConfig config;
     config.budget_bytes = budget;
+    config.dead_first = dead_first;
     config.debug = 3;
     engine = std::make_unique<Engine>(config, builtin_heuristics().make(policy, {}), clock, &hooks);
     hooks.engine = engine.get();
@@ -90,6 +91,35 @@ TEST_CASE("an evicted storage is rematerialized through its lineage, parents fir
   REQUIRE(f.engine->materialize(a).ok());
   CHECK(f.engine->stats().remat_compute_ns == 5);
   CHECK(f.engine->stats().num_remats == 1);
+}
+
+TEST_CASE("a rematerialized dead intermediate is evicted before live storages", "[eviction]") {
+  // Note [Dead storages first]. m is dead (released) and only lineage needs it: b's remat
+  // brings it back, young, so a staleness score keeps it and evicts a live storage.
+  for (const bool dead_first : {true, false}) {
+    CAPTURE(dead_first);
+    Fixture f(1000, "lru", dead_first);
+    const TensorId x = f.op(1, {}, 100);
+    const TensorId a = f.op(1, {}, 100);
+    REQUIRE(f.engine->pin(a).ok());
+    const TensorId m = f.op(1, {a}, 100);
+    const TensorId b = f.op(1, {m}, 100);
+    f.engine->release(m);  // eager eviction
+    auto evict_100 = [&] {
+      REQUIRE(f.engine->make_room(f.engine->budget_bytes() - f.engine->live_bytes() + 100).ok());
+    };
+    f.engine->release(f.op(1, {}, 1));   // the clock moves on
+    f.engine->release(f.op(1, {x}, 1));  // x is read now: b becomes the stalest
+    evict_100();
+    REQUIRE(!f.engine->is_defined(b));
+    REQUIRE(f.engine->materialize(b).ok());  // m first, then b
+    REQUIRE(f.engine->is_defined(m));
+    evict_100();
+    // dead_first: m goes, and both live storages stay; simrd's choice: m, the youngest,
+    // stays and a live storage goes (LRU: b, whose remat did not refresh its access time).
+    CHECK(f.engine->is_defined(m) == !dead_first);
+    CHECK((f.engine->is_defined(b) && f.engine->is_defined(x)) == dead_first);
+  }
 }
 
 TEST_CASE("a nested rematerialization re-runs a chain bottom-up with an explicit stack", "[eviction]") {

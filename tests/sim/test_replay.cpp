@@ -111,6 +111,7 @@ TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
         const double ratio = 0.2 + 0.1 * i;
         ReplayOptions o;
         o.memory = ReplayOptions::Memory::none;  // DTR's simulator counts bytes only
+        o.dead_first = false;                    // simrd's choice (Note [Dead storages first])
         o.policy = ref.policy;
         o.budget.kind = Budget::Kind::ratio;
         o.budget.ratio = std::round(ratio * 10) / 10;

@@ -38,46 +38,49 @@ struct Budget {
 #define DTR_OPTIONS(X)                                                                             \
   X(budget, Budget, "budget", "DTR_BUDGET", "0",                                                   \
     "hard cap on live bytes: bytes with K/M/G suffix, or a ratio (0,1] of the baseline peak "      \
-    "(simulator only); 0 = unlimited")                                                            \
+    "(simulator only); 0 = unlimited")                                                             \
   X(policy, std::string, "policy", "DTR_POLICY", "dtr_eq",                                         \
-    "eviction heuristic, by registry name (see `dtr-sim policies`)")                              \
+    "eviction heuristic, by registry name (see `dtr-sim policies`)")                               \
   X(search, std::string, "search", "DTR_SEARCH", "full",                                           \
-    "candidate search: `full` scans every evictable storage, `sample` scores a random subset")    \
+    "candidate search: `full` scans every evictable storage, `sample` scores a random subset")     \
   X(sample, uint32_t, "sample", "DTR_SAMPLE", "0",                                                 \
-    "candidates scored per eviction when search=sample; 0 = ceil(sqrt(pool size))")               \
+    "candidates scored per eviction when search=sample; 0 = ceil(sqrt(pool size))")                \
+  X(dead_first, bool, "dead_first", "DTR_DEAD_FIRST", "True",                                      \
+    "evict storages only lineage still holds (rematerialized intermediates) before live ones; "    \
+    "False = as DTR's simulator (simrd) does")                                                     \
   X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
-    "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "        \
-    "0 = never")                                                                                  \
+    "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \
+    "0 = never")                                                                                   \
   X(allocator, std::string, "allocator", "DTR_ALLOCATOR", "fake",                                  \
-    "simulator's memory model: `fake` replays through the caching allocator over a fake "         \
-    "device of exactly the budget (blocks, segments, fragmentation); `none` counts bytes only, "  \
-    "as DTR's simulator does")                                                                    \
+    "simulator's memory model: `fake` replays through the caching allocator over a fake "          \
+    "device of exactly the budget (blocks, segments, fragmentation); `none` counts bytes only, "   \
+    "as DTR's simulator does")                                                                     \
   X(debug, uint32_t, "debug", "DTR_DEBUG", "0",                                                    \
-    "0..3; at 3 the engine checks all its invariants after every operation (slow)")              \
-  X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")            \
+    "0..3; at 3 the engine checks all its invariants after every operation (slow)")                \
+  X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")             \
   X(plan, std::string, "plan", "DTR_PLAN", "",                                                     \
-    "warm start: follow this static plan (`dtr-plan --out`) made for the trace being run: drop "  \
-    "what it recomputes, keep its checkpoints, fall back to the policy where the run departs "   \
-    "from it (docs/planner.md)")                                                                  \
+    "warm start: follow this static plan (`dtr-plan --out`) made for the trace being run: drop "   \
+    "what it recomputes, keep its checkpoints, fall back to the policy where the run departs "     \
+    "from it (docs/planner.md)")                                                                   \
   X(plan_trace, std::string, "plan_trace", "DTR_PLAN_TRACE", "",                                   \
-    "PyTorch: the trace the plan was made for (a DTR_TRACE of an earlier run of the same "        \
-    "script); empty = the trace file the plan names, in the plan's directory")                   \
-  X(remat, bool, "remat", "DTR_REMAT", "True",                                                    \
-    "PyTorch: record lineage, evict and rematerialize under the budget; False = the caching "    \
-    "allocator and its hard budget only (a baseline run)")                                       \
+    "PyTorch: the trace the plan was made for (a DTR_TRACE of an earlier run of the same "         \
+    "script); empty = the trace file the plan names, in the plan's directory")                     \
+  X(remat, bool, "remat", "DTR_REMAT", "True",                                                     \
+    "PyTorch: record lineage, evict and rematerialize under the budget; False = the caching "      \
+    "allocator and its hard budget only (a baseline run)")                                         \
   X(snapshot, std::string, "snapshot", "DTR_SNAPSHOT", "",                                         \
-    "at exit, write a memory snapshot here: a pickle PyTorch's memory tools read (segments, "     \
-    "blocks, device_traces; docs/observability.md)")                                              \
-  X(snapshot_format, std::string, "snapshot_format", "DTR_SNAPSHOT_FORMAT", "dict",               \
-    "`dict`: {segments, device_traces} as torch.cuda.memory._dump_snapshot writes since 2.0 "    \
-    "(pytorch.org/memory_viz); `list`: the segment list of 1.13's memory_snapshot(), which "      \
-    "1.13's `python -m torch.cuda._memory_viz` reads")                                           \
-  X(snapshot_entries, uint32_t, "snapshot_entries", "DTR_SNAPSHOT_ENTRIES", "100000",             \
-    "device_traces keeps the last this many allocator events (PyTorch's max_entries)")           \
+    "at exit, write a memory snapshot here: a pickle PyTorch's memory tools read (segments, "      \
+    "blocks, device_traces; docs/observability.md)")                                               \
+  X(snapshot_format, std::string, "snapshot_format", "DTR_SNAPSHOT_FORMAT", "dict",                \
+    "`dict`: {segments, device_traces} as torch.cuda.memory._dump_snapshot writes since 2.0 "      \
+    "(pytorch.org/memory_viz); `list`: the segment list of 1.13's memory_snapshot(), which "       \
+    "1.13's `python -m torch.cuda._memory_viz` reads")                                             \
+  X(snapshot_entries, uint32_t, "snapshot_entries", "DTR_SNAPSHOT_ENTRIES", "100000",              \
+    "device_traces keeps the last this many allocator events (PyTorch's max_entries)")             \
   X(timeline, std::string, "timeline", "DTR_TIMELINE", "",                                         \
-    "at exit, write a Chrome-trace/Perfetto JSON timeline here: ops, remats, evictions, "         \
-    "allocated bytes and the budget")                                                             \
+    "at exit, write a Chrome-trace/Perfetto JSON timeline here: ops, remats, evictions, "          \
+    "allocated bytes and the budget")                                                              \
   X(report, bool, "report", "DTR_REPORT", "False", "print a summary of the run at exit")
 
 struct Config {

@@ -63,6 +63,7 @@ struct EngineConfig {
   uint64_t budget_bytes = UINT64_MAX;  // hard cap on live bytes
   SearchMode search = SearchMode::full;
   uint32_t sample_size = 0;  // 0: ceil(sqrt(pool size))
+  bool dead_first = true;    // Note [Dead storages first] in eviction/engine.cpp
   uint64_t seed = 0;
   uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
   uint32_t debug = 0;         // 3: check invariants after every operation
@@ -224,6 +225,7 @@ class Engine {
     uint32_t evicted_neighbors = 0;  // Note [Evicted neighbour count]
     uint32_t eq_node = kNoId;
     int32_t pool_index = -1;  // position in pool_, -1 if not evictable
+    int32_t dead_index = -1;  // position in dead_pool_: Note [Dead storages first]
     uint32_t locks = 0;
     uint32_t ext_refs = 0;
     mutable uint32_t visit_epoch = 0;
@@ -279,6 +281,7 @@ class Engine {
   OpId new_op();
   TensorId new_tensor();
   StorageId new_storage();
+  void dead_pool_remove(StorageId s);
   void try_retire(StorageId s);
   bool retirable(OpId op) const;
   void retire_op(OpId op);
@@ -306,6 +309,7 @@ class Engine {
   std::vector<TensorRec> tensors_;
   std::vector<OpRec> ops_;
   std::vector<StorageId> pool_;
+  std::vector<StorageId> dead_pool_;  // the pool's storages with no external reference
   uint64_t pool_bytes_ = 0;
   uint64_t pool_seq_next_ = 0;
   uint64_t live_bytes_ = 0;
