@@ -49,11 +49,14 @@
 // the one storage the chain ends in and then sit in the pool, young, so a staleness-based
 // score evicts older live storages first, often the checkpoints the next remat needs. On
 // a 12-layer MLP trace the replay then thrashed at 0.6 of the peak with every policy.
-// choose_victim therefore scores the dead storages in the pool first and evicts the best of
-// them; only when there are none does the usual search run over the whole pool. This
-// departs from simrd (Note [Faithful to simrd]): on DTR's own logs it changes the LSTM's
-// figures only (dtr_eq at 0.2: 1.337 where simrd has 1.550), so option `dead_first`
-// (default on) turns it off to reproduce simrd, as the [faithful] test does. Numbers:
+// choose_victim can therefore score the dead storages in the pool first and evict the
+// best of them, running the usual search over the whole pool only when there are none.
+// This departs from simrd (Note [Faithful to simrd]) and is not better everywhere, so it is
+// option `dead_first`, off by default: it helps chains (the MLP trace above, 0.6: thrash ->
+// 1.132; DTR's LSTM log at 0.2: 1.550 -> 1.337) but hurts the densenet121 trace of `make
+// eval` (dtr_eq at 0.5: 1.320 -> thrash; why was not analysed). The dead storages are
+// scored whole, under search=sample too: there are only those the remats since the last
+// eviction brought back, since each eviction takes from them first. Numbers:
 // docs/simulator.md, "Dead storages first".
 //
 // Note [Tie-breaking]

@@ -175,6 +175,10 @@ def evaluate(name, config, tools, tmp, progress):
                        static=static.get(round(fraction, 4)))
             if run.returncode == 0:
                 r = run.report
+                if "dtr.remat_compute_ns" not in r:
+                    # The library was not loaded, or did not report (rebuilt during the run?)
+                    runs.fail(f"{name} {policy} @ {fraction}: the run printed no dtr report "
+                              "(DTR_REPORT); is build/lib/libdtr_torch.so being rebuilt?", run)
                 row.update(step_ratio=step_time(run) / plain_step,
                            alloc_ratio=step_time(run) / base_step,
                            live_overhead=1 + r["dtr.remat_compute_ns"] / r["dtr.model_compute_ns"],

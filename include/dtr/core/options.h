@@ -45,9 +45,10 @@ struct Budget {
     "candidate search: `full` scans every evictable storage, `sample` scores a random subset")     \
   X(sample, uint32_t, "sample", "DTR_SAMPLE", "0",                                                 \
     "candidates scored per eviction when search=sample; 0 = ceil(sqrt(pool size))")                \
-  X(dead_first, bool, "dead_first", "DTR_DEAD_FIRST", "True",                                      \
-    "evict storages only lineage still holds (rematerialized intermediates) before live ones; "    \
-    "False = as DTR's simulator (simrd) does")                                                     \
+  X(dead_first, bool, "dead_first", "DTR_DEAD_FIRST", "False",                                     \
+    "evict storages only lineage still holds (rematerialized intermediates) before live ones "     \
+    "(Note [Dead storages first]: better on chains, worse on densenet); False = as DTR's "         \
+    "simulator (simrd) does")                                                                      \
   X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \

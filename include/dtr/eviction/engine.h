@@ -63,7 +63,7 @@ struct EngineConfig {
   uint64_t budget_bytes = UINT64_MAX;  // hard cap on live bytes
   SearchMode search = SearchMode::full;
   uint32_t sample_size = 0;  // 0: ceil(sqrt(pool size))
-  bool dead_first = true;    // Note [Dead storages first] in eviction/engine.cpp
+  bool dead_first = false;   // Note [Dead storages first] in eviction/engine.cpp
   uint64_t seed = 0;
   uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
   uint32_t debug = 0;         // 3: check invariants after every operation

@@ -39,7 +39,7 @@ struct ReplayOptions {
   std::string policy = "dtr_eq";
   SearchMode search = SearchMode::full;
   uint32_t sample = 0;
-  bool dead_first = true;  // option `dead_first`
+  bool dead_first = false;  // option `dead_first`
   uint64_t seed = 0;
   double max_overhead = 2.0;  // 0: never give up
   uint32_t debug = 0;
