@@ -58,7 +58,7 @@ bench: build
 	/usr/bin/python3 bench/torch_step_time.py --rounds 5
 
 # DTR's headline figure on real models, live and simulated (tools/eval.py): docs/results.md,
-# docs/results/results.csv and docs/results/overhead.svg, in about 15 minutes; eval-quick
+# docs/results/results.csv and docs/results/overhead.svg, in about 20 minutes; eval-quick
 # (2 models, 2 policies, 3 budgets, a few minutes) writes to build/eval-quick/ instead.
 eval: build
 	/usr/bin/python3 tools/eval.py
