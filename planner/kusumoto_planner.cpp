@@ -235,9 +235,8 @@ struct SetInfo {
 // are kept (the best is returned, with a note); with none, the plan is keep-all and marked
 // infeasible.
 struct Deadline {
-  std::chrono::steady_clock::time_point at{};
-  bool set = false;
-  bool passed() const { return set && std::chrono::steady_clock::now() >= at; }
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
+  bool passed() const { return std::chrono::steady_clock::now() >= at; }
 };
 
 struct Strategy {
@@ -477,11 +476,9 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   KusumotoResult res;
   // Note [Kusumoto time limit]
   Deadline deadline;
-  if (opts.time_limit_s > 0) {
-    deadline.set = true;
+  if (opts.time_limit_s > 0)
     deadline.at = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(opts.time_limit_s));
-  }
   bool late = false;
   size_t budgets_tried = 0;
   auto finish = [&]() {
@@ -520,7 +517,6 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
   bool have = false;
   size_t kept_whole = 0;  // steps of the chosen schedule whose DP had no strategy
   auto consider = [&](uint64_t b) {
-    if (late) return false;
     std::vector<Strategy> st;
     const size_t solved = solve_steps(b, &st);
     if (late) return false;
