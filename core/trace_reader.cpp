@@ -531,6 +531,11 @@ class TraceParser {
     event.op = string_field(object, "NAME");
     event.args = use_all(array_field(object, "ARGS"), "ARGS");
     event.time_ns = count_field(object, "TIME", "nanoseconds");
+    if (object.contains("REMAT_TIME")) {
+      event.remat_time_ns = count_field(object, "REMAT_TIME", "nanoseconds");
+      if (event.remat_time_ns == TraceEvent::kSameTime)
+        fail("field 'REMAT_TIME' in CALL is too large; it is a count of nanoseconds");
+    }
     const json::array_t& results = array_field(object, "RESULT");
     event.results.reserve(results.size());
     for (const json& result : results) {

@@ -82,11 +82,13 @@ class TraceWriter {
       case TraceEventKind::call: {
         json results = json::array();
         for (const TraceResult& result : event.results) results.push_back(name(index, result.name));
-        emit({{"INSTRUCTION", "CALL"},
-              {"NAME", event.op},
-              {"ARGS", names_of(index, event.args)},
-              {"RESULT", std::move(results)},
-              {"TIME", event.time_ns}});
+        json call = {{"INSTRUCTION", "CALL"},
+                     {"NAME", event.op},
+                     {"ARGS", names_of(index, event.args)},
+                     {"RESULT", std::move(results)},
+                     {"TIME", event.time_ns}};
+        if (event.remat_time_ns != TraceEvent::kSameTime) call["REMAT_TIME"] = event.remat_time_ns;
+        emit(std::move(call));
         for (const TraceResult& result : event.results) {
           const std::string& tensor = name(index, result.name);
           emit_memory(tensor, result.size_bytes);

@@ -204,12 +204,23 @@ void Engine::unlock(StorageId s) {
 
 // --- recording ----------------------------------------------------------------------------
 
+// Note [Remat cost]
+// ~~~~~~~~~~~~~~~~~
+// An op has two costs: what it took when the program ran it (compute_ns: the clock, the
+// model's compute, the baseline) and what re-making its outputs takes (remat_ns: the
+// clock and remat compute at a remat, and the cost every heuristic scores, through the
+// storage's compute_ns). They differ when the host keeps a cheaper way back than running
+// the op again: the torch host keeps a dropout mask packed to bits and unpacks it at a
+// remat, which is several times cheaper than drawing it again (Note [Packed masks] in
+// integration/torch/lineage.cpp). A trace carries it as REMAT_TIME (docs/trace-format.md).
 Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
-                    const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs) {
+                    const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
+                    uint64_t remat_ns) {
   DTR_CHECK(!specs.empty(), "an op has at least one output");
   const OpId op = new_op();
   OpRec& rec = ops_[op];
   rec.compute_ns = compute_ns;
+  rec.remat_ns = remat_ns == kSameCost ? compute_ns : remat_ns;
   rec.inputs = inputs;
   const size_t first_output = outputs.size();
   for (const OutputSpec& spec : specs) {
@@ -231,7 +242,7 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
     // A storage's compute counts each distinct op among its tensors once.
     bool op_seen = false;
     for (TensorId other : srec.tensors) op_seen |= tensors_[other].op == op;
-    if (!op_seen) srec.compute_ns += compute_ns;
+    if (!op_seen) srec.compute_ns += rec.remat_ns;
     srec.tensors.push_back(t);
     ++srec.ext_refs;
     dead_pool_remove(s);  // referenced again (an alias output): Note [Dead storages first]
@@ -279,11 +290,12 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
 // order, clock and stats are the simulator's, except that compute() does not call the
 // host for this op: its outputs already exist.
 Status Engine::record(uint64_t compute_ns, const std::vector<TensorId>& inputs,
-                      const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs) {
+                      const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
+                      uint64_t remat_ns) {
   for (TensorId in : inputs)
     DTR_CHECK(tensors_[in].defined, "record: an input of an op that ran is not defined");
   op_already_ran_ = true;
-  Status status = call(compute_ns, inputs, specs, outputs);
+  Status status = call(compute_ns, inputs, specs, outputs, remat_ns);
   op_already_ran_ = false;
   return status;
 }
@@ -492,7 +504,7 @@ void Engine::retire_op(OpId op) {
     else
       recount_.push_back(s);
   }
-  rec.compute_ns = 0;
+  rec.compute_ns = rec.remat_ns = 0;
   rec.total_bytes = 0;
   rec.inputs.clear();
   rec.outputs.clear();
@@ -856,9 +868,9 @@ void Engine::compute(TensorId t, bool remat) {
   // The host runs the op while its outputs are not yet material: Note [Budget owner].
   // A recorded op has run already: Note [Recording an op that ran].
   if (remat || !op_already_ran_) hooks_->on_compute(op_id, remat);
-  clock_.advance(op.compute_ns);
+  clock_.advance(remat ? op.remat_ns : op.compute_ns);  // Note [Remat cost]
   if (remat) {
-    stats_.remat_compute_ns += op.compute_ns;
+    stats_.remat_compute_ns += op.remat_ns;
     ++stats_.num_remats;
   } else {
     stats_.model_compute_ns += op.compute_ns;

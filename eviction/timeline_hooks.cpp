@@ -43,8 +43,9 @@ void TimelineHooks::on_compute(OpId op, bool remat) {
   const uint64_t start = engine_->now();
   if (!allocated_bytes_) timeline_.allocated(start, engine_->live_bytes() + pending_output_bytes(op));
   if (inner_) inner_->on_compute(op, remat);
-  const uint64_t dur =
-      timing_ == Timing::recorded_cost ? engine_->op_compute_ns(op) : engine_->now() - start;
+  const uint64_t dur = timing_ == Timing::recorded_cost
+                           ? (remat ? engine_->op_remat_ns(op) : engine_->op_compute_ns(op))
+                           : engine_->now() - start;
   timeline_.span(name_of(op), start, dur, remat, op);
   if (allocated_bytes_) timeline_.allocated(engine_->now(), allocated_bytes_());
 }

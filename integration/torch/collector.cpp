@@ -38,6 +38,7 @@ void Lineage::release_storage(StorageId s) {
 
 void Lineage::drop_lineage(OpId op) {
   OpRec& r = ops_[op];
+  r.mask_bits.clear();  // Note [Packed masks] in lineage.cpp
   if (r.args.empty()) return;
   for (TensorId in : engine_->op_inputs(op)) --storages_[engine_->storage_of(in)].snapshot_refs;
   decltype(r.args)().swap(r.args);  // gives back a spilled buffer too

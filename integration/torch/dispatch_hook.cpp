@@ -183,6 +183,7 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
       info.kind = OpKind::compute;
       info.in_place = true;
       info.overwrites = true;
+      info.packs_mask = name == "aten::bernoulli_";  // Note [Packed masks] in lineage.cpp
       return info;
     }
   }
@@ -231,6 +232,7 @@ const Classified& op_info(const c10::OperatorHandle& op) {
     c.opaque_fill.kind = OpKind::opaque;
     c.opaque_fill.in_place = c.opaque_fill.overwrites = false;
     c.opaque_fill.generator_arg = -1;
+    c.opaque_fill.packs_mask = false;
   }
   return cache.emplace(key, std::move(c)).first->second;
 }

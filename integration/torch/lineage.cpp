@@ -83,6 +83,24 @@
 // a 2-step trace guides the first two steps of a longer run. The report's
 // dtr.plan_departure says where (tests/torch/test_plan.py).
 //
+// Note [Packed masks]
+// ~~~~~~~~~~~~~~~~~~~
+// A dropout mask is the costliest storage per byte to re-make: 1.13's CPU dropout draws
+// it with bernoulli_ (Note [Seeded ops] in dispatch_hook.cpp), whose per-element
+// generator takes about 6 ms for 8 MiB of float32 here, where the mask's own divide and
+// multiply take well under 1 ms each. In replays of the transformer scripts at 0.5x,
+// drawing masks again was half the recompute time. But bernoulli_ writes only 0 and 1: one
+// bit per element says which, so once the budget binds (the engine has evicted), each
+// bernoulli_ that overwrites its whole storage (Note [Overwrite]) packs what it wrote
+// (core/packed_mask.h), and a remat unpacks it instead of drawing again: the same bytes,
+// whatever the dtype, and the generator is not touched. The bits (1/32 of a float32
+// mask's bytes) come from the same allocator, so the budget counts them; they go with the
+// op's lineage (drop_lineage). The engine charges a remat of that op what the packing took
+// (Note [Remat cost] in eviction/engine.cpp), so the policies see a mask as cheap to
+// evict; unpacking is somewhat faster than packing (about 1.0 against 1.6 ms for 8 MiB),
+// so that cost is an upper bound. Before the first eviction nothing is packed: a run that
+// fits its budget pays nothing, and masks drawn before then are replayed as before.
+//
 #include "integration/torch/lineage_impl.h"
 
 #include <ATen/Parallel.h>
@@ -93,11 +111,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "dtr/core/check.h"
+#include "dtr/core/packed_mask.h"
 #include "dtr/eviction/heuristic_registry.h"
 #include "integration/torch/compat.h"
 #include "integration/torch/cpu_allocator.h"
@@ -214,6 +234,32 @@ bool covers_storage(const at::Tensor& t) {
   return t.is_contiguous() && t.storage_offset() == 0 &&
          t.numel() * static_cast<int64_t>(t.element_size()) ==
              static_cast<int64_t>(t.storage().nbytes());
+}
+
+// Note [Packed masks]: packs what bernoulli_ wrote in `t` into `bits`; returns the
+// nanoseconds packing took, or Engine::kSameCost (and no bits) where `t` is no mask over
+// its whole storage, or the allocator had no room for the bits.
+uint64_t pack_written_mask(const at::Tensor& t, c10::DataPtr& bits, uint64_t& one) {
+  const void* data = t.storage().data();
+  const size_t n = static_cast<size_t>(t.numel());
+  if (!t.device().is_cpu() || !covers_storage(t) || data == nullptr || n == 0)
+    return Engine::kSameCost;
+  try {
+    bits = c10::GetCPUAllocator()->allocate(packed_mask_bytes(n));
+  } catch (const c10::Error&) {
+    return Engine::kSameCost;  // replayed from its generator instead
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const bool packed = pack_mask(data, n, static_cast<size_t>(t.element_size()),
+                                static_cast<uint8_t*>(bits.get()), &one);
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (!packed) {
+    bits.clear();
+    return Engine::kSameCost;
+  }
+  return ns > 0 ? static_cast<uint64_t>(ns) : 1;
 }
 
 std::atomic<Lineage*> lineage_ptr{nullptr};
@@ -588,14 +634,21 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     }
     if (specs.empty()) recordable = false;
     if (recordable) {
+      // Note [Packed masks]
+      c10::DataPtr mask_bits;
+      uint64_t mask_one = 0, remat_ns = Engine::kSameCost;
+      if (info.packs_mask && config_.pack_masks && pending.overwrite &&
+          engine_->stats().num_evictions > 0)
+        remat_ns = pack_written_mask(stack[base].toTensor(), mask_bits, mask_one);
       std::vector<TensorId>& outputs = pending.outputs;
-      const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs);
+      const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs, remat_ns);
       DTR_CHECK(status.ok(), "recording an op that ran cannot fail");
       sync_tables();
       const OpId id = engine_->op_of(outputs[0]);
       recorded = id;
       if (recording_->active())
-        recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns);
+        recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns,
+                       remat_ns);
       OpRec& r = ops_[id];
       r.op = op;
       r.args.assign(std::make_move_iterator(pending.args.begin()),
@@ -607,6 +660,9 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.generator_arg = info.generator_arg;
       r.lean_kernel = info.lean_kernel;
       r.target_slot = target_slot;
+      r.mask_bits = std::move(mask_bits);
+      r.mask_one = mask_one;
+      if (r.mask_bits) ++engine_->stats().num_packed_masks;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
         in.readers.emplace_back(id, static_cast<uint32_t>(k));
@@ -683,7 +739,7 @@ void Lineage::on_compute(OpId op, bool remat) {
   torch::jit::Stack stack(r.args.begin(), r.args.end());
   // Note [Seeded ops] (dispatch_hook.cpp): each replay draws from a copy of the state the
   // op first drew from, and leaves the program's generator alone.
-  if (r.generator_arg >= 0)
+  if (r.generator_arg >= 0 && !r.mask_bits)
     stack[r.generator_arg] = torch_compat::copy_generator(stack[r.generator_arg]);
   const std::vector<TensorId>& outputs = engine_->op_outputs(op);
   if (r.in_place) {
@@ -705,6 +761,16 @@ void Lineage::on_compute(OpId op, bool remat) {
       at::Tensor target = snapshot_of(input);
       target.unsafeGetTensorImpl()->set_storage_keep_dtype(c10::Storage(user));
       set_slot_tensor(stack, 0, slot, std::move(target));
+    }
+    if (r.mask_bits) {  // Note [Packed masks]: the bits bernoulli_ wrote, not a new draw
+      const size_t n = static_cast<size_t>(input.numel());
+      const size_t itemsize = static_cast<size_t>(input.element_size());
+      DTR_CHECK(n * itemsize == user->nbytes() && user->data() != nullptr,
+                "a packed mask does not cover its storage");
+      unpack_mask(static_cast<const uint8_t*>(r.mask_bits.get()), n, itemsize, r.mask_one,
+                  user->data());
+      ++engine_->stats().num_mask_unpacks;
+      return;
     }
     r.op->callBoxed(&stack);
     return;

@@ -79,6 +79,9 @@ struct OpInfo {
   // Runs the op in place of its kernel where it can, with less memory and the same bits
   // (Note [Lean batch-norm backward] in compat.cpp); false: run the kernel.
   LeanKernel lean_kernel = nullptr;
+  // bernoulli_: what it writes is kept packed to bits once the budget binds (Note [Packed
+  // masks] in lineage.cpp).
+  bool packs_mask = false;
 };
 
 // One op the fallback is running: its inputs, found and locked before it runs, and what
@@ -206,6 +209,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     int16_t generator_arg = -1;  // Note [Seeded ops]: args[k] holds the generator's state
     LeanKernel lean_kernel = nullptr;  // OpInfo::lean_kernel
     TensorSlot target_slot;
+    // Note [Packed masks]: what the op wrote, one bit per element, and the bit pattern of
+    // its nonzero elements; empty when a remat replays the op instead.
+    c10::DataPtr mask_bits;
+    uint64_t mask_one = 0;
   };
 
   StorageId lookup(const c10::StorageImpl* impl) const;

@@ -96,12 +96,13 @@ void Recording::constant(TensorId t, uint64_t bytes) {
 
 void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
                    const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
-                   uint64_t compute_ns) {
+                   uint64_t compute_ns, uint64_t remat_ns) {
   if (trace_) {
     TraceEvent e;
     e.kind = TraceEventKind::call;
     e.op = std::string(name);
     e.time_ns = compute_ns;
+    if (remat_ns != Engine::kSameCost) e.remat_time_ns = remat_ns;
     for (TensorId in : inputs) e.args.push_back(trace_name(in));
     for (size_t i = 0; i < outputs.size(); ++i)
       e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});

@@ -43,9 +43,10 @@ class Recording {
 
   // What the engine was told (Note [Recording a trace] in recording.cpp).
   void constant(TensorId t, uint64_t bytes);
+  // remat_ns: Engine::kSameCost, or what a remat of it costs (Note [Remat cost]).
   void op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
           const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
-          uint64_t compute_ns);
+          uint64_t compute_ns, uint64_t remat_ns);
   void release(TensorId t);
   void pin(TensorId t);
   void discard(TensorId t);  // the storage of `t` was discarded (Engine::discard)

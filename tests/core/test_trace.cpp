@@ -64,6 +64,7 @@ void require_same_trace(const dtr::Trace& a, const dtr::Trace& b) {
     REQUIRE(x.dst == y.dst);
     REQUIRE(x.src == y.src);
     REQUIRE(x.time_ns == y.time_ns);
+    REQUIRE(x.remat_time_ns == y.remat_time_ns);
   }
 }
 
@@ -371,9 +372,17 @@ TEST_CASE("trace: a trace built in memory round-trips", "[core][trace]") {
   call.args = {trace.intern("p")};
   call.results.push_back({trace.intern("v"), 16, 0});
   call.time_ns = 3;
-  trace.events = {constant, call};
+  dtr::TraceEvent mask = call;  // Note [Remat cost]: a cheaper way back than running it
+  mask.op = "aten::bernoulli_";
+  mask.args = {};
+  mask.results = {{trace.intern("m"), 64, -1}};
+  mask.time_ns = 600;
+  mask.remat_time_ns = 90;
+  trace.events = {constant, call, mask};
   dtr::Trace again = round_trip(trace);
   require_same_trace(trace, again);
+  CHECK(again.events[1].remat_time_ns == dtr::TraceEvent::kSameTime);
+  CHECK(again.events[2].remat_time_ns == 90);
 
   dtr::TraceEvent bad;
   bad.kind = dtr::TraceEventKind::release;

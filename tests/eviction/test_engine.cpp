@@ -93,6 +93,29 @@ TEST_CASE("an evicted storage is rematerialized through its lineage, parents fir
   CHECK(f.engine->stats().num_remats == 1);
 }
 
+TEST_CASE("a remat costs the op's remat cost where the host gave one", "[eviction]") {
+  // Note [Remat cost]: the model's compute and the first run count compute_ns; a remat,
+  // the clock at a remat and the heuristics' cost count remat_ns.
+  Fixture f(1000);
+  std::vector<TensorId> out;
+  REQUIRE(f.engine->call(600, {}, {{300, -1}}, out, /*remat_ns=*/90).ok());
+  const TensorId m = out[0];
+  TensorId b = f.op(10, {m}, 300);
+  CHECK(f.engine->storage_compute(f.engine->storage_of(m)) == 90);
+  CHECK(f.engine->storage_compute(f.engine->storage_of(b)) == 10);
+  CHECK(f.engine->op_compute_ns(f.engine->op_of(m)) == 600);
+  CHECK(f.engine->op_remat_ns(f.engine->op_of(m)) == 90);
+  CHECK(f.engine->stats().model_compute_ns == 610);
+  TensorId c = f.op(20, {b}, 600);  // evicts m (b is locked)
+  REQUIRE(!f.engine->is_defined(m));
+  f.engine->release(c);
+  const Tick before = f.clock.now();
+  REQUIRE(f.engine->materialize(m).ok());
+  CHECK(f.engine->stats().remat_compute_ns == 90);
+  CHECK(f.clock.now() - before == 90);
+  CHECK(f.engine->stats().model_compute_ns == 630);
+}
+
 TEST_CASE("a rematerialized dead intermediate is evicted before live storages", "[eviction]") {
   // Note [Dead storages first]. m is dead (released) and only lineage needs it: b's remat
   // brings it back, young, so a staleness score keeps it and evicts a live storage.

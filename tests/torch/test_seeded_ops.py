@@ -2,7 +2,11 @@
 bernoulli_, uniform_ and normal_ results (dropout masks, initialisations) are evicted
 under a budget and recomputed from a copy of their generator's state. Their values, and
 what the program's generators draw afterwards, must be the bits of a run without the
-library; before, they were pinned and this script ran out of memory."""
+library; before, they were pinned and this script ran out of memory. Once the budget
+binds, dropout masks are kept packed to bits and unpacked instead (Note [Packed masks] in
+integration/torch/lineage.cpp), with the same bits."""
+import json
+
 from conftest import PYTHON, clean_env, run
 
 SCRIPT = r"""
@@ -41,3 +45,53 @@ def test_seeded_fills_are_recomputed_bit_identical(lib, tmp_path):
     text = trace.read_text()
     assert text.count('"NAME":"aten::bernoulli_"') == 12
     assert '"NAME":"aten::uniform_"' in text and '"NAME":"aten::normal_"' in text
+
+
+DROPOUT = r"""
+import hashlib, struct, torch
+import torch.nn.functional as F
+torch.manual_seed(0)
+x = torch.randn(1 << 18, requires_grad=True)  # 1 MiB; each dropout keeps a 1 MiB mask
+total = 0
+for i in range(12):
+    total = total + F.dropout(x * (i + 1), p=0.3, training=True).sum()
+total.backward()
+print("loss", struct.pack("<f", total.item()).hex())
+print("grad", hashlib.sha256(x.grad.numpy().tobytes()).hexdigest())
+print("next", struct.pack("<4f", *torch.rand(4).tolist()).hex())
+import dtr
+if dtr.is_loaded():
+    st = dtr.memory_stats()
+    print("stats", st["dtr.num_evictions"], st["dtr.num_packed_masks"],
+          st["dtr.num_mask_unpacks"], st["allocated_bytes.all.peak"])
+"""
+
+
+def test_dropout_masks_are_packed_and_unpacked_bit_identical(lib, tmp_path):
+    # Note [Packed masks] (integration/torch/lineage.cpp): once the budget binds, what
+    # bernoulli_ wrote is kept as bits and a remat unpacks it; the gradient, and what the
+    # generator draws next, are the bits of a run without the library, packed or replayed.
+    plain = run([PYTHON, "-c", DROPOUT], clean_env()).stdout.splitlines()
+    assert len(plain) == 3
+    counts = {}
+    for pack in ("True", "False"):
+        trace = tmp_path / f"dropout-{pack}.trace"
+        under = run([PYTHON, "-c", DROPOUT],
+                    clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:8M,pack_masks:{pack}",
+                              DTR_TRACE=str(trace)))
+        lines = under.stdout.splitlines()
+        assert lines[:3] == plain, under.stdout + under.stderr
+        evictions, packed, unpacked, peak = map(int, lines[3].split()[1:])
+        assert evictions > 0 and peak <= 8 << 20, lines[3]
+        counts[pack] = (packed, unpacked)
+        # Note [Remat cost]: a packed mask's remat cost goes into the trace as REMAT_TIME.
+        calls = [json.loads(l) for l in trace.read_text().splitlines()
+                 if '"NAME":"aten::bernoulli_"' in l]
+        assert len(calls) == 12
+        cheap = [c for c in calls if "REMAT_TIME" in c]
+        assert len(cheap) == packed, (len(cheap), packed)
+        assert all(c["REMAT_TIME"] < c["TIME"] for c in cheap), cheap
+    # 12 MiB of masks under 8 MiB: those drawn after the first eviction are packed, and
+    # the backward pass unpacks the ones it evicted; with pack_masks:False it draws again.
+    assert counts["True"][0] >= 4 and counts["True"][1] >= 1, counts
+    assert counts["False"] == (0, 0), counts

@@ -70,6 +70,10 @@ struct Budget {
   X(remat, bool, "remat", "DTR_REMAT", "True",                                                     \
     "PyTorch: record lineage, evict and rematerialize under the budget; False = the caching "      \
     "allocator and its hard budget only (a baseline run)")                                         \
+  X(pack_masks, bool, "pack_masks", "DTR_PACK_MASKS", "True",                                      \
+    "PyTorch: once the budget binds, keep each dropout mask (bernoulli_) packed to one bit per "   \
+    "element and unpack it at a remat instead of drawing it again (Note [Packed masks]); False "   \
+    "= replay the draw")                                                                           \
   X(snapshot, std::string, "snapshot", "DTR_SNAPSHOT", "",                                         \
     "at exit, write a memory snapshot here: a pickle PyTorch's memory tools read (segments, "      \
     "blocks, device_traces; docs/observability.md)")                                               \

@@ -15,34 +15,38 @@
 namespace dtr {
 
 // X(member, "exported.key", "description")
-#define DTR_STATS(X)                                                                              \
-  X(allocated_current, "allocated_bytes.all.current", "live bytes of material storages")            \
-  X(allocated_peak, "allocated_bytes.all.peak", "peak of allocated_bytes.all.current")              \
+#define DTR_STATS(X)                                                                               \
+  X(allocated_current, "allocated_bytes.all.current", "live bytes of material storages")           \
+  X(allocated_peak, "allocated_bytes.all.peak", "peak of allocated_bytes.all.current")             \
   X(allocated_total, "allocated_bytes.all.allocated", "bytes ever made material (incl. remats)")   \
   X(freed_total, "allocated_bytes.all.freed", "bytes ever freed (evictions and deaths)")           \
   X(allocation_current, "allocation.all.current", "material storages now")                         \
   X(allocation_peak, "allocation.all.peak", "peak of allocation.all.current")                      \
   X(num_ooms, "num_ooms", "requests that failed with out-of-memory")                               \
-  X(num_ops, "dtr.num_ops", "ops recorded")                                                         \
-  X(num_evictions, "dtr.num_evictions", "storages evicted to make room (heuristic choices)")        \
+  X(num_ops, "dtr.num_ops", "ops recorded")                                                        \
+  X(num_evictions, "dtr.num_evictions", "storages evicted to make room (heuristic choices)")       \
   X(num_eager_evictions, "dtr.num_eager_evictions", "storages evicted at their last release")      \
   X(num_plan_drops, "dtr.num_plan_drops",                                                          \
-    "storages dropped because a warm-start plan drops them (eviction/plan_guide.h)")              \
-  X(plan_departures, "dtr.plan_departures",                                                       \
-    "1 once the program departed from the warm-start plan's graph (the guide then stops)")       \
-  X(num_retired_ops, "dtr.num_retired_ops", "ops forgotten for good (Note [Retiring])")        \
+    "storages dropped because a warm-start plan drops them (eviction/plan_guide.h)")               \
+  X(plan_departures, "dtr.plan_departures",                                                        \
+    "1 once the program departed from the warm-start plan's graph (the guide then stops)")         \
+  X(num_retired_ops, "dtr.num_retired_ops", "ops forgotten for good (Note [Retiring])")            \
   X(num_remats, "dtr.num_remats", "ops re-run to rematerialize a storage")                         \
   X(evicted_bytes, "dtr.evicted_bytes", "bytes freed by heuristic evictions")                      \
-  X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")             \
-  X(remat_compute_ns, "dtr.remat_compute_ns", "compute spent rematerializing")                    \
-  X(eviction_searches, "dtr.eviction_searches", "times the engine chose a storage to evict")      \
-  X(candidates_scored, "dtr.candidates_scored", "heuristic evaluations during those searches")    \
-  X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")  \
-  X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")      \
+  X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")              \
+  X(remat_compute_ns, "dtr.remat_compute_ns", "compute spent rematerializing")                     \
+  X(num_packed_masks, "dtr.num_packed_masks",                                                      \
+    "dropout masks kept packed to bits, one per element (torch host: Note [Packed masks])")        \
+  X(num_mask_unpacks, "dtr.num_mask_unpacks",                                                      \
+    "remats that unpacked a mask instead of drawing it again")                                     \
+  X(eviction_searches, "dtr.eviction_searches", "times the engine chose a storage to evict")       \
+  X(candidates_scored, "dtr.candidates_scored", "heuristic evaluations during those searches")     \
+  X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")   \
+  X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")          \
   X(allocator_requests, "dtr.allocator_requests", "times the allocator asked the engine for room") \
-  X(contiguous_requests, "dtr.contiguous_requests",                                               \
-    "of those, requests for a contiguous block while the budget had room (fragmentation)")      \
-  X(fragmentation_free_bytes, "dtr.eviction_free_bytes",                                          \
+  X(contiguous_requests, "dtr.contiguous_requests",                                                \
+    "of those, requests for a contiguous block while the budget had room (fragmentation)")         \
+  X(fragmentation_free_bytes, "dtr.eviction_free_bytes",                                           \
     "sum over allocator requests of the free bytes within the budget at that moment")
 
 struct Stats {

@@ -55,6 +55,10 @@ struct TraceEvent {
   NameId dst = 0;                   // COPY/COPY_FROM/RELEASE/PIN/DISCARD
   NameId src = 0;                   // COPY/COPY_FROM
   uint64_t time_ns = 0;             // CALL/MUTATE
+  // CALL: what re-making its results costs, when the host had a cheaper way than running
+  // the op again (REMAT_TIME; Note [Remat cost] in eviction/engine.cpp); kSameTime: TIME.
+  static constexpr uint64_t kSameTime = ~uint64_t{0};
+  uint64_t remat_time_ns = kSameTime;
   uint32_t line = 0;                // 1-based line of the event's first line in its file
 };
 

@@ -116,8 +116,13 @@ class Engine {
   // --- driving the engine -------------------------------------------------------------
   // Records an op on `inputs` and runs it (making room first); appends its output tensors
   // to `outputs` (each with one external reference) even when the status is not ok.
+  // `compute_ns` is what the op cost when the program ran it; `remat_ns`, what re-making
+  // its outputs costs, when the host has a cheaper way than running it again (Note [Remat
+  // cost] in engine.cpp); kSameCost: the same.
+  static constexpr uint64_t kSameCost = ~uint64_t{0};
   Status call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
-              const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs);
+              const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
+              uint64_t remat_ns = kSameCost);
   // A constant: computed at no cost and pinned.
   Status constant(uint64_t size_bytes, TensorId& out);
   void retain(TensorId t);   // one more external reference
@@ -144,7 +149,8 @@ class Engine {
   // must be defined (lock_tensors), its outputs are material on return, and the host is
   // not asked to compute it (on_compute comes only for remats).
   Status record(uint64_t compute_ns, const std::vector<TensorId>& inputs,
-                const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs);
+                const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
+                uint64_t remat_ns = kSameCost);
   // A storage the engine cannot recompute (external memory, a seeded-random op's output):
   // recorded as an op without inputs, then pinned.
   Status record_constant(uint64_t size_bytes, TensorId& out);
@@ -190,6 +196,7 @@ class Engine {
   const std::vector<TensorId>& op_inputs(OpId op) const { return ops_[op].inputs; }
   const std::vector<TensorId>& op_outputs(OpId op) const { return ops_[op].outputs; }
   uint64_t op_compute_ns(OpId op) const { return ops_[op].compute_ns; }
+  uint64_t op_remat_ns(OpId op) const { return ops_[op].remat_ns; }  // Note [Remat cost]
 
   uint64_t storage_size(StorageId s) const { return storages_[s].size_bytes; }
   uint64_t storage_compute(StorageId s) const { return storages_[s].compute_ns; }
@@ -219,7 +226,7 @@ class Engine {
     // What scoring reads comes first, in one cache line: a sampled search touches one
     // random record per candidate.
     uint64_t size_bytes = 0;
-    uint64_t compute_ns = 0;  // sum over the distinct ops of its tensors
+    uint64_t compute_ns = 0;  // sum over the distinct ops of its tensors of their remat_ns
     Tick last_access = 0;
     uint64_t pool_seq = 0;           // when it last entered the pool: Note [Tie-breaking]
     uint32_t evicted_neighbors = 0;  // Note [Evicted neighbour count]
@@ -246,6 +253,7 @@ class Engine {
   };
   struct OpRec {
     uint64_t compute_ns = 0;
+    uint64_t remat_ns = 0;     // Note [Remat cost]
     uint64_t total_bytes = 0;  // sum of non-alias output sizes
     std::vector<TensorId> inputs;
     std::vector<TensorId> outputs;
