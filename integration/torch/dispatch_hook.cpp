@@ -31,6 +31,18 @@
 // unseen. That also covers a program whose first ops run on a worker thread, before any
 // op ran the Python code that installs the hook.
 //
+// Note [Reads of evicted storages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op that runs past the fallback (a thread that does not record, above) on an evicted
+// input reads through the storage's null data pointer plus an offset, and the process
+// died of SIGSEGV without a word. So, once the fallback is registered, the library
+// watches SIGSEGV and SIGBUS: a fault at an address below the largest storage it ever
+// evicted (an offset from null) gets one line on stderr that names the likely cause and
+// what to do, then the handler that was there before (Python's faulthandler, or the
+// default: the process dies as before) runs as it would have. The handler only calls
+// write(2) and sigaction, which are safe in a signal handler. A null dereference elsewhere
+// in the process can look the same, so the line says "probably".
+//
 // Note [Never recompute]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Opaque ops run once and are never recomputed: their outputs stay pinned (the result of
@@ -92,7 +104,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <torch/library.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -319,6 +333,62 @@ void raw_access_guarded_kernel() { raw_access_guarded.store(true, std::memory_or
 
 void record_on_this_thread_kernel() { enable_hook_on_this_thread(true); }
 
+// --- Note [Reads of evicted storages] ------------------------------------------------------
+
+std::atomic<uint64_t> largest_evicted{0};
+std::atomic<bool> fault_reported{false};
+struct sigaction previous_segv, previous_bus;
+
+void write_all(const char* text, size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(STDERR_FILENO, text, n);
+    if (w <= 0) return;
+    text += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  const uint64_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (address < largest_evicted.load(std::memory_order_relaxed) && !fault_reported.exchange(true)) {
+    char hex[19] = "0x";
+    for (int i = 0; i < 16; ++i) hex[2 + i] = "0123456789abcdef"[(address >> (60 - 4 * i)) & 15];
+    static const char kHead[] = "dtr: fatal: memory at ";
+    static const char kTail[] =
+        " was read through a null data pointer, probably that of a tensor dtr evicted: an op "
+        "ran without dtr's dispatcher fallback, on a thread that does not record (a thread of "
+        "a C++ extension, or one started with _thread). Call torch.ops.dtr.record_on_this_thread() "
+        "first on that thread, start it with the threading module, or run with "
+        "DTR_CONF=remat:False (Note [Threads] in integration/torch/dispatch_hook.cpp).\n";
+    write_all(kHead, sizeof(kHead) - 1);
+    write_all(hex, 18);
+    write_all(kTail, sizeof(kTail) - 1);
+  }
+  const struct sigaction& previous = sig == SIGSEGV ? previous_segv : previous_bus;
+  if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction) {
+    previous.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (!(previous.sa_flags & SA_SIGINFO) && previous.sa_handler != SIG_DFL &&
+      previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+    return;
+  }
+  // The default action: put it back; the faulting instruction runs again and kills us.
+  struct sigaction fallback {};
+  fallback.sa_handler = SIG_DFL;
+  sigaction(sig, &fallback, nullptr);
+}
+
+void watch_faults() {
+  struct sigaction action {};
+  action.sa_sigaction = &on_fault;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, &previous_segv);
+  sigaction(SIGBUS, &action, &previous_bus);
+}
+
 // --- the fallback ----------------------------------------------------------------------------
 
 void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
@@ -410,9 +480,16 @@ bool register_dispatch_hook() {
       def->def("record_on_this_thread() -> ()", &record_on_this_thread_kernel);
     }
     pthread_atfork(&lock_before_fork, &unlock_in_parent, &renew_in_child);
+    watch_faults();  // Note [Reads of evicted storages]
     registered = true;
   });
   return registered;
+}
+
+void note_evicted_bytes(uint64_t nbytes) {
+  // Note [Reads of evicted storages]: grows only; the engine's lock serializes callers.
+  if (nbytes > largest_evicted.load(std::memory_order_relaxed))
+    largest_evicted.store(nbytes, std::memory_order_relaxed);
 }
 
 void enable_hook_on_this_thread(bool on) {

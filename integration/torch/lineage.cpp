@@ -796,6 +796,7 @@ void Lineage::on_evict(StorageId s) {
   c10::intrusive_ptr<c10::StorageImpl> impl = storages_[s].impl.lock();
   if (!impl || !impl->data()) return;
   evicted_bytes_in_call_ += round_block_size(impl->nbytes());
+  note_evicted_bytes(impl->nbytes());  // Note [Reads of evicted storages]
   // The old DataPtr's deleter gives the block back to the caching allocator.
   impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
 }

@@ -280,6 +280,8 @@ using torch_compat::kDtrKey;
 // dispatch_hook.cpp: registers the fallback and the dtr:: ops once per process; false
 // when another library already handles kDtrKey (then nothing records).
 bool register_dispatch_hook();
+// Note [Reads of evicted storages] (dispatch_hook.cpp): a storage of nbytes was evicted.
+void note_evicted_bytes(uint64_t nbytes);
 void enable_hook_on_this_thread(bool on);
 // Note [Threads]: includes the key on a Python thread that allocates without it.
 void record_if_python_thread();

@@ -80,3 +80,31 @@ def test_training_on_a_worker_thread_records_and_matches_bit_for_bit(lib):
     assert dtr["evictions"] > 0 and dtr["remats"] > 0, dtr
     assert dtr["losses"] == plain["losses"]
     assert dtr["params"] == plain["params"]
+
+
+READ_ON_A_RAW_THREAD = r"""
+import _thread, time, torch, dtr
+dtr.set_budget("24M")
+a = torch.randn(1 << 20)                    # 4 MiB
+xs = [a * float(i) for i in range(1, 9)]    # 32 MiB more: the oldest are evicted
+assert dtr.memory_stats()["dtr.num_evictions"] > 0
+done = []
+def work():
+    # A thread _thread starts does not record (Note [Threads]): its first op runs past the
+    # fallback, and on an evicted input the kernel reads through a null pointer.
+    done.append([x.sum().item() for x in xs])
+_thread.start_new_thread(work, ())
+while not done:
+    time.sleep(0.01)
+print("no fault", flush=True)
+"""
+
+
+def test_an_evicted_tensor_read_past_the_fallback_dies_with_a_reason(lib):
+    # Note [Reads of evicted storages] (dispatch_hook.cpp): the process still dies, as
+    # plain PyTorch would on such a pointer, but says why and what to do.
+    proc = run([PYTHON, "-c", READ_ON_A_RAW_THREAD], clean_env(LD_PRELOAD=lib), check=False)
+    assert proc.returncode == -11, (proc.returncode, proc.stdout, proc.stderr)
+    assert "no fault" not in proc.stdout
+    assert "dtr: fatal: memory at 0x" in proc.stderr, proc.stderr
+    assert "torch.ops.dtr.record_on_this_thread()" in proc.stderr, proc.stderr
