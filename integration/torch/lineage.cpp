@@ -99,7 +99,10 @@
 // (Note [Remat cost] in eviction/engine.cpp), so the policies see a mask as cheap to
 // evict; unpacking is somewhat faster than packing (about 1.0 against 1.6 ms for 8 MiB),
 // so that cost is an upper bound. Before the first eviction nothing is packed: a run that
-// fits its budget pays nothing, and masks drawn before then are replayed as before.
+// fits its budget pays nothing, and masks drawn before then are replayed as before. A run
+// that records a trace (DTR_TRACE) packs from the start, so that the trace, which is
+// usually recorded without a binding budget, gives a replay the remat costs a run under
+// the budget would have (REMAT_TIME).
 //
 #include "integration/torch/lineage_impl.h"
 
@@ -238,11 +241,13 @@ bool covers_storage(const at::Tensor& t) {
 
 // Note [Packed masks]: packs what bernoulli_ wrote in `t` into `bits`; returns the
 // nanoseconds packing took, or Engine::kSameCost (and no bits) where `t` is no mask over
-// its whole storage, or the allocator had no room for the bits.
+// its whole storage, is too small to be worth it, or the allocator had no room for the
+// bits.
 uint64_t pack_written_mask(const at::Tensor& t, c10::DataPtr& bits, uint64_t& one) {
   const void* data = t.storage().data();
   const size_t n = static_cast<size_t>(t.numel());
-  if (!t.device().is_cpu() || !covers_storage(t) || data == nullptr || n == 0)
+  if (!t.device().is_cpu() || !covers_storage(t) || data == nullptr ||
+      t.storage().nbytes() < kMinEvictableBytes)
     return Engine::kSameCost;
   try {
     bits = c10::GetCPUAllocator()->allocate(packed_mask_bytes(n));
@@ -638,7 +643,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       c10::DataPtr mask_bits;
       uint64_t mask_one = 0, remat_ns = Engine::kSameCost;
       if (info.packs_mask && config_.pack_masks && pending.overwrite &&
-          engine_->stats().num_evictions > 0)
+          (engine_->stats().num_evictions > 0 || recording_->tracing()))
         remat_ns = pack_written_mask(stack[base].toTensor(), mask_bits, mask_one);
       std::vector<TensorId>& outputs = pending.outputs;
       const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs, remat_ns);

@@ -40,6 +40,7 @@ class Recording {
   void bind(const Engine& engine);
 
   bool active() const { return trace_ || timeline_; }
+  bool tracing() const { return trace_ != nullptr; }  // DTR_TRACE
 
   // What the engine was told (Note [Recording a trace] in recording.cpp).
   void constant(TensorId t, uint64_t bytes);

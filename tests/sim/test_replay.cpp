@@ -272,3 +272,45 @@ TEST_CASE("DISCARD frees a pinned storage nothing reads again (trace format v2)"
   std::istringstream bad(header + "{\"INSTRUCTION\":\"DISCARD\",\"NAME\":\"zz\"}\n");
   CHECK_THROWS_WITH(read_trace(bad, "bad.trace"), Catch::Contains("zz"));
 }
+
+TEST_CASE("REMAT_TIME prices a remat, TIME the program's own run (Note [Remat cost])",
+          "[sim][trace]") {
+  // m (a mask, 600 ns to make, 90 ns to make again) is read after two 1000 B ops that
+  // leave no room for it under 2100 B: it is evicted and rematerialized once.
+  const auto trace_with = [](const std::string& remat) {
+    std::istringstream text(
+        "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":2}\n"
+        "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}\n"
+        "{\"ARGS\":[],\"INSTRUCTION\":\"CALL\",\"NAME\":\"aten::bernoulli_\",\"RESULT\":[\"m\"]," +
+        remat +
+        "\"TIME\":600}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"m\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"m\"}\n"
+        "{\"ARGS\":[],\"INSTRUCTION\":\"CALL\",\"NAME\":\"a\",\"RESULT\":[\"a\"],\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"a\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\"}\n"
+        "{\"ARGS\":[\"a\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"b\",\"RESULT\":[\"b\"],\"TIME\":10}"
+        "\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"b\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"b\"}\n"
+        "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n"
+        "{\"ARGS\":[\"m\",\"b\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"mul\",\"RESULT\":[\"y\"],"
+        "\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"100\",\"NAME\":\"y\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\"}\n");
+    return read_trace(text, "mask.trace");
+  };
+  const Trace cheap = trace_with("\"REMAT_TIME\":90,");
+  const Trace dear = trace_with("");
+  REQUIRE(cheap.events[1].remat_time_ns == 90);
+  CHECK(compute_baseline(cheap).compute_ns == 630);
+  const ReplayResult with = run(cheap, "dtr_eq", "2100");
+  const ReplayResult without = run(dear, "dtr_eq", "2100");
+  REQUIRE(with.status_name == "ok");
+  REQUIRE(without.status_name == "ok");
+  REQUIRE(with.stats.num_remats == 1);
+  CHECK(with.stats.remat_compute_ns == 90);
+  CHECK(without.stats.remat_compute_ns == 600);
+  CHECK(with.stats.model_compute_ns == 630);
+  CHECK(with.compute_ns == 720);
+}

@@ -1,6 +1,6 @@
-"""An LSTM language model (nn.Embedding -> 2-layer nn.LSTM with dropout -> Linear) trained
-for a few SGD steps (with gradient clipping) on random tokens, cross entropy over the next
-token. Knows nothing of dtr.
+"""An LSTM language model (nn.Embedding -> nn.LSTM with dropout, --layers of them, 2 by
+default -> Linear) trained for a few SGD steps (with gradient clipping) on random tokens,
+cross entropy over the next token. Knows nothing of dtr.
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>`, and at the
 end `param <name> <sha256 of the parameter's raw bytes>`, so two runs can be compared bit
@@ -35,10 +35,11 @@ def main():
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=4000)
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = LSTMLM(args.vocab, 128, args.hidden, 2)
+    model = LSTMLM(args.vocab, 128, args.hidden, args.layers)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
