@@ -1,6 +1,7 @@
 // packed_mask.cpp: one bit per element of a two-valued buffer (see packed_mask.h).
 // Eight elements per byte of bits, a word type per itemsize, so the compiler keeps the
-// inner loops branch-free; on this machine 8 MiB of float32 pack or unpack in about 1 ms.
+// inner loops branch-free; on this machine 8 MiB of float32 unpack in about 1 ms and pack in
+// about 1.6 ms.
 #include "dtr/core/packed_mask.h"
 
 #include "dtr/core/check.h"
