@@ -32,8 +32,7 @@ void CandidateSearch::Best::offer(StorageId s, double c, uint64_t q) {
 // with bound > best has cost > best and cannot win, not even a tie. Candidates whose bound
 // equals the best are still scored, so ties and zero costs resolve exactly as in the
 // plain scan (Note [Tie-breaking] in engine.cpp), and the choice is identical.
-StorageId CandidateSearch::full_scan(uint64_t& scored) {
-  const std::vector<StorageId>& pool = engine_.pool();
+StorageId CandidateSearch::full_scan(const std::vector<StorageId>& pool, uint64_t& scored) {
   DTR_CHECK(!pool.empty(), "eviction search on an empty pool");
   Best best;
   if (!heuristic_.has_lower_bound()) {
@@ -58,7 +57,7 @@ StorageId CandidateSearch::sample(uint32_t sample_size, uint64_t& scored) {
   DTR_CHECK(!pool.empty(), "eviction search on an empty pool");
   const size_t n = pool.size();
   size_t k = sample_size ? sample_size : static_cast<size_t>(std::ceil(std::sqrt(double(n))));
-  if (k >= n) return full_scan(scored);
+  if (k >= n) return full_scan(pool, scored);
   Best best;
   for (size_t i = 0; i < k; ++i) {
     // Uniform index by multiply-shift (Lemire): no division on the hot path; the bias is

@@ -1,6 +1,6 @@
 // candidate_search.h: how the engine picks the storage to evict.
 //
-// The heuristic scores; this chooses. `full_scan` scores every storage in the pool and
+// The heuristic scores; this chooses. `full_scan` scores every storage in the pool (or in a part of it) and
 // reproduces DTR's simulator's choice exactly (Note [Tie-breaking] in engine.cpp): the
 // least cost wins; among equal costs, the storage that entered the pool last; a zero cost
 // wins at once, the earliest such. `sample` scores k storages drawn uniformly with
@@ -26,7 +26,9 @@ class CandidateSearch {
                   std::vector<std::pair<double, StorageId>>& scratch)
       : engine_(engine), heuristic_(heuristic), rng_(rng), bounded_(scratch) {}
 
-  StorageId full_scan(uint64_t& scored);
+  // Scores every storage of `candidates` (the pool, or a part of it: Note [Dead storages
+  // first] in engine.cpp), which must not be empty.
+  StorageId full_scan(const std::vector<StorageId>& candidates, uint64_t& scored);
   StorageId sample(uint32_t sample_size, uint64_t& scored);
   // The evictable storages of the cheapest window over `blocks` (address order) that frees
   // `bytes_needed` budget bytes, or, when `contiguous`, spans `bytes_needed` bytes of one

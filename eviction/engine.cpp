@@ -54,9 +54,9 @@
 // This departs from simrd (Note [Faithful to simrd]) and is not better everywhere, so it is
 // option `dead_first`, off by default: it helps chains (the MLP trace above, 0.6: thrash ->
 // 1.132; DTR's LSTM log at 0.2: 1.550 -> 1.337) but hurts the densenet121 trace of `make
-// eval` (dtr_eq at 0.5: 1.320 -> thrash; why was not analysed). The dead storages are
-// scored whole, under search=sample too: there are only those the remats since the last
-// eviction brought back, since each eviction takes from them first. Numbers:
+// eval` (dtr_eq at 0.5: 1.320 -> thrash; why was not analysed). The dead storages get the
+// full scan (Note [Tie-breaking]), under search=sample too: there are only those the remats
+// since the last eviction brought back, since each eviction takes from them first. Numbers:
 // docs/simulator.md, "Dead storages first".
 //
 // Note [Tie-breaking]
@@ -705,25 +705,11 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
 
 StorageId Engine::choose_victim() {
   ++stats_.eviction_searches;
-  if (config_.dead_first && !dead_pool_.empty()) {
-    // Note [Dead storages first]; ties go to the one that entered the pool last, as in
-    // the full scan (Note [Tie-breaking]).
-    StorageId best = kNoId;
-    double best_score = 0;
-    for (StorageId s : dead_pool_) {
-      const double score = heuristic_->score(*this, s);
-      ++stats_.candidates_scored;
-      if (best == kNoId || score < best_score ||
-          (score == best_score && storages_[s].pool_seq > storages_[best].pool_seq)) {
-        best = s;
-        best_score = score;
-      }
-    }
-    return best;
-  }
   CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};
+  if (config_.dead_first && !dead_pool_.empty())  // Note [Dead storages first]
+    return search.full_scan(dead_pool_, stats_.candidates_scored);
   return config_.search == SearchMode::full
-             ? search.full_scan(stats_.candidates_scored)
+             ? search.full_scan(pool_, stats_.candidates_scored)
              : search.sample(config_.sample_size, stats_.candidates_scored);
 }
 

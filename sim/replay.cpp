@@ -30,6 +30,9 @@
 
 namespace dtr {
 
+// A CALL without REMAT_TIME costs the same to remat (Note [Remat cost]): one sentinel.
+static_assert(TraceEvent::kSameTime == Engine::kSameCost);
+
 Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
   // Storage-level reference counting with unlimited memory: memory is charged when an op
   // runs and freed at a storage's last release (constants included).
@@ -179,9 +182,7 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
         // output (an op has at least one) and drop it at once.
         if (specs.empty()) specs.push_back(OutputSpec{0, -1});
         if (recorder) recorder->name_next_op(ev.op);
-        status = engine.call(
-            ev.time_ns, inputs, specs, outputs,
-            ev.remat_time_ns == TraceEvent::kSameTime ? Engine::kSameCost : ev.remat_time_ns);
+        status = engine.call(ev.time_ns, inputs, specs, outputs, ev.remat_time_ns);
         op = engine.op_of(outputs[0]);
         for (size_t i = 0; i < ev.results.size(); ++i) tensor_of[ev.results[i].name] = outputs[i];
         if (ev.results.empty() && status.ok()) engine.release(outputs[0]);
