@@ -40,7 +40,9 @@
 // evicted (an offset from null) gets one line on stderr that names the likely cause and
 // what to do, then the handler that was there before (Python's faulthandler, or the
 // default: the process dies as before) runs as it would have. The handler only calls
-// write(2) and sigaction, which are safe in a signal handler. A null dereference elsewhere
+// write(2), nanosleep and sigaction, which are safe in a signal handler. The worker
+// threads of one parallel op fault together: the others wait for the first to finish
+// the line (test_threads.py once saw it cut after "memory at "). A null dereference elsewhere
 // in the process can look the same, so the line says "probably".
 //
 // Note [Never recompute]
@@ -105,6 +107,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <torch/library.h>
 #include <unistd.h>
 
@@ -337,6 +340,7 @@ void record_on_this_thread_kernel() { enable_hook_on_this_thread(true); }
 
 std::atomic<uint64_t> largest_evicted{0};
 std::atomic<bool> fault_reported{false};
+std::atomic<bool> fault_report_written{false};
 struct sigaction previous_segv, previous_bus;
 
 void write_all(const char* text, size_t n) {
@@ -350,7 +354,17 @@ void write_all(const char* text, size_t n) {
 
 void on_fault(int sig, siginfo_t* info, void* context) {
   const uint64_t address = reinterpret_cast<uintptr_t>(info->si_addr);
-  if (address < largest_evicted.load(std::memory_order_relaxed) && !fault_reported.exchange(true)) {
+  if (address >= largest_evicted.load(std::memory_order_relaxed)) {
+    // not ours: straight to the previous handler
+  } else if (fault_reported.exchange(true)) {
+    // An op's worker threads read the same storage and fault together. The first writes
+    // the message; the others wait for it (up to a second), or their default action would
+    // end the process in the middle of it.
+    for (int i = 0; i < 1000 && !fault_report_written.load(); ++i) {
+      const timespec ms{0, 1000000};
+      nanosleep(&ms, nullptr);
+    }
+  } else {
     char hex[19] = "0x";
     for (int i = 0; i < 16; ++i) hex[2 + i] = "0123456789abcdef"[(address >> (60 - 4 * i)) & 15];
     static const char kHead[] = "dtr: fatal: memory at ";
@@ -363,6 +377,7 @@ void on_fault(int sig, siginfo_t* info, void* context) {
     write_all(kHead, sizeof(kHead) - 1);
     write_all(hex, 18);
     write_all(kTail, sizeof(kTail) - 1);
+    fault_report_written.store(true);
   }
   const struct sigaction& previous = sig == SIGSEGV ? previous_segv : previous_bus;
   if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction) {

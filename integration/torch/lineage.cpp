@@ -32,7 +32,10 @@
 // engine storage made by the op from its other inputs alone (none for zero_), and the old
 // engine storage is orphaned (copied first if lineage reads it: Note [Copy on write]) and
 // discarded. zero_ and fill_ with a number make even a pinned storage recomputable (a
-// zeroed gradient is then evictable until the next backward pass writes it).
+// zeroed gradient is then evictable until the next backward pass writes it). Lineage that
+// reads S only to make S again does not count: a gradient clipped in place
+// (clip_grad_norm_'s mul_, a new version of S) and evicted was refilled at zero_grad just
+// to be zeroed, or failed for want of room (tests/torch/test_overwrite.py).
 //
 // Note [Wrapped numbers]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -377,6 +380,16 @@ bool Lineage::has_readers(StorageId s) {
   return !readers.empty();
 }
 
+// Whether some op that read S made a storage other than S. An in-place op recorded as a
+// new version of S (Note [Mutation]) reads S's previous version only to make S: such a
+// chain matters for rematerializing S, and nothing else.
+bool Lineage::reads_reach_beyond(StorageId s) const {
+  for (const auto& [op, k] : storages_[s].readers)
+    for (TensorId out : engine_->op_outputs(op))
+      if (engine_->storage_of(out) != s) return true;
+  return false;
+}
+
 // has_readers(s) after a full collect if ops were recorded since the last one: readers
 // whose outputs are all dead and unneeded need no copy, and the collect drops them.
 bool Lineage::has_live_readers(StorageId s) {
@@ -424,7 +437,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       if (pending.input_slots[k].index != info.write_args[0] || s == kNoId ||
           (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t))
         continue;
-      if (!has_live_readers(s)) overwritten = static_cast<int32_t>(k);
+      if (!has_live_readers(s) || !reads_reach_beyond(s)) overwritten = static_cast<int32_t>(k);
     }
   }
   std::vector<TensorId>& to_lock = pending.locked;  // kept only once lock_tensors succeeds

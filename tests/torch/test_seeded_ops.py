@@ -92,7 +92,9 @@ def test_dropout_masks_are_packed_and_unpacked_bit_identical(lib, tmp_path):
         assert len(calls) == 12
         cheap = [c for c in calls if "REMAT_TIME" in c]
         assert len(cheap) == packed, (len(cheap), packed)
-        assert all(c["REMAT_TIME"] < c["TIME"] for c in cheap), cheap
+        # The unpack's estimate (the pack time), not the draw's: a timing, so only its form
+        # is checked here (an unpack is cheaper, but a loaded machine can say otherwise).
+        assert all(isinstance(c["REMAT_TIME"], int) and c["REMAT_TIME"] > 0 for c in cheap), cheap
     # 12 MiB of masks under 8 MiB: those drawn after the first eviction are packed, and the
     # backward pass unpacks the ones it evicted. A run that records a trace packs them all,
     # so that the trace prices their remats as a run under pressure pays them. With

@@ -1,5 +1,5 @@
 """An LSTM language model (nn.Embedding -> nn.LSTM with dropout, --layers of them, 2 by
-default -> Linear) trained for a few SGD steps (with gradient clipping) on random tokens,
+default, called once per sequence or once per --chunks slice of it -> Linear) trained for a few SGD steps (with gradient clipping) on random tokens,
 cross entropy over the next token. Knows nothing of dtr.
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>`, and at the
@@ -23,8 +23,15 @@ class LSTMLM(nn.Module):
         self.lstm = nn.LSTM(embed, hidden, num_layers=layers, dropout=0.2, batch_first=True)
         self.head = nn.Linear(hidden, vocab)
 
-    def forward(self, tokens):
-        h, _ = self.lstm(self.drop(self.embed(tokens)))
+    def forward(self, tokens, chunks=1):
+        # chunks > 1: nn.LSTM is called on one slice of the sequence at a time, the state
+        # carried over (and the gradient through it), as a loop over windows does.
+        x = self.drop(self.embed(tokens))
+        state, outs = None, []
+        for part in (x,) if chunks == 1 else x.chunk(chunks, dim=1):
+            h, state = self.lstm(part, state)
+            outs.append(h)
+        h = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
         return self.head(self.drop(h))
 
 
@@ -36,6 +43,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=4000)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--chunks", type=int, default=1, help="nn.LSTM calls per sequence")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -48,7 +56,7 @@ def main():
         tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         opt.zero_grad()
-        logits = model(inputs)
+        logits = model(inputs, args.chunks)
         loss = loss_fn(logits.reshape(-1, args.vocab), targets.reshape(-1))
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
