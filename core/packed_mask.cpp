@@ -17,25 +17,21 @@ bool pack(const void* data, size_t n, uint8_t* bits, uint64_t* one_out) {
   Word one = 0;
   for (size_t i = 0; i < n && one == 0; ++i) one = in[i];
   Word mixed = 0;  // the bits where an element differs from what unpacking writes back
+  auto bit_of = [&](Word v) {
+    const Word set = static_cast<Word>(v != 0);
+    mixed |= v ^ static_cast<Word>(one & static_cast<Word>(Word{0} - set));
+    return static_cast<uint8_t>(set);
+  };
   const size_t full = n / 8;
   for (size_t i = 0; i < full; ++i) {
     const Word* w = in + i * 8;
     uint8_t b = 0;
-    for (int k = 0; k < 8; ++k) {
-      const Word set = static_cast<Word>(w[k] != 0);
-      b |= static_cast<uint8_t>(set << k);
-      mixed |= w[k] ^ static_cast<Word>(one & static_cast<Word>(Word{0} - set));
-    }
+    for (int k = 0; k < 8; ++k) b |= static_cast<uint8_t>(bit_of(w[k]) << k);
     bits[i] = b;
   }
   if (n % 8) {
     uint8_t b = 0;
-    for (size_t k = 0; k < n % 8; ++k) {
-      const Word v = in[full * 8 + k];
-      const Word set = static_cast<Word>(v != 0);
-      b |= static_cast<uint8_t>(set << k);
-      mixed |= v ^ static_cast<Word>(one & static_cast<Word>(Word{0} - set));
-    }
+    for (size_t k = 0; k < n % 8; ++k) b |= static_cast<uint8_t>(bit_of(in[full * 8 + k]) << k);
     bits[full] = b;
   }
   *one_out = static_cast<uint64_t>(one);

@@ -1,14 +1,13 @@
 // candidate_search.h: how the engine picks the storage to evict.
 //
-// The heuristic scores; this chooses. `full_scan` scores every storage in the pool (or in a part of it) and
-// reproduces DTR's simulator's choice exactly (Note [Tie-breaking] in engine.cpp): the
-// least cost wins; among equal costs, the storage that entered the pool last; a zero cost
-// wins at once, the earliest such. `sample` scores k storages drawn uniformly with
-// replacement (k = ceil(sqrt(pool size)) unless configured), as DTR's prototype does, and
-// picks the best of them by the same rule. `window` serves policies that read address
-// order (coop): the cheapest run of adjacent blocks whose eviction frees enough (Note
-// [Window search] in candidate_search.cpp), or else a whole segment to give back (Note
-// [Segment fallback]). Private to the eviction layer.
+// The heuristic scores; this chooses. `full_scan` scores every storage in the pool (or in a part of
+// it) and reproduces DTR's simulator's choice exactly (Note [Tie-breaking] in engine.cpp): the
+// least cost wins; among equal costs, the storage that entered the pool last; a zero cost wins at
+// once, the earliest such. `sample` scores k storages drawn uniformly with replacement (k =
+// ceil(sqrt(pool size)) unless configured), as DTR's prototype does, and picks the best of them by
+// the same rule. `window` serves policies that read address order (coop): the cheapest run of
+// adjacent blocks whose eviction frees enough (Note [Window search] in candidate_search.cpp), or
+// else a whole segment to give back (Note [Segment fallback]). Private to the eviction layer.
 #pragma once
 
 #include <cstdint>
