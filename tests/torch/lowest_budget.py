@@ -2,12 +2,16 @@
 script still trains bit for bit with dtr (the "lowest feasible" column of test_remat.py):
 
     /usr/bin/python3 tests/torch/lowest_budget.py [--start 1.0] [--low 0.1] [--step 0.05] \
-        -- script.py args...
+        [--repeat 1] [--conf key:value,...] -- script.py args...
 
 The baseline peak is the run's under dtr's allocator with remat:False. Prints one line per
 try (fraction, budget, outcome, evictions, remats, wall time) and the lowest fraction
 that passed. A try passes when the run exits 0, its losses, parameters and buffers equal
-the run without the library, and its peak stays within the budget.
+the run without the library, and its peak stays within the budget. A fraction passes when
+all its --repeat tries pass (the costs the policy scores are measured op times, so two
+runs may evict differently: test_remat.py keeps fractions that passed three in three); the
+search stops at the first fraction with a failed try, after finishing its tries, and
+prints how many of them passed.
 """
 import argparse
 import sys
@@ -18,12 +22,33 @@ sys.path.insert(0, str(HERE.parents[1] / "python"))
 from dtr import runs  # noqa: E402
 
 
+def try_budget(script, args, conf, budget, ref, fraction):
+    """One run under `conf`: prints its line, returns whether it passed."""
+    run = runs.run(script, args, conf=conf)
+    if run.returncode != 0:
+        errors = [l for l in run.stderr.splitlines() if "Error" in l] or ["?"]
+        outcome = "fail: " + errors[-1][:160]
+    elif run.state() != ref.state():
+        outcome = "DIFFERENT RESULTS"
+    elif run.peak_bytes > budget:
+        outcome = "OVER BUDGET"
+    else:
+        outcome = "ok"
+    print(f"{fraction:.2f} {budget / 2**20:8.1f} MiB {outcome:30.30s} evictions "
+          f"{run.report.get('dtr.num_evictions', '-')} remats "
+          f"{run.report.get('dtr.num_remats', '-')} {run.wall_s:.1f} s", flush=True)
+    if outcome.startswith("fail"):
+        print("   ", outcome)
+    return outcome == "ok"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--start", type=float, default=1.0)
     parser.add_argument("--low", type=float, default=0.1)
     parser.add_argument("--step", type=float, default=0.05)
     parser.add_argument("--conf", default="", help="extra DTR_CONF entries")
+    parser.add_argument("--repeat", type=int, default=1, help="tries per fraction")
     parser.add_argument("script", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     argv = args.script[1:] if args.script[:1] == ["--"] else args.script
@@ -38,22 +63,11 @@ def main():
     while fraction >= args.low - 1e-9:
         budget = int(free.peak_bytes * fraction)
         conf = f"budget:{budget}" + (f",{args.conf}" if args.conf else "")
-        run = runs.run(script, argv[1:], conf=conf)
-        if run.returncode != 0:
-            errors = [l for l in run.stderr.splitlines() if "Error" in l] or ["?"]
-            outcome = "fail: " + errors[-1][:160]
-        elif run.state() != ref.state():
-            outcome = "DIFFERENT RESULTS"
-        elif run.peak_bytes > budget:
-            outcome = "OVER BUDGET"
-        else:
-            outcome = "ok"
-        print(f"{fraction:.2f} {budget / 2**20:8.1f} MiB {outcome:30.30s} evictions "
-              f"{run.report.get('dtr.num_evictions', '-')} remats "
-              f"{run.report.get('dtr.num_remats', '-')} {run.wall_s:.1f} s", flush=True)
-        if outcome != "ok":
-            if outcome.startswith("fail"):
-                print("   ", outcome)
+        passed = sum(try_budget(script, argv[1:], conf, budget, ref, fraction)
+                     for _ in range(args.repeat))
+        if passed < args.repeat:
+            if args.repeat > 1:
+                print(f"{fraction:.2f}: {passed} of {args.repeat} tries passed")
             break
         lowest = fraction
         fraction = round(fraction - args.step, 4)
