@@ -30,9 +30,6 @@
 
 namespace dtr {
 
-// A CALL without REMAT_TIME costs the same to remat (Note [Remat cost]): one sentinel.
-static_assert(TraceEvent::kSameTime == Engine::kSameCost);
-
 Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
   // Storage-level reference counting with unlimited memory: memory is charged when an op
   // runs and freed at a storage's last release (constants included).

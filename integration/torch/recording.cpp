@@ -102,8 +102,7 @@ void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& 
     e.kind = TraceEventKind::call;
     e.op = std::string(name);
     e.time_ns = compute_ns;
-    static_assert(TraceEvent::kSameTime == Engine::kSameCost);  // Note [Remat cost]
-    e.remat_time_ns = remat_ns;
+    e.remat_time_ns = remat_ns;  // Engine::kSameCost is TraceEvent::kSameTime
     for (TensorId in : inputs) e.args.push_back(trace_name(in));
     for (size_t i = 0; i < outputs.size(); ++i)
       e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});

@@ -44,6 +44,7 @@
 #include "dtr/core/clock.h"
 #include "dtr/core/stats.h"
 #include "dtr/core/status.h"
+#include "dtr/core/trace.h"
 #include "dtr/eviction/heuristic.h"
 
 namespace dtr {
@@ -118,8 +119,9 @@ class Engine {
   // to `outputs` (each with one external reference) even when the status is not ok.
   // `compute_ns` is what the op cost when the program ran it; `remat_ns`, what re-making
   // its outputs costs, when the host has a cheaper way than running it again (Note [Remat
-  // cost] in engine.cpp); kSameCost: the same.
-  static constexpr uint64_t kSameCost = ~uint64_t{0};
+  // cost] in engine.cpp); kSameCost: the same. It is the trace's value for a CALL without
+  // REMAT_TIME, so a trace's cost passes to the engine and back unchanged.
+  static constexpr uint64_t kSameCost = TraceEvent::kSameTime;
   Status call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
               const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
               uint64_t remat_ns = kSameCost);

@@ -1,6 +1,7 @@
 """An LSTM language model (nn.Embedding -> nn.LSTM with dropout, --layers of them, 2 by
-default, called once per sequence or once per --chunks slice of it -> Linear) trained for a few SGD steps (with gradient clipping) on random tokens,
-cross entropy over the next token. Knows nothing of dtr.
+default, called once per sequence or once per --chunks slice of it -> Linear) trained for
+a few SGD steps (with gradient clipping) on random tokens, cross entropy over the next
+token. Knows nothing of dtr.
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>`, and at the
 end `param <name> <sha256 of the parameter's raw bytes>`, so two runs can be compared bit
