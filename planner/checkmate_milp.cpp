@@ -270,7 +270,8 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
       if (!r[k]) continue;
       const bool shared =
           k == t ? t > 0 && graph.nodes[t].same_op_as_prev : graph.same_run(prev, k);
-      if (!shared) c.compute_ns += graph.nodes[k].compute_ns;
+      // Note [Remat cost in plans] (plan_eval.cpp): k < t is a recomputation.
+      if (!shared) c.compute_ns += k == t ? graph.nodes[k].compute_ns : graph.nodes[k].remat_cost();
       ++c.num_computes;
       prev = k;
     }
@@ -322,7 +323,7 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
   uint64_t mem_gcd = 0, cost_gcd = 0;
   for (const auto& node : graph.nodes) {
     mem_gcd = std::gcd(mem_gcd, node.size_bytes);
-    cost_gcd = std::gcd(cost_gcd, node.compute_ns);
+    cost_gcd = std::gcd(std::gcd(cost_gcd, node.compute_ns), node.remat_cost());
   }
   f.memory_unit_bytes = mem_gcd ? mem_gcd : 1;
   f.cost_unit_ns = cost_gcd ? cost_gcd : 1;
@@ -361,7 +362,9 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
     for (size_t i = 0; i <= t; ++i) {
       // The first computation of a second output of an op is free (a constant: R[t][t] = 1).
       const bool shared = i == t && t > 0 && graph.nodes[t].same_op_as_prev;
-      const double cost = shared ? 0 : static_cast<double>(graph.nodes[i].compute_ns / f.cost_unit_ns);
+      // Note [Remat cost in plans] (plan_eval.cpp): R[t][i] with i < t is a recomputation.
+      const uint64_t ns = i == t ? graph.nodes[i].compute_ns : graph.nodes[i].remat_cost();
+      const double cost = shared ? 0 : static_cast<double>(ns / f.cost_unit_ns);
       // A pinned node is kept in every later stage, so it is never recomputed: left free,
       // a pinned node of cost 0 (a trace's CONSTANT) could be "recomputed" at no cost into
       // a schedule that computes a resident node, which plan_eval refuses.
@@ -379,10 +382,10 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       CheckmateFormulation::OpRun run{static_cast<uint32_t>(t), {}, -1};
       bool equal_costs = true;
       for (uint32_t j = i; j < t && (j == i || graph.nodes[j].same_op_as_prev); ++j) {
-        equal_costs = equal_costs && graph.nodes[j].compute_ns == graph.nodes[i].compute_ns;
+        equal_costs = equal_costs && graph.nodes[j].remat_cost() == graph.nodes[i].remat_cost();
         if (!graph.never_recomputed(j, t)) run.outputs.push_back(j);
       }
-      const double cost = static_cast<double>(graph.nodes[i].compute_ns / f.cost_unit_ns);
+      const double cost = static_cast<double>(graph.nodes[i].remat_cost() / f.cost_unit_ns);
       if (run.outputs.size() < 2 || !equal_costs || cost == 0) continue;
       for (uint32_t j : run.outputs) f.obj[static_cast<size_t>(f.r_col[t][j])] = tie_break;
       run.col = add_col(0, 1, cost, false);
@@ -507,6 +510,11 @@ StageSchedule read_schedule(const CheckmateFormulation& f, const double* x) {
   for (size_t t = 0; t < n; ++t) {
     for (int c : f.r_col[t]) s.compute[t].push_back(x[c] > 0.5);
     for (int c : f.s_col[t]) s.keep[t].push_back(x[c] > 0.5);
+    // A node of remat cost 0 (Note [Remat cost in plans] in plan_eval.cpp) may come out
+    // both kept into stage t and recomputed there, at no cost in the objective; only the
+    // keep is meant, and a recomputation of a resident node is no valid step.
+    for (size_t i = 0; i < t; ++i)
+      if (s.keep[t][i]) s.compute[t][i] = 0;
   }
   return s;
 }

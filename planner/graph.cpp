@@ -4,14 +4,16 @@
 // ~~~~~~~~~~~~~~~~~~~~~
 // A graph node is a storage, as in the engine (Note [Trace to engine] in sim/replay.cpp),
 // and the walk over the events mirrors compute_baseline's storage bookkeeping:
-//  - CALL: one node per non-alias result (size from MEMORY, cost = the op's TIME); its deps
-//    are the distinct storages of the op's args. The second and later outputs of one op are
-//    marked `same_op_as_prev`, so the op's time is counted once in the forward pass.
+//  - CALL: one node per non-alias result (size from MEMORY, cost = the op's TIME, remat
+//    cost = its REMAT_TIME where it has one); its deps are the distinct storages of the op's
+//    args. The second and later outputs of one op are marked `same_op_as_prev`, so the
+//    op's time is counted once in the forward pass.
 //    An alias result folds into the storage it views (its name maps to that node). An op
 //    whose results are all aliases (a view) makes no node: its time is added to the viewed
-//    storage's node, since recomputing that storage must redo the view too, and the graph's
-//    total compute stays equal to the trace's. An op with no results at all becomes a
-//    zero-size node (it still reads its args at that point).
+//    storage's node (and its remat cost to the node's), since recomputing that storage must
+//    redo the view too, and the graph's total compute stays equal to the trace's. An op
+//    with no results at all becomes a zero-size node (it still reads its args at that
+//    point).
 //  - an alias result that writes in place reads its other args: Note [In-place writes].
 //  - MUTATE: copy-on-write, as the replay does: a fresh node per mutated arg, of that arg's
 //    storage size, depending on every arg's storage; the arg's name moves to the new node
@@ -295,9 +297,11 @@ std::string graph_hash(const Graph& graph) {
     mix_u64(n.deps.size());
     for (uint32_t d : n.deps) mix_u64(d);
     const bool late = graph.pinned_late(i);
+    const bool remat = n.remat_ns != GraphNode::kSameCost;
     mix_u64((n.backward ? 1u : 0u) | (n.pinned ? 2u : 0u) | (n.same_op_as_prev ? 4u : 0u) |
-            (late ? 8u : 0u));
+            (late ? 8u : 0u) | (remat ? 16u : 0u));
     if (late) mix_u64(n.pinned_from);  // absent otherwise: older graphs keep their hashes
+    if (remat) mix_u64(n.remat_ns);    // likewise
     if (graph.pin_ends(i)) mix_u64(n.pinned_until | (uint64_t{1} << 62));  // likewise
     if (!n.reads.empty()) {             // likewise
       mix_u64(n.reads.size() | (uint64_t{1} << 63));
@@ -321,6 +325,18 @@ bool backward_inferred(const Trace& trace) {
     if (ev.kind == TraceEventKind::annotate && ev.op == "BACKWARD") return false;
   return true;
 }
+
+namespace {
+
+// A view's op folded into the node of the storage it views (Note [Trace to graph]).
+void add_cost(GraphNode& node, const TraceEvent& ev) {
+  if (node.remat_ns != GraphNode::kSameCost || ev.remat_time_ns != TraceEvent::kSameTime)
+    node.remat_ns = node.remat_cost() +
+                    (ev.remat_time_ns == TraceEvent::kSameTime ? ev.time_ns : ev.remat_time_ns);
+  node.compute_ns += ev.time_ns;
+}
+
+}  // namespace
 
 Graph graph_from_trace(const Trace& trace) {
   Graph g;
@@ -423,6 +439,7 @@ Graph graph_from_trace(const Trace& trace) {
           if (r.alias >= 0) continue;
           const uint32_t s =
               add_node(trace.names[r.name], ev.time_ns, r.size_bytes, deps, gradient);
+          if (ev.remat_time_ns != TraceEvent::kSameTime) g.nodes[s].remat_ns = ev.remat_time_ns;
           g.nodes[s].same_op_as_prev = made;
           made = true;
           storage_of[r.name] = s;
@@ -463,7 +480,7 @@ Graph graph_from_trace(const Trace& trace) {
             refs[s] = 0;  // nothing refers to it
           } else {
             const uint32_t s = storage_of[ev.args[ev.results[0].alias]];
-            if (s != kNone) g.nodes[s].compute_ns += ev.time_ns;
+            if (s != kNone) add_cost(g.nodes[s], ev);
           }
         }
         break;
@@ -639,6 +656,10 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
           throw PlanError(graph_error(path, l.number, "bad cost '" + value + "'",
                                       "cost is a non-negative integer (ns)"));
         have_cost = true;
+      } else if (key == "remat-cost" && eq != std::string::npos) {
+        if (!parse_u64(value, n.remat_ns) || n.remat_ns == GraphNode::kSameCost)
+          throw PlanError(graph_error(path, l.number, "bad remat-cost '" + value + "'",
+                                      "remat-cost is a non-negative integer (ns)"));
       } else if (key == "size" && eq != std::string::npos) {
         try {
           n.size_bytes = parse_size(value);
@@ -666,8 +687,8 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         n.deps.erase(std::unique(n.deps.begin(), n.deps.end()), n.deps.end());
       } else {
         throw PlanError(graph_error(path, l.number, "unknown field '" + tok + "'",
-                                    "fields are cost=, size=, deps=, backward, pinned, "
-                                    "pinned-from=, pinned-until=, same-op, reads="));
+                                    "fields are cost=, remat-cost=, size=, deps=, backward, "
+                                    "pinned, pinned-from=, pinned-until=, same-op, reads="));
       }
     }
     // pinned-from=, pinned-until= and reads= name nodes defined at or after `first`.
@@ -727,7 +748,9 @@ void write_graph_text(const Graph& graph, std::ostream& out) {
   out << "# dtr graph: " << graph.size() << " nodes (docs/plan-format.md)\n";
   for (uint32_t i = 0; i < graph.nodes.size(); ++i) {
     const GraphNode& n = graph.nodes[i];
-    out << "node " << n.name << " cost=" << n.compute_ns << " size=" << n.size_bytes;
+    out << "node " << n.name << " cost=" << n.compute_ns;
+    if (n.remat_ns != GraphNode::kSameCost) out << " remat-cost=" << n.remat_ns;
+    out << " size=" << n.size_bytes;
     if (!n.deps.empty()) {
       out << " deps=";
       for (size_t k = 0; k < n.deps.size(); ++k)

@@ -99,8 +99,9 @@ Forward forward_part(const Graph& g, uint32_t begin, uint32_t end) {
   for (uint32_t v = 0; v < f.n; ++v) {
     // A later output of a multi-output op costs nothing here: the segments recompute it
     // with its op's first output (Note [One run of a multi-output op] in plan_eval.cpp).
+    // The cost is only ever a recomputation's (Note [Remat cost in plans] there).
     f.cost.push_back(v > 0 && g.nodes[begin + v].same_op_as_prev ? 0
-                                                                 : g.nodes[begin + v].compute_ns);
+                                                                 : g.nodes[begin + v].remat_cost());
     f.mem.push_back(g.nodes[begin + v].size_bytes);
     auto deps = g.nodes[begin + v].deps;
     std::sort(deps.begin(), deps.end());

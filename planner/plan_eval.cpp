@@ -51,6 +51,18 @@
 // 1.1845 and is now at 1.1560 (its warm run: 1.0904; docs/planner.md, "Warm start").
 // Not modelled: a rerun makes every output, also those the stage does not need (the
 // runtime holds them until they are evicted; the evaluator does not count them).
+//
+// Note [Remat cost in plans]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A node's first computation costs compute_ns and each recomputation remat_cost(), which
+// differs where the trace gave REMAT_TIME (a dropout mask the torch host keeps packed and
+// unpacks, about ten times cheaper than drawing it again; Note [Remat cost] in
+// eviction/engine.cpp). The engine charges the same, so a plan and a dynamic policy are
+// priced alike in `dtr-plan compare`. Both modes here and Checkmate's stage form
+// (checkmate_milp.cpp: R[t][i] with i < t) charge it, and Kusumoto's DP scores
+// recomputations with it. The chain methods (chen, revolve, rotor, checkpoint-subset) plan
+// on stage costs made of compute_ns (chain_view.cpp): they may miss a plan that is only
+// better through cheap remats, but the cost they report is this evaluation's.
 #include "dtr/planner/plan_eval.h"
 
 #include <algorithm>
@@ -141,8 +153,8 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
         remat[x] = 1;
         ++e.recomputations;
         if (!graph.same_run(prev, x)) {
-          e.recompute_ns += node.compute_ns;
-          e.compute_ns += node.compute_ns;
+          e.recompute_ns += node.remat_cost();  // Note [Remat cost in plans]
+          e.compute_ns += node.remat_cost();
         }
       } else {
         computed[x] = 1;
@@ -206,12 +218,14 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
     const bool again = computed[s.node];
     const bool shared =
         again ? graph.same_run(prev, s.node) : node.same_op_as_prev && computed[s.node - 1];
+    const uint64_t cost =
+        again ? node.remat_cost() : node.compute_ns;  // Note [Remat cost in plans]
     if (again) {
       ++e.recomputations;
-      if (!shared) e.recompute_ns += node.compute_ns;
+      if (!shared) e.recompute_ns += cost;
     }
     computed[s.node] = 1;
-    if (!shared) e.compute_ns += node.compute_ns;
+    if (!shared) e.compute_ns += cost;
     prev = s.node;
   }
   for (uint32_t x = 0; x < n; ++x) {

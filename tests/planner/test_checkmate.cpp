@@ -47,8 +47,10 @@ uint64_t op_need(const Graph& g) {
 // backward node and a forward node (mirrored, like Checkmate's linear graph) and sometimes
 // another one. Sizes 1..4 units of 8 bytes (so the gcd scaling is exercised), costs 1..5.
 // With `multi_output`, a forward node may be a second output of its predecessor's op
-// (same_op_as_prev: the same inputs and cost).
-Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_output = false) {
+// (same_op_as_prev: the same inputs and cost). With `remat_costs`, a third of the nodes
+// cost 0..5 to recompute instead of their cost (Note [Remat cost in plans]).
+Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_output = false,
+                            bool remat_costs = false) {
   Graph g;
   auto pick = [&](uint32_t lo, uint32_t hi) {
     return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
@@ -58,6 +60,7 @@ Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_outp
     GraphNode node;
     node.name = "v" + std::to_string(i);
     node.compute_ns = pick(1, 5);
+    if (remat_costs && pick(0, 2) == 0) node.remat_ns = pick(0, 5);
     node.size_bytes = 8 * pick(1, 4);
     if (i > 0) node.deps.push_back(i - 1);
     if (i < forward) {
@@ -65,6 +68,7 @@ Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_outp
       if (multi_output && i >= 2 && !g.nodes[i - 1].same_op_as_prev && pick(0, 2) == 0) {
         node.deps = g.nodes[i - 1].deps;
         node.compute_ns = g.nodes[i - 1].compute_ns;
+        node.remat_ns = g.nodes[i - 1].remat_ns;
         node.same_op_as_prev = true;
       }
     } else {
@@ -230,12 +234,12 @@ namespace {
 // other planner (LP rounding, Kusumoto in all four variants, keep-everything) finds a
 // cheaper schedule within the budget; where it proves none fits, none of them finds one.
 // The optimal schedule, run as compute/free steps by plan_eval, costs what the MILP says.
-void check_no_planner_beats_milp(uint32_t seed, bool multi_output) {
+void check_no_planner_beats_milp(uint32_t seed, bool multi_output, bool remat_costs = false) {
   std::mt19937 rng(seed);
   size_t proven = 0, infeasible = 0, compared = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const uint32_t forward = std::uniform_int_distribution<uint32_t>(3, 5)(rng);
-    const Graph g = random_training_graph(rng, forward, multi_output);
+    const Graph g = random_training_graph(rng, forward, multi_output, remat_costs);
     const uint64_t need = op_need(g);
     const uint64_t all = evaluate_stage_schedule(g, StageSchedule::no_remat(g)).peak_bytes;
     const uint64_t budget =
@@ -303,8 +307,19 @@ TEST_CASE("no planner beats the MILP on random DAGs with multi-output ops",
   check_no_planner_beats_milp(20261124, true);
 }
 
-TEST_CASE("no dynamic policy beats the MILP where CBC proves it optimal (random traces)",
-          "[planner][checkmate][sim][stress]") {
+TEST_CASE("no planner beats the MILP on random DAGs with remat costs",
+          "[planner][checkmate][kusumoto][stress]") {
+  // Note [Remat cost in plans]: the MILP and the evaluator charge a recomputation the
+  // node's remat cost; a MILP that charged its cost would be beaten where remats are cheap.
+  check_no_planner_beats_milp(20261126, true, true);
+}
+
+namespace {
+
+// The body of the dynamic-policy property tests below. With `remat_times`, a third of the
+// CALLs get a REMAT_TIME of 0..2x their TIME, which the replay charges for each remat and
+// the graph carries as the node's remat cost (Note [Remat cost in plans]).
+void check_no_policy_beats_milp(uint32_t seed, bool remat_times) {
   // Random training steps (make_random_training_trace: skip reads, multi-output ops, each
   // value released after its last read, so the graph's frees are the program's) replayed
   // under every policy with byte accounting at budgets where CBC proves the optimum: a
@@ -312,17 +327,22 @@ TEST_CASE("no dynamic policy beats the MILP where CBC proves it optimal (random 
   // no schedule fits, every policy runs out of memory.
   const std::vector<std::string> policies = {"dtr_eq", "dtr",  "dtr_local", "msps",
                                              "lru",    "size", "random"};
-  std::mt19937 rng(20261124);
-  size_t proven = 0, infeasible = 0, compared = 0, above = 0;
-  for (uint64_t seed = 1; seed <= 30; ++seed) {
+  std::mt19937 rng(seed);
+  size_t proven = 0, infeasible = 0, compared = 0, above = 0, cheap = 0;
+  for (uint64_t trial = 1; trial <= 30; ++trial) {
     const uint32_t forward = std::uniform_int_distribution<uint32_t>(3, 6)(rng);
-    const Trace trace = make_random_training_trace(seed, forward);
+    Trace trace = make_random_training_trace(trial, forward);
+    for (TraceEvent& ev : trace.events) {
+      if (!remat_times || ev.kind != TraceEventKind::call || rng() % 3 != 0) continue;
+      ev.remat_time_ns = std::uniform_int_distribution<uint64_t>(0, 2 * ev.time_ns)(rng);
+      cheap += ev.remat_time_ns < ev.time_ns;
+    }
     const Graph g = graph_from_trace(trace);
     const Baseline base = compute_baseline(trace);
     REQUIRE(g.total_compute_ns() == base.compute_ns);
     const uint64_t need = op_need(g);
     const uint64_t budget = std::uniform_int_distribution<uint64_t>(need, base.peak_bytes)(rng);
-    CAPTURE(seed, forward, g.size(), budget, need, base.peak_bytes);
+    CAPTURE(trial, forward, g.size(), budget, need, base.peak_bytes);
     const CheckmateResult opt = solve_checkmate_milp(g, milp_opts(budget, 5));
     if (opt.status != MilpStatus::kOptimal && opt.status != MilpStatus::kInfeasible) continue;
     (opt.status == MilpStatus::kOptimal ? proven : infeasible)++;
@@ -347,10 +367,26 @@ TEST_CASE("no dynamic policy beats the MILP where CBC proves it optimal (random 
     }
   }
   INFO("proven optimal " << proven << ", infeasible " << infeasible << ", policy runs compared "
-                         << compared << " (" << above << " above the optimum)");
+                         << compared << " (" << above << " above the optimum), cheaper remats "
+                         << cheap);
   CHECK(proven >= 12);
   CHECK(compared >= 40);
   CHECK(above > 0);  // budgets tight enough that some policy pays more than the optimum
+  CHECK((cheap > 0) == remat_times);
+}
+
+}  // namespace
+
+TEST_CASE("no dynamic policy beats the MILP where CBC proves it optimal (random traces)",
+          "[planner][checkmate][sim][stress]") {
+  check_no_policy_beats_milp(20261124, false);
+}
+
+TEST_CASE("no dynamic policy beats the MILP on random traces with REMAT_TIME",
+          "[planner][checkmate][sim][stress]") {
+  // The replay charges REMAT_TIME for a remat (Note [Remat cost] in eviction/engine.cpp);
+  // so must the MILP, or its "optimum" would cost more than some policy's run.
+  check_no_policy_beats_milp(20261126, true);
 }
 
 TEST_CASE("checkmate planners through the registry", "[planner][checkmate]") {

@@ -126,3 +126,75 @@ TEST_CASE("training chains are recognised and round-trip through ChainSpec", "[p
   CHECK_FALSE(dtr::as_training_chain(dtr::linear_graph(3), nullptr));
   CHECK(dtr::chain_graph({1, 2, 3}, {4, 5, 6}).nodes[2].deps == std::vector<uint32_t>{1});
 }
+
+TEST_CASE("remat costs: from REMAT_TIME, in the text format, charged for recomputations",
+          "[planner][graph]") {
+  // Note [Remat cost in plans]: m (a mask: 600 ns to make, 90 to make again) is read by
+  // the backward node gm (the step's output); a and b are ordinary.
+  std::istringstream text(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":2}\n"
+      "{\"ARGS\":[],\"INSTRUCTION\":\"CALL\",\"NAME\":\"aten::bernoulli_\",\"RESULT\":[\"m\"],"
+      "\"REMAT_TIME\":90,\"TIME\":600}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"m\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"m\"}\n"
+      "{\"ARGS\":[\"m\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"aten::t\",\"RESULT\":[\"mt\"],"
+      "\"REMAT_TIME\":3,\"TIME\":5}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"0\",\"NAME\":\"mt\"}\n"
+      "{\"ALIAS\":0,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"mt\"}\n"
+      "{\"ARGS\":[\"mt\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"a\",\"RESULT\":[\"a\"],\"TIME\":10}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"a\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\"}\n"
+      "{\"ARGS\":[\"a\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"b\",\"RESULT\":[\"b\"],\"TIME\":20}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"b\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"b\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n"
+      "{\"ANNOTATION\":\"BACKWARD\",\"INSTRUCTION\":\"ANNOTATE\"}\n"
+      "{\"ARGS\":[\"b\",\"mt\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"gm\",\"RESULT\":[\"gm\"],"
+      "\"TIME\":30}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"gm\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"gm\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"mt\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"m\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"b\"}\n");
+  const dtr::Trace trace = dtr::read_trace(text, "mask.trace");
+  const dtr::Graph g = dtr::graph_from_trace(trace);
+  REQUIRE(g.size() == 4);  // m (with its view mt folded in), a, b, gm
+  CHECK(g.nodes[0].name == "m");
+  CHECK(g.nodes[0].compute_ns == 605);   // TIME of the op and of the view
+  CHECK(g.nodes[0].remat_cost() == 93);  // REMAT_TIME of both
+  CHECK(g.nodes[1].remat_ns == dtr::GraphNode::kSameCost);
+  CHECK(g.nodes[1].remat_cost() == 10);
+  CHECK(g.total_compute_ns() == dtr::compute_baseline(trace).compute_ns);
+
+  // The text format carries it; only graphs with remat costs change their hash.
+  std::stringstream ss;
+  dtr::write_graph_text(g, ss);
+  CHECK_THAT(ss.str(), Catch::Contains("node m cost=605 remat-cost=93 size=1000\n"));
+  CHECK_THAT(ss.str(), Catch::Contains("node a cost=10 size=1000 deps=m\n"));
+  const dtr::Graph back = dtr::read_graph_text(ss, "roundtrip");
+  CHECK(back.nodes[0].remat_ns == 93);
+  CHECK(dtr::graph_hash(back) == dtr::graph_hash(g));
+  dtr::Graph same = g;
+  same.nodes[0].remat_ns = dtr::GraphNode::kSameCost;
+  CHECK(dtr::graph_hash(same) != dtr::graph_hash(g));
+  std::istringstream bad("node a cost=1 remat-cost=x size=1\n");
+  CHECK_THROWS_WITH(dtr::read_graph_text(bad, "bad"), Catch::Contains("bad:1: bad remat-cost 'x'"));
+
+  // Recomputing m costs 93, not 605, in both modes of the evaluator; the first run 605.
+  std::vector<dtr::NodeDecision> decisions(4, dtr::NodeDecision::keep);
+  decisions[0] = dtr::NodeDecision::recompute;
+  const dtr::PlanEval d = dtr::evaluate_decisions(g, decisions);
+  CHECK(d.recomputations == 1);
+  CHECK(d.recompute_ns == 93);
+  CHECK(d.compute_ns == 665 + 93);
+  using Step = dtr::ScheduleStep;
+  dtr::Plan plan;
+  plan.decisions = decisions;
+  plan.schedule = {{Step::Kind::compute, 0}, {Step::Kind::compute, 1}, {Step::Kind::free, 0},
+                   {Step::Kind::compute, 2}, {Step::Kind::free, 1},    {Step::Kind::compute, 0},
+                   {Step::Kind::compute, 3}};
+  const dtr::PlanEval s = dtr::evaluate_plan(g, plan);
+  CHECK(s.recompute_ns == 93);
+  CHECK(s.compute_ns == 665 + 93);
+  CHECK(s.peak_bytes == 3000);
+}

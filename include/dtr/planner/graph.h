@@ -42,7 +42,7 @@ class PlanError : public std::runtime_error {
 
 struct GraphNode {
   std::string name;            // trace name of the storage's root tensor, or the text name
-  uint64_t compute_ns = 0;     // cost of (re)computing this node
+  uint64_t compute_ns = 0;     // cost of computing this node (the program's run of it)
   uint64_t size_bytes = 0;     // memory it holds while resident
   std::vector<uint32_t> deps;  // nodes it reads, each < this node's index
   bool backward = false;       // computed by a backward pass (one per training step)
@@ -65,6 +65,13 @@ struct GraphNode {
   // every run of it that plan evaluation counts (Note [One run of a multi-output op] in
   // planner/plan_eval.cpp).
   bool same_op_as_prev = false;
+  // What computing it again costs, where that differs from compute_ns: a trace's REMAT_TIME
+  // (a dropout mask the torch host keeps packed to bits; Note [Remat cost] in
+  // eviction/engine.cpp). kSameCost: compute_ns. Note [Remat cost in plans] in
+  // planner/plan_eval.cpp says who charges it.
+  static constexpr uint64_t kSameCost = ~uint64_t{0};
+  uint64_t remat_ns = kSameCost;
+  uint64_t remat_cost() const { return remat_ns == kSameCost ? compute_ns : remat_ns; }
 };
 
 struct Graph {
