@@ -37,7 +37,8 @@ test: build
 test-sanitize: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DDTR_SANITIZE=address,undefined -DDTR_DATA_DIR=$(DATA) >/dev/null
 	cmake --build $(BUILD)-asan -j $(JOBS) --target dtr_tests
-	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
+	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -j $(JOBS) -L unit
 
 # TSan build of the multi-threaded tests only (their ctest names start with "allocator threads").
 test-tsan: deps
