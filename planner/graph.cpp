@@ -439,7 +439,7 @@ Graph graph_from_trace(const Trace& trace) {
           if (r.alias >= 0) continue;
           const uint32_t s =
               add_node(trace.names[r.name], ev.time_ns, r.size_bytes, deps, gradient);
-          if (ev.remat_time_ns != TraceEvent::kSameTime) g.nodes[s].remat_ns = ev.remat_time_ns;
+          g.nodes[s].remat_ns = ev.remat_time_ns;  // GraphNode::kSameCost is kSameTime
           g.nodes[s].same_op_as_prev = made;
           made = true;
           storage_of[r.name] = s;

@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-namespace dtr {
+#include "dtr/core/trace.h"
 
-struct Trace;
+namespace dtr {
 
 // Malformed planner input (graph text, plan file, budget): what() says what and a hint.
 class PlanError : public std::runtime_error {
@@ -67,9 +67,10 @@ struct GraphNode {
   bool same_op_as_prev = false;
   // What computing it again costs, where that differs from compute_ns: a trace's REMAT_TIME
   // (a dropout mask the torch host keeps packed to bits; Note [Remat cost] in
-  // eviction/engine.cpp). kSameCost: compute_ns. Note [Remat cost in plans] in
+  // eviction/engine.cpp). kSameCost: compute_ns; it is the trace's value for a CALL without
+  // REMAT_TIME, as Engine::kSameCost is. Note [Remat cost in plans] in
   // planner/plan_eval.cpp says who charges it.
-  static constexpr uint64_t kSameCost = ~uint64_t{0};
+  static constexpr uint64_t kSameCost = TraceEvent::kSameTime;
   uint64_t remat_ns = kSameCost;
   uint64_t remat_cost() const { return remat_ns == kSameCost ? compute_ns : remat_ns; }
 };
