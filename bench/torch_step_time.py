@@ -25,6 +25,9 @@ SCRIPTS = {
     "resnet18": (ROOT / "tests/torch/scripts/vision.py", ["--batch", "32"]),
     "transformer": (ROOT / "tests/torch/scripts/transformer.py", []),  # 3 layers
     "transformer6": (ROOT / "tests/torch/scripts/transformer.py", ["--layers", "6"]),
+    # the LSTM LM of test_remat.py at 0.5x: nn.LSTM per 16-step window; needs --policies msps
+    "lstm_chunked": (ROOT / "tests/torch/scripts/lstm_lm.py",
+                     ["--vocab", "1000", "--seq", "128", "--chunks", "8"]),
 }
 
 
@@ -41,6 +44,7 @@ def main():
     parser.add_argument("--scripts", default="resnet18,transformer",
                         help="comma-separated, of " + ", ".join(SCRIPTS))
     args = parser.parse_args()
+    policies = args.policies.split(",") if args.policies else [""]
     rows = []
     for name in args.scripts.split(","):
         script, extra = SCRIPTS[name]
@@ -50,7 +54,8 @@ def main():
             runs.fail(f"{name} failed", free)
         for fraction in map(float, args.fractions.split(",")):
             budget = int(free.peak_bytes * fraction)
-            if runs.run(script, script_args, conf=f"budget:{budget}").returncode == 0:
+            probe = f"budget:{budget}" + (f",policy:{policies[0]}" if policies[0] else "")
+            if runs.run(script, script_args, conf=probe).returncode == 0:  # the first policy
                 break
             print(f"{name}: infeasible at {fraction}x of its peak", flush=True)
         else:
@@ -60,7 +65,7 @@ def main():
             "dtr": dict(conf=None),
         }
         policy_of = {}  # budget configuration -> its policy ("": the library's default)
-        for policy in args.policies.split(",") if args.policies else [""]:
+        for policy in policies:
             config = f"dtr {fraction}x{' ' + policy if policy else ''}"
             configs[config] = dict(conf=f"budget:{budget}" + (f",policy:{policy}" if policy else ""))
             policy_of[config] = policy
