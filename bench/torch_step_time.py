@@ -45,6 +45,10 @@ def main():
                         help="comma-separated, of " + ", ".join(SCRIPTS))
     args = parser.parse_args()
     policies = args.policies.split(",") if args.policies else [""]
+
+    def budget_conf(budget, policy):  # policy "": the library's default
+        return f"budget:{budget}" + (f",policy:{policy}" if policy else "")
+
     rows = []
     for name in args.scripts.split(","):
         script, extra = SCRIPTS[name]
@@ -54,8 +58,8 @@ def main():
             runs.fail(f"{name} failed", free)
         for fraction in map(float, args.fractions.split(",")):
             budget = int(free.peak_bytes * fraction)
-            probe = f"budget:{budget}" + (f",policy:{policies[0]}" if policies[0] else "")
-            if runs.run(script, script_args, conf=probe).returncode == 0:  # the first policy
+            probe = budget_conf(budget, policies[0])  # the first policy
+            if runs.run(script, script_args, conf=probe).returncode == 0:
                 break
             print(f"{name}: infeasible at {fraction}x of its peak", flush=True)
         else:
@@ -67,7 +71,7 @@ def main():
         policy_of = {}  # budget configuration -> its policy ("": the library's default)
         for policy in policies:
             config = f"dtr {fraction}x{' ' + policy if policy else ''}"
-            configs[config] = dict(conf=f"budget:{budget}" + (f",policy:{policy}" if policy else ""))
+            configs[config] = dict(conf=budget_conf(budget, policy))
             policy_of[config] = policy
         times = {c: [] for c in configs}
         rss = {c: [] for c in configs}
