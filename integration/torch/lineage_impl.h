@@ -223,6 +223,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void sync_tables();
   bool has_readers(StorageId s);
   bool has_live_readers(StorageId s);
+  bool has_readers_beyond(StorageId s);
   bool reads_reach_beyond(StorageId s) const;
   void copy_on_write(StorageId s);
   void pin_live_descendants(StorageId root);

@@ -1,0 +1,75 @@
+"""A storage written in place several times becomes a chain of versions of one storage
+(Note [Mutation] in integration/torch/lineage.cpp): readers that made only the storage
+itself (its earlier versions, the views an LSTM cell chunks its gates into) need no copy,
+and rematerializing the storage replays the chain in order, bit for bit. Past
+kMaxVersions writes the storage is copied once and its chain starts again."""
+import json
+
+from conftest import PYTHON, clean_env, run
+
+# 1.13's LSTM cell: gates made by mm, add_ of the input projection, then sigmoid_, sigmoid_,
+# tanh_ and sigmoid_ on unsafe_chunk views. `writes` in-place ops in all (5 as the cell).
+CELL = r"""
+import json, sys, torch, dtr
+writes, room = int(sys.argv[1]), int(sys.argv[2]) << 20
+torch.manual_seed(0)
+# x, w and b are random (pinned: Note [Seeded ops]); the gates 8 MiB.
+x, w, b = torch.randn(512, 256), torch.randn(256, 4096), torch.randn(4096)
+
+def cell():
+    gates = x @ w
+    gates.add_(b)
+    chunks = gates.unsafe_chunk(4, 1)
+    acts = [torch.Tensor.sigmoid_, torch.Tensor.sigmoid_, torch.Tensor.tanh_,
+            torch.Tensor.sigmoid_]
+    for k in range(writes - 1):
+        acts[k % 4](chunks[k % 4])
+    return gates
+
+with dtr.disable():  # not recorded: its numpy export pins nothing the budget counts
+    ref = cell().numpy().copy()
+before = dtr.memory_stats()["allocation.all.allocated"]
+gates = cell()
+out = {"allocations": dtr.memory_stats()["allocation.all.allocated"] - before}
+if room:
+    # room - 1 MiB at once: the gates (and a copy of them) must go, then come back.
+    dtr.set_budget(dtr.memory_stats()["dtr.pinned_bytes.current"] + room)
+    filler = torch.ones((room - (1 << 20)) // 4)
+    del filler
+    out["same"] = gates.numpy().tobytes() == ref.tobytes()
+    stats = dtr.memory_stats()
+    out.update(evictions=stats["dtr.num_evictions"], remats=stats["dtr.num_remats"],
+               peak=stats["allocated_bytes.all.peak"], budget=dtr.get_budget())
+print(json.dumps(out))
+"""
+
+
+def cell_stats(lib, writes, room_mib=0, conf=None):
+    proc = run([PYTHON, "-c", CELL, str(writes), str(room_mib)],
+               clean_env(LD_PRELOAD=lib, DTR_CONF=conf))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_an_lstm_cell_writes_its_gates_without_copies(lib):
+    # As many allocations as without lineage (remat:False): the mm's output only. Counting
+    # every reader, the cell copied its 8 MiB gates twice.
+    plain = cell_stats(lib, 5, conf="remat:False")
+    stats = cell_stats(lib, 5)
+    assert plain["allocations"] == 1, plain
+    assert stats["allocations"] == plain["allocations"], (stats, plain)
+
+
+def test_the_gates_come_back_by_replaying_their_chain(lib):
+    stats = cell_stats(lib, 5, room_mib=9)
+    assert stats["evictions"] >= 1 and stats["remats"] >= 1, stats
+    assert stats["same"], stats
+    assert stats["peak"] <= stats["budget"], stats
+
+
+def test_a_chain_past_its_limit_is_copied_once_and_stays_right(lib):
+    # 12 writes: one copy when the chain reaches its limit (8 versions), not one per write
+    # and not a pin (a pinned storage would not be evicted).
+    stats = cell_stats(lib, 12, room_mib=17)
+    assert stats["allocations"] == 2, stats
+    assert stats["evictions"] >= 1 and stats["remats"] >= 1, stats
+    assert stats["same"], stats
