@@ -10,6 +10,14 @@ half the peak, evicting and rematerializing; where half is infeasible, the next 
 --fractions; with --policies, one such configuration per eviction policy). Each run's
 first step is dropped (warm-up); a configuration's figure is the median over rounds of the
 run's median step time. Peak RSS is each process's own (wait4), the median over rounds.
+
+Note [Threads on this machine]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Every run gets OMP_NUM_THREADS=--threads (2 by default, as the figures in docs/pytorch.md).
+Left unset, Debian's torch runs 1 intra-op thread on this 2-vCPU VM, and for small ops
+that is much faster: the chunked LSTM LM's plain steps took 0.66-0.90 s unset or with 1
+thread against 1.41-2.11 s with 2 (by hand, 2026-11-26). So compare only figures taken
+with the same --threads.
 """
 import argparse
 import sys
@@ -41,6 +49,8 @@ def main():
     parser.add_argument("--policies", default="",
                         help="comma-separated eviction policies to time under the budget, each "
                              "a configuration of its own (default: the library's default)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="OMP_NUM_THREADS of every run (Note [Threads on this machine])")
     parser.add_argument("--scripts", default="resnet18,transformer",
                         help="comma-separated, of " + ", ".join(SCRIPTS))
     args = parser.parse_args()
@@ -53,13 +63,13 @@ def main():
     for name in args.scripts.split(","):
         script, extra = SCRIPTS[name]
         script_args = ["--steps", str(args.steps), *extra]
-        free = runs.run(script, script_args, conf="remat:False")
+        free = runs.run(script, script_args, conf="remat:False", threads=args.threads)
         if free.returncode != 0:
             runs.fail(f"{name} failed", free)
         for fraction in map(float, args.fractions.split(",")):
             budget = int(free.peak_bytes * fraction)
             probe = budget_conf(budget, policies[0])  # the first policy
-            if runs.run(script, script_args, conf=probe).returncode == 0:
+            if runs.run(script, script_args, conf=probe, threads=args.threads).returncode == 0:
                 break
             print(f"{name}: infeasible at {fraction}x of its peak", flush=True)
         else:
@@ -78,7 +88,7 @@ def main():
         remats = {c: 0 for c in configs}
         for r in range(args.rounds):
             for config, kw in configs.items():
-                run = runs.run(script, script_args, **kw)
+                run = runs.run(script, script_args, threads=args.threads, **kw)
                 if run.returncode != 0:
                     runs.fail(f"{name} {config} failed", run)
                 times[config].append(runs.median(run.step_times()[1:]))
