@@ -27,10 +27,11 @@
 // 1.13's LSTM cell writes its gates five times in place (add_, then sigmoid_, sigmoid_,
 // tanh_, sigmoid_ through unsafe_chunk views): counting every reader, and with 4 versions
 // at most, each cell copied its gates twice (3 steps of the chunked LSTM script allocated
-// 20760 times, 19178 without lineage and now) and ran a full collect before each write. A storage written more often than kMaxVersions
-// times with only such readers (a gradient accumulated in place over the time steps) is
-// copied then, and its chain starts again: pinning it for good instead ran the LSTM
-// script out of memory at 0.6 of its peak (48.7 MiB pinned).
+// 20760 times, 19178 without lineage and now) and ran a full collect before each write.
+// A storage written more often than kMaxVersions times with only such readers (a gradient
+// accumulated in place over the time steps) is copied then, and its chain starts again:
+// pinning it for good instead ran the LSTM script out of memory at 0.6 of its peak (48.7
+// MiB pinned).
 //
 // Note [Overwrite]
 // ~~~~~~~~~~~~~~~~~
