@@ -72,6 +72,18 @@ def run(args, env, check=True, timeout=600):
     return proc
 
 
+def last_json(proc):
+    """The JSON object a test program printed on its last line."""
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def stats_of(code, lib, *args, conf=None):
+    """Runs `code` (python -c, with `args`) under the library and DTR_CONF=`conf`: its last
+    line, a JSON object."""
+    return last_json(run([PYTHON, "-c", code, *map(str, args)],
+                         clean_env(LD_PRELOAD=lib, DTR_CONF=conf)))
+
+
 def driver(*script_args, load_library=None, tensor_first=False):
     """argv running SCRIPTS/<script_args[0]> through run_script.py."""
     argv = [PYTHON, str(SCRIPTS / "run_script.py")]

@@ -3,7 +3,7 @@ ops whose outputs are all discarded and that no remembered op reads are forgotte
 their ids reused, so what the engine remembers stays bounded however many ops run."""
 import json
 
-from conftest import PYTHON, clean_env, run
+from conftest import PYTHON, clean_env, run, stats_of
 
 SMALL_OPS = r"""
 import json, torch, dtr
@@ -34,11 +34,6 @@ for step in range(16):
 print(json.dumps({"remembered": remembered, "ops": s["dtr.num_ops"],
                   "evictions": s["dtr.num_evictions"], "remats": s["dtr.num_remats"]}))
 """
-
-
-def stats_of(code, lib):
-    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_small_ops_are_forgotten(lib):

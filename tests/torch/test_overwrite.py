@@ -3,9 +3,7 @@
 was made in place from an earlier one, as clip_grad_norm_ scales a gradient before
 zero_grad zeroes it; while a storage that other lineage reads is still copied first, so
 what was computed from its old value stays right."""
-import json
-
-from conftest import PYTHON, clean_env, run
+from conftest import stats_of
 
 # y's storage is 8 MiB: made by exp, then scaled in place (a new version of the same
 # storage); z forces it out, with 4 MiB of room left. zero_ must then neither refill it
@@ -49,11 +47,6 @@ same = w.numpy().tobytes() == ref.tobytes()  # w comes back by remat
 print(json.dumps({"evictions": evictions, "remats": dtr.memory_stats()["dtr.num_remats"],
                   "same": same, "zero": zero}))
 """
-
-
-def stats_of(code, lib):
-    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_overwriting_an_in_place_version_does_not_refill_it(lib):

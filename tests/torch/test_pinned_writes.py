@@ -4,9 +4,7 @@ integration/torch/lineage.cpp), smallest first, since each one pinned holds its 
 while the next is rematerialized. Refilled largest first, a big descendant held the room a
 small one's chain needed (the LSTM LM at 0.5x with policy dtr_eq: its 15.6 MiB logits
 pinned, then the gradients' chain through three more storages of that size ran out)."""
-import json
-
-from conftest import PYTHON, clean_env, run
+from conftest import stats_of
 
 # big: 8 MiB made from p in one op. small: 32 KiB made from p through an 8 MiB
 # intermediate that is dead. Both are evicted, then p is written in place. Room: 9.5 MiB
@@ -36,8 +34,7 @@ print(json.dumps({"evictions": evictions, "remats": s["dtr.num_remats"],
 
 
 def test_descendants_are_refilled_smallest_first(lib):
-    proc = run([PYTHON, "-c", WRITE], clean_env(LD_PRELOAD=lib))
-    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    stats = stats_of(WRITE, lib)
     assert stats["evictions"] >= 2 and stats["remats"] >= 2, stats
     assert stats["same"], stats
     assert stats["peak"] <= stats["budget"], stats

@@ -2,9 +2,7 @@
 an evicted tensor read on another thread is rematerialized, not read as missing memory
 (before, a segmentation fault), and training on a worker thread under a budget evicts,
 rematerializes and gives the bits of the same run without the library."""
-import json
-
-from conftest import PYTHON, clean_env, run
+from conftest import PYTHON, clean_env, last_json, run
 
 READ_ON_ANOTHER_THREAD = r"""
 import json, threading, torch, dtr
@@ -64,8 +62,7 @@ print(json.dumps({"losses": losses, "params": params,
 def both(code, lib):
     plain = run([PYTHON, "-c", code], clean_env())
     dtr = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib))
-    return (json.loads(plain.stdout.strip().splitlines()[-1]),
-            json.loads(dtr.stdout.strip().splitlines()[-1]))
+    return last_json(plain), last_json(dtr)
 
 
 def test_an_evicted_tensor_read_on_another_thread_is_rematerialized(lib):

@@ -3,9 +3,7 @@
 itself (its earlier versions, the views an LSTM cell chunks its gates into) need no copy,
 and rematerializing the storage replays the chain in order, bit for bit. Past
 kMaxVersions writes the storage is copied once and its chain starts again."""
-import json
-
-from conftest import PYTHON, clean_env, run
+from conftest import stats_of
 
 # 1.13's LSTM cell: gates made by mm, add_ of the input projection, then sigmoid_, sigmoid_,
 # tanh_ and sigmoid_ on unsafe_chunk views. `writes` in-place ops in all (5 as the cell).
@@ -34,6 +32,7 @@ out = {"allocations": dtr.memory_stats()["allocation.all.allocated"] - before}
 if room:
     # room - 1 MiB at once: the gates (and a copy of them) must go, then come back.
     dtr.set_budget(dtr.memory_stats()["dtr.pinned_bytes.current"] + room)
+    dtr.reset_peak_stats()
     filler = torch.ones((room - (1 << 20)) // 4)
     del filler
     out["same"] = gates.numpy().tobytes() == ref.tobytes()
@@ -45,9 +44,7 @@ print(json.dumps(out))
 
 
 def cell_stats(lib, writes, room_mib=0, conf=None):
-    proc = run([PYTHON, "-c", CELL, str(writes), str(room_mib)],
-               clean_env(LD_PRELOAD=lib, DTR_CONF=conf))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return stats_of(CELL, lib, writes, room_mib, conf=conf)
 
 
 def test_an_lstm_cell_writes_its_gates_without_copies(lib):
