@@ -47,6 +47,17 @@
 // can make it fit, so nothing is evicted for it. Every repeat of (1) after (2) or (3)
 // counts in num_alloc_retries.
 //
+// Note [New peaks]
+// ~~~~~~~~~~~~~~~~
+// A host that learns late that a block is dead (the torch integration scans for storages
+// only its lineage holds every so many ops) would otherwise raise the peak by what it has
+// not yet found, and reserved bytes by the segments that holding them takes. So when step
+// (1) would raise allocated or reserved bytes above their peak, allocate() first asks
+// EvictionCallback::before_new_peak (mutex released, as for make_room) to free those, then
+// starts again (Shortfall::new_peak). The checks are a few loads under the mutex; the call
+// runs only while a peak grows (a first step, the region after reset_peaks), and at most
+// once per allocate(). A peak the program really reaches is reached all the same.
+//
 // Note [Allocated vs active]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A block is not split when the remainder would be too small to be worth keeping (< 512 B
@@ -127,7 +138,9 @@ std::string AllocatorOom::message() const {
 
 namespace {
 
-enum class Shortfall : uint8_t { none, budget, reserved_limit, backend };
+// new_peak: the request fits, but would raise allocated or reserved bytes above their
+// peak before the callback was asked (Note [New peaks]).
+enum class Shortfall : uint8_t { none, budget, reserved_limit, backend, new_peak };
 
 struct Attempt {
   Block* block = nullptr;
@@ -173,12 +186,22 @@ class CachingAllocator::Impl {
     std::unique_lock<std::mutex> lock(mutex_);
     // Note [Out-of-memory chain]
     const bool can_ever_fit = need <= config_.budget_bytes && need <= config_.reserved_limit_bytes;
+    bool may_raise_peak = callback_ == nullptr;  // Note [New peaks]
     while (can_ever_fit) {
       // (1) cached_block_or_segment
-      const Attempt attempt = cached_block_or_segment_locked(need, bytes, owner);
+      const Attempt attempt = cached_block_or_segment_locked(need, bytes, owner, may_raise_peak);
       if (attempt.block) {
         debug_check_locked("allocate");
         return AllocResult{reinterpret_cast<void*>(attempt.block->ptr), {}};
+      }
+      if (attempt.shortfall == Shortfall::new_peak) {
+        EvictionCallback* callback = callback_;
+        ++stats_.num_new_peak_calls;
+        may_raise_peak = true;
+        lock.unlock();
+        callback->before_new_peak(need);
+        lock.lock();
+        continue;
       }
       // (3) release_cache first when contiguity is the shortfall: Note [Out-of-memory chain]
       if (attempt.shortfall != Shortfall::budget && release_cached_segments_locked() > 0) {
@@ -385,12 +408,21 @@ class CachingAllocator::Impl {
   }
 
   // Step (1) of Note [Out-of-memory chain]. Changes nothing unless it succeeds.
-  Attempt cached_block_or_segment_locked(size_t need, size_t requested, uint64_t owner) {
+  // Unless `may_raise_peak`, fails with Shortfall::new_peak rather than raise allocated or
+  // reserved bytes above their peak (Note [New peaks]).
+  Attempt cached_block_or_segment_locked(size_t need, size_t requested, uint64_t owner,
+                                         bool may_raise_peak) {
     if (need > config_.budget_bytes - stats_.allocated_bytes.all.current)
       return {nullptr, Shortfall::budget};
+    if (!may_raise_peak &&
+        stats_.allocated_bytes.all.current + need > stats_.allocated_bytes.all.peak)
+      return {nullptr, Shortfall::new_peak};
     const StatPool pool = is_small_request(need) ? StatPool::small_pool : StatPool::large_pool;
     if (pool == StatPool::small_pool && small_path_) {  // Note [Small path]
       if (!fits_reserved_locked(need)) return {nullptr, Shortfall::reserved_limit};
+      if (!may_raise_peak &&
+          stats_.reserved_bytes.all.current + need > stats_.reserved_bytes.all.peak)
+        return {nullptr, Shortfall::new_peak};
       void* ptr = backend_.allocate_small(need);
       if (!ptr) return {nullptr, Shortfall::backend};
       Block* block = arena_.make();
@@ -406,8 +438,12 @@ class CachingAllocator::Impl {
     if (block) {
       free_blocks.erase(block);
     } else {
+      const size_t segment_bytes = segment_size_for(need);
+      if (!may_raise_peak &&
+          stats_.reserved_bytes.all.current + segment_bytes > stats_.reserved_bytes.all.peak)
+        return {nullptr, Shortfall::new_peak};
       Shortfall shortfall = Shortfall::none;
-      block = add_segment_locked(pool, segment_size_for(need), &shortfall);
+      block = add_segment_locked(pool, segment_bytes, &shortfall);
       if (!block) return {nullptr, shortfall};
     }
     if (should_split(*block, need)) split_locked(block, need);
@@ -446,7 +482,17 @@ class CachingAllocator::Impl {
     return block;
   }
 
-  // Note [Allocated vs active]: a remainder is kept only when it is worth a block.
+  // Note [New peaks]
+// ~~~~~~~~~~~~~~~~
+// A host that learns late that a block is dead (the torch integration scans for storages
+// only its lineage holds every so many ops) would otherwise raise the peak by what it has
+// not yet found. So before step (1), when allocated + request would exceed the peak,
+// allocate() asks EvictionCallback::before_new_peak (mutex released, as for make_room) to
+// free those first, then starts again. The check is two loads under the mutex; the call
+// runs only while the peak grows (a first step, the region after reset_peaks), and at most
+// once per allocate(). A peak the program really reaches is reached all the same.
+//
+// Note [Allocated vs active]: a remainder is kept only when it is worth a block.
   static bool should_split(const Block& block, size_t need) {
     const size_t remaining = block.size - need;
     return block.pool == StatPool::small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;

@@ -852,14 +852,20 @@ void Lineage::on_evict(StorageId s) {
   impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
 }
 
-uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
-  // Note [Engine lock]
+// Note [Engine lock]: the lock for a call from the allocator; not held when an ATen worker
+// could not take it.
+std::unique_lock<std::recursive_mutex> Lineage::allocator_lock() const {
   std::unique_lock<std::recursive_mutex> lock(mutex_, std::defer_lock);
-  if (at::in_parallel_region()) {
-    if (!lock.try_lock()) return 0;
-  } else {
+  if (at::in_parallel_region())
+    lock.try_lock();
+  else
     lock.lock();
-  }
+  return lock;
+}
+
+uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
+  std::unique_lock<std::recursive_mutex> lock = allocator_lock();
+  if (!lock.owns_lock()) return 0;
   evicted_bytes_in_call_ = 0;
   collect(/*full=*/false);
   // A full collect when something may have become unneeded since the last one: new ops,
@@ -877,6 +883,20 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   }
   if (freed + more == 0 && config_.debug >= 1) print_storages();
   return freed + more;
+}
+
+// Note [Temporaries]: with no budget, the storages found dead since the last op are
+// released before the peak grows (Note [New peaks] in allocator/caching_allocator.cpp),
+// so the peak is what the program holds, not what the scans have not reached yet. Under a
+// budget dead storages stay as a free cache for make_room.
+uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
+  if (!scan_newest_.load(std::memory_order_relaxed)) return 0;
+  std::unique_lock<std::recursive_mutex> lock = allocator_lock();
+  if (!lock.owns_lock()) return 0;
+  if (dead_scan_ops_ == ops_recorded_) return 0;  // no op has run since the last scan
+  evicted_bytes_in_call_ = 0;
+  scan_for_dead();
+  return evicted_bytes_in_call_;
 }
 
 // DTR_DEBUG >= 1, when nothing more can be evicted: every material storage the engine

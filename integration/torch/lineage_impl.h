@@ -183,10 +183,12 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void on_retire_storage(StorageId s) override;
   // EvictionCallback (the allocator, without its lock)
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
+  uint64_t before_new_peak(uint64_t bytes_requested) override;
   uint64_t pinned_bytes() const override;
   uint64_t evictable_bytes() const override;
 
  private:
+  std::unique_lock<std::recursive_mutex> allocator_lock() const;
   struct StorageRec {
     c10::weak_intrusive_ptr<c10::StorageImpl> impl{
         c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>())};

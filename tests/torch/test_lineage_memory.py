@@ -65,17 +65,20 @@ for _ in range(3):
     model.zero_grad()
     model(x).square().mean().backward()
 s = dtr.memory_stats()
-print(json.dumps({"peak": s["allocated_bytes.all.peak"], "ops": s.get("dtr.num_ops", 0)}))
+print(json.dumps({"peak": s["allocated_bytes.all.peak"], "reserved": s["reserved_bytes.all.peak"],
+                  "ops": s.get("dtr.num_ops", 0)}))
 """
 
 
-def test_without_a_budget_temporaries_die_about_as_in_plain_pytorch(lib):
+def test_without_a_budget_temporaries_die_as_in_plain_pytorch(lib):
     # Note [Temporaries] in integration/torch/lineage.cpp: with no budget, a result only
-    # lineage holds is released soon after it dies, not up to 64 ops later. Measured
-    # (2026-11-24): plain 100 MiB; with lineage 176 MiB before, 120 MiB now (the older
-    # storages the backward lets go of still wait for the scan every 64 ops).
+    # lineage holds is released before the peak would grow (Note [New peaks] in
+    # allocator/caching_allocator.cpp). Measured (2026-11-26): plain 100.1 MiB; with
+    # lineage 176 MiB at first, 120 MiB with the scan of the newest storages alone,
+    # 100.2 MiB now (lineage's own small storages: 66 KiB).
     plain = json.loads(run([PYTHON, "-c", TEMPORARIES],
                            clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")).stdout)
     lineage = stats_of(TEMPORARIES, lib)
     assert lineage["ops"] >= 150, lineage
-    assert lineage["peak"] <= 1.3 * plain["peak"], (lineage, plain)
+    assert lineage["peak"] <= 1.01 * plain["peak"], (lineage, plain)
+    assert lineage["reserved"] <= 1.01 * plain["reserved"], (lineage, plain)

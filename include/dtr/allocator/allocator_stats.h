@@ -39,6 +39,8 @@ namespace dtr {
   SCALAR(num_device_alloc, "num_device_alloc", "segments taken from the backend")                  \
   SCALAR(num_device_free, "num_device_free", "segments given back to the backend")                 \
   SCALAR(num_eviction_calls, "dtr.num_eviction_calls", "EvictionCallback::make_room calls")        \
+  SCALAR(num_new_peak_calls, "dtr.num_new_peak_calls",                                           \
+         "EvictionCallback::before_new_peak calls (Note [New peaks])")                             \
   SCALAR(num_cache_releases, "dtr.num_cache_releases",                                             \
          "times cached free segments were released to satisfy a request")                          \
   SCALAR(largest_free_block_bytes, "dtr.largest_free_block_bytes",                                 \
