@@ -27,9 +27,10 @@ from conftest import Result, clean_env, driver, run
 # LM that calls nn.LSTM once per sequence stops at 0.6 (docs/pytorch.md, "How low the budget
 # goes"); the one that calls it once per 16-step window of a 128-step sequence (the state and
 # its gradient carried over) trains at 0.5 with policy msps (42 runs of 42 passed here, 10 of
-# them next to a busy loop) and fails there with dtr_eq (4 runs of 4 ran out of memory), so
-# its runs take msps (CONF below); at 0.45 one run in six thrashed for minutes, so 0.5 is its
-# lowest tested fraction.
+# them next to a busy loop). With dtr_eq it passes too now, but 2 runs of 17 thrashed at
+# clip_grad_norm_ (40 000-52 000 evictions, minutes; docs/pytorch.md, "Where dtr_eq
+# thrashes"), so its runs take msps (CONF below); at 0.45 one msps run in six thrashed for
+# minutes, so 0.5 is its lowest tested fraction.
 SCRIPTS = {
     "mlp": (("mlp.py", "--steps", "3", "--depth", "12", "--width", "256", "--batch", "4096"),
             (0.7, 0.5, 0.4)),
