@@ -40,13 +40,18 @@ AllocatorConfig checked_config() {
   return config;
 }
 
+// A fake device with no budget, and a host holding dead blocks.
+struct Fixture {
+  DeadHolder host;
+  CachingAllocator allocator{checked_config(), std::make_unique<FakeBackend>(), &host};
+  Fixture() { host.attach(&allocator); }
+};
+
 }  // namespace
 
-TEST_CASE("allocator new peaks: dead blocks go before allocated bytes pass their peak",
-          "[allocator]") {
-  DeadHolder host;
-  CachingAllocator allocator(checked_config(), std::make_unique<FakeBackend>(), &host);
-  host.attach(&allocator);
+TEST_CASE_METHOD(Fixture,
+                 "allocator new peaks: dead blocks go before allocated bytes pass their peak",
+                 "[allocator]") {
   // Growing from nothing: every request raises the peak, so each one asks first.
   AllocResult a = allocator.allocate(4 * kMiB);
   AllocResult b = allocator.allocate(4 * kMiB);
@@ -74,11 +79,9 @@ TEST_CASE("allocator new peaks: dead blocks go before allocated bytes pass their
   for (void* ptr : {a.ptr, c.ptr, d.ptr}) allocator.free(ptr);
 }
 
-TEST_CASE("allocator new peaks: dead blocks go before a segment raises reserved bytes",
-          "[allocator]") {
-  DeadHolder host;
-  CachingAllocator allocator(checked_config(), std::make_unique<FakeBackend>(), &host);
-  host.attach(&allocator);
+TEST_CASE_METHOD(Fixture,
+                 "allocator new peaks: dead blocks go before a segment raises reserved bytes",
+                 "[allocator]") {
   // Three 6 MiB blocks share one 20 MiB segment; b has a 20 MiB segment of its own.
   AllocResult p1 = allocator.allocate(6 * kMiB);
   AllocResult p2 = allocator.allocate(6 * kMiB);
