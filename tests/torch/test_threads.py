@@ -38,10 +38,11 @@ def train():
     for step in range(5):
         if on and step == 1:
             dtr.reset_peak_stats()  # step 0's peak includes Adam's first-step set-up
-        # Step 1's peak, with no budget, is about plain PyTorch's (Note [Temporaries] in
-        # integration/torch/lineage.cpp): 0.6 of it evicts.
+        # Step 1's peak, with no budget, is plain PyTorch's (Note [Temporaries] in
+        # integration/torch/lineage.cpp): 0.7 of it evicts. 0.6 sits on the floor (26 MiB
+        # pinned, a 4 MiB request, 30.02 MiB budget) and failed 2 runs in 4.
         if on and step == 2:
-            dtr.set_budget(int(0.6 * dtr.memory_stats()["allocated_bytes.all.peak"]))
+            dtr.set_budget(int(0.7 * dtr.memory_stats()["allocated_bytes.all.peak"]))
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), target)
         loss.backward()
