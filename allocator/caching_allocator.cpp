@@ -49,8 +49,8 @@
 //
 // Note [New peaks]
 // ~~~~~~~~~~~~~~~~
-// A host that learns late that a block is dead (the torch integration scans for storages
-// only its lineage holds every so many ops) would otherwise raise the peak by what it has
+// A host that learns late that a block is dead (the torch integration finds storages only
+// its lineage holds by scanning for them) would otherwise raise the peak by what it has
 // not yet found, and reserved bytes by the segments that holding them takes. So when step
 // (1) would raise allocated or reserved bytes above their peak, allocate() first asks
 // EvictionCallback::before_new_peak (mutex released, as for make_room) to free those, then
@@ -482,17 +482,7 @@ class CachingAllocator::Impl {
     return block;
   }
 
-  // Note [New peaks]
-// ~~~~~~~~~~~~~~~~
-// A host that learns late that a block is dead (the torch integration scans for storages
-// only its lineage holds every so many ops) would otherwise raise the peak by what it has
-// not yet found. So before step (1), when allocated + request would exceed the peak,
-// allocate() asks EvictionCallback::before_new_peak (mutex released, as for make_room) to
-// free those first, then starts again. The check is two loads under the mutex; the call
-// runs only while the peak grows (a first step, the region after reset_peaks), and at most
-// once per allocate(). A peak the program really reaches is reached all the same.
-//
-// Note [Allocated vs active]: a remainder is kept only when it is worth a block.
+  // Note [Allocated vs active]: a remainder is kept only when it is worth a block.
   static bool should_split(const Block& block, size_t need) {
     const size_t remaining = block.size - need;
     return block.pool == StatPool::small_pool ? remaining >= kMinBlockSize : remaining > kSmallSize;

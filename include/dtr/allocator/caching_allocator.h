@@ -104,10 +104,10 @@ class EvictionCallback {
   // freed; freeing nothing means nothing more can be evicted. The allocator retries after
   // every call that freed something.
   virtual uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) = 0;
-  // Called when an allocation would raise allocated bytes above their peak, before it is
-  // served (Note [New peaks] in allocator/caching_allocator.cpp): free what the program no
-  // longer holds but the callback's owner kept (a host's dead storages), never what it
-  // still needs. Return the bytes freed. The default frees nothing.
+  // Called when an allocation would raise allocated or reserved bytes above their peak,
+  // before it is served (Note [New peaks] in allocator/caching_allocator.cpp): free what
+  // the program no longer holds but the callback's owner kept (a host's dead storages),
+  // never what it still needs. Return the bytes freed. The default frees nothing.
   virtual uint64_t before_new_peak(uint64_t /*bytes_requested*/) { return 0; }
   // For the AllocatorOom message: live bytes that cannot / could be evicted now.
   virtual uint64_t pinned_bytes() const { return 0; }
