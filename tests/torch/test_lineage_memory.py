@@ -75,7 +75,7 @@ def test_without_a_budget_temporaries_die_as_in_plain_pytorch(lib):
     # lineage holds is released before the peak would grow (Note [New peaks] in
     # allocator/caching_allocator.cpp). Measured (2026-11-26): plain 100.1 MiB; with
     # lineage 176 MiB at first, 120 MiB with the scan of the newest storages alone,
-    # 100.2 MiB now (lineage's own small storages: 66 KiB).
+    # 100.2 MiB now (66 KiB above plain).
     plain = json.loads(run([PYTHON, "-c", TEMPORARIES],
                            clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")).stdout)
     lineage = stats_of(TEMPORARIES, lib)
