@@ -414,15 +414,14 @@ class CachingAllocator::Impl {
                                          bool may_raise_peak) {
     if (need > config_.budget_bytes - stats_.allocated_bytes.all.current)
       return {nullptr, Shortfall::budget};
-    if (!may_raise_peak &&
-        stats_.allocated_bytes.all.current + need > stats_.allocated_bytes.all.peak)
-      return {nullptr, Shortfall::new_peak};
+    auto past_peak = [&](const AllocatorStat& stat, size_t bytes) {
+      return !may_raise_peak && stat.current + bytes > stat.peak;
+    };
+    if (past_peak(stats_.allocated_bytes.all, need)) return {nullptr, Shortfall::new_peak};
     const StatPool pool = is_small_request(need) ? StatPool::small_pool : StatPool::large_pool;
     if (pool == StatPool::small_pool && small_path_) {  // Note [Small path]
       if (!fits_reserved_locked(need)) return {nullptr, Shortfall::reserved_limit};
-      if (!may_raise_peak &&
-          stats_.reserved_bytes.all.current + need > stats_.reserved_bytes.all.peak)
-        return {nullptr, Shortfall::new_peak};
+      if (past_peak(stats_.reserved_bytes.all, need)) return {nullptr, Shortfall::new_peak};
       void* ptr = backend_.allocate_small(need);
       if (!ptr) return {nullptr, Shortfall::backend};
       Block* block = arena_.make();
@@ -439,8 +438,7 @@ class CachingAllocator::Impl {
       free_blocks.erase(block);
     } else {
       const size_t segment_bytes = segment_size_for(need);
-      if (!may_raise_peak &&
-          stats_.reserved_bytes.all.current + segment_bytes > stats_.reserved_bytes.all.peak)
+      if (past_peak(stats_.reserved_bytes.all, segment_bytes))
         return {nullptr, Shortfall::new_peak};
       Shortfall shortfall = Shortfall::none;
       block = add_segment_locked(pool, segment_bytes, &shortfall);

@@ -1,9 +1,8 @@
 """Lineage does not grow with the length of a run (Note [Retiring] in eviction/engine.cpp):
 ops whose outputs are all discarded and that no remembered op reads are forgotten, and
 their ids reused, so what the engine remembers stays bounded however many ops run."""
-import json
 
-from conftest import PYTHON, clean_env, run, stats_of
+from conftest import stats_of
 
 SMALL_OPS = r"""
 import json, torch, dtr
@@ -76,8 +75,7 @@ def test_without_a_budget_temporaries_die_as_in_plain_pytorch(lib):
     # allocator/caching_allocator.cpp). Measured (2026-11-26): plain 100.1 MiB; with
     # lineage 176 MiB at first, 120 MiB with the scan of the newest storages alone,
     # 100.2 MiB now (66 KiB above plain).
-    plain = json.loads(run([PYTHON, "-c", TEMPORARIES],
-                           clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")).stdout)
+    plain = stats_of(TEMPORARIES, lib, conf="remat:False")
     lineage = stats_of(TEMPORARIES, lib)
     assert lineage["ops"] >= 150, lineage
     assert lineage["peak"] <= 1.01 * plain["peak"], (lineage, plain)

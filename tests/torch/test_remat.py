@@ -29,8 +29,8 @@ from conftest import Result, clean_env, driver, run
 # its gradient carried over) trains at 0.5 with policy msps (42 runs of 42 passed here, 10 of
 # them next to a busy loop). With dtr_eq it passes too now, but 2 runs of 17 thrashed at
 # clip_grad_norm_ (40 000-52 000 evictions against 3 000-4 000; 51 s where timed, against
-# 10-14 s; docs/pytorch.md, "Where dtr_eq thrashes"), so its runs take msps (CONF below); at 0.45 one msps run in six thrashed for
-# minutes, so 0.5 is its lowest tested fraction.
+# 10-14 s; docs/pytorch.md, "Where dtr_eq thrashes"), so its runs take msps (CONF below);
+# at 0.45 one msps run in six thrashed for minutes, so 0.5 is its lowest tested fraction.
 SCRIPTS = {
     "mlp": (("mlp.py", "--steps", "3", "--depth", "12", "--width", "256", "--batch", "4096"),
             (0.7, 0.5, 0.4)),
