@@ -28,6 +28,8 @@
 #endif
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
@@ -134,6 +136,28 @@ bool lean_batch_norm_backward(std::vector<c10::IValue>& stack) {
   (void)stack;
   return false;
 #endif
+}
+
+void inner_tensors(const at::Tensor& t, std::vector<at::Tensor>& out) {
+  switch (t.layout()) {
+    case c10::kSparse: {
+      const auto* impl = static_cast<const at::SparseTensorImpl*>(t.unsafeGetTensorImpl());
+      out.push_back(impl->indices());
+      out.push_back(impl->values());
+      break;
+    }
+    case c10::kSparseCsr:
+    case c10::kSparseCsc:
+    case c10::kSparseBsr:
+    case c10::kSparseBsc: {
+      const auto* impl = static_cast<const at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+      out.push_back(impl->compressed_indices());
+      out.push_back(impl->plain_indices());
+      out.push_back(impl->values());
+      break;
+    }
+    default: break;
+  }
 }
 
 bool memory_profiling_enabled() { return c10::memoryProfilingEnabled(); }

@@ -77,6 +77,9 @@
 namespace c10 {
 struct IValue;
 }
+namespace at {
+class Tensor;
+}
 
 namespace dtr::torch_compat {
 
@@ -135,6 +138,12 @@ c10::Allocator* cpu_allocator();
 // Throws PyTorch's out-of-memory error (c10::OutOfMemoryError, torch.cuda.OutOfMemoryError
 // in Python; c10::Error before 1.13) with `message`.
 [[noreturn]] void throw_out_of_memory(const std::string& message);
+
+// Note [Sparse tensors] in lineage.cpp. A tensor of another layout than strided (sparse
+// COO; CSR, CSC, BSR, BSC) has no storage of its own: it holds dense tensors (indices,
+// values) whose storages hold its memory. Appends those to `out`; nothing for a strided
+// tensor or a layout whose memory is not in tensors (mkldnn).
+void inner_tensors(const at::Tensor& t, std::vector<at::Tensor>& out);
 
 // torch.profiler(profile_memory=True): whether a profiler listens on this thread, and the
 // reports it wants (alloc_bytes < 0 for a free).

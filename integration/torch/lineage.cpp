@@ -233,12 +233,20 @@ at::Tensor snapshot_of(const at::Tensor& t) {
 }
 
 // Calls f(tensor, element) for each defined CPU tensor with storage in `v`: a Tensor
-// (element -1), a Tensor[] or a List[Optional[Tensor]] (its index).
-template <typename F>
-void for_each_cpu_tensor(const c10::IValue& v, F&& f) {
+// (element -1), a Tensor[] or a List[Optional[Tensor]] (its index); and
+// other_layout(tensor) for each CPU tensor without storage of a layout other than strided
+// (Note [Sparse tensors]).
+struct IgnoreOtherLayouts {
+  void operator()(const at::Tensor&) const {}
+};
+template <typename F, typename G = IgnoreOtherLayouts>
+void for_each_cpu_tensor(const c10::IValue& v, F&& f, G&& other_layout = G{}) {
   auto take = [&](const at::Tensor& t, int16_t element) {
-    if (t.defined() && t.has_storage() && t.device().type() == c10::DeviceType::CPU)
+    if (!t.defined() || t.device().type() != c10::DeviceType::CPU) return;
+    if (t.has_storage())
       f(t, element);
+    else if (t.layout() != c10::kStrided)
+      other_layout(t);
   };
   if (v.isTensor()) {
     take(v.toTensor(), -1);
@@ -436,15 +444,27 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     std::vector<at::Tensor>& tensors;
     ~DropOnReturn() { tensors.clear(); }
   } drop_on_return{tensors};
+  std::vector<std::pair<at::Tensor, bool>> other_layouts;  // Note [Sparse tensors]
   for (uint16_t i = 0; i < info.num_args; ++i) {
-    for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
-      if (t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // Note [Wrapped numbers]
-      pending.input_slots.push_back(TensorSlot{i, element});
-      tensors.push_back(t);
-    });
+    for_each_cpu_tensor(
+        stack[base + i],
+        [&](const at::Tensor& t, int16_t element) {
+          if (t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // Note [Wrapped numbers]
+          pending.input_slots.push_back(TensorSlot{i, element});
+          tensors.push_back(t);
+        },
+        [&](const at::Tensor& t) {
+          const bool written =
+              std::find(info.write_args.begin(), info.write_args.end(), i) != info.write_args.end();
+          other_layouts.emplace_back(t, written);
+        });
   }
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!other_layouts.empty()) {
+    pending.record = false;
+    for (const auto& [t, written] : other_layouts) hold_inner_tensors(t, written);
+  }
   // Tracing: what died since the last op is released before this op allocates, as its
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
   // discarded as soon as lineage lets it go (Note [Discards in a trace]).
@@ -609,6 +629,35 @@ void Lineage::pin_live_descendants(StorageId root) {
   }
 }
 
+// Note [Sparse tensors]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A sparse tensor (COO; CSR and the other compressed layouts) has no storage: it holds
+// dense tensors, its indices and values, and PyTorch's sparse kernels read their memory
+// without the dispatcher seeing them. Those dense tensors may be storages lineage knows:
+// torch.sparse_coo_tensor(i, v) holds v itself, and SparseAdam builds its updates so.
+// Evicted, the next sparse kernel read a storage with no data ("The tensor has a non-zero
+// number of elements, but its data is not allocated yet", SparseAdam under a budget;
+// tests/torch/test_sparse.py). So: every storage lineage knows that a sparse argument or
+// result of an op holds is refilled if evicted and pinned (it stays pinned until it dies
+// and no lineage needs it, as any pinned storage); one written through a sparse argument
+// is first copied away if lineage reads it (Note [Copy on write]). An op with a sparse
+// argument is not recorded: its results are constants to lineage, as an opaque op's are
+// (Note [Never recompute] in dispatch_hook.cpp), and an op with a sparse result gives
+// lineage nothing to record for it. Dense tensors a sparse kernel allocates inside itself
+// are not known to lineage; read later by a dense op (`_values()`), they become constants.
+void Lineage::hold_inner_tensors(const at::Tensor& t, bool written) {
+  std::vector<at::Tensor> inner;
+  torch_compat::inner_tensors(t, inner);
+  for (const at::Tensor& x : inner) {
+    if (!x.defined() || !x.has_storage()) continue;
+    const StorageId s = lookup(x.storage().unsafeGetStorageImpl());
+    if (s == kNoId) continue;
+    const Status status = pin_tensor(storages_[s].current);
+    if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+    if (written && has_live_readers(s)) copy_on_write(s);
+  }
+}
+
 void Lineage::copy_on_write(StorageId s) {
   // Note [Copy on write]
   c10::intrusive_ptr<c10::StorageImpl> user = storages_[s].impl.lock();
@@ -640,6 +689,10 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const OpInfo& info = *pending.info;
   const size_t base = stack.size() - info.num_returns;
+  for (uint16_t i = 0; i < info.num_returns; ++i)  // Note [Sparse tensors]
+    for_each_cpu_tensor(
+        stack[base + i], [](const at::Tensor&, int16_t) {},
+        [&](const at::Tensor& t) { hold_inner_tensors(t, /*written=*/false); });
   OpId recorded = kNoId;
   if (pending.record) {
     std::vector<OutputSpec>& specs = pending.specs;

@@ -228,6 +228,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool has_readers_beyond(StorageId s);
   bool reads_reach_beyond(StorageId s) const;
   void copy_on_write(StorageId s);
+  void hold_inner_tensors(const at::Tensor& t, bool written);
   void pin_live_descendants(StorageId root);
   uint32_t begin_marks();
   bool is_ours(const c10::StorageImpl& impl) const;
