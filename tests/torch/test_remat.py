@@ -47,6 +47,13 @@ SCRIPTS = {
     "adam_foreach": (("adam_foreach.py", "--steps", "3"), (0.7, 0.5)),
     # Note [Sparse tensors]: SparseAdam on a sparse embedding's gradient; 0.4 passed 2 of 3.
     "sparse_embedding": (("sparse_embedding.py", "--steps", "3"), (0.7, 0.5, 0.45)),
+    # Training-loop patterns on one MLP (patterns.py), at the lowest fractions of 0.8, 0.7,
+    # 0.6 and 0.5 that passed three runs in three; docs/pytorch.md, "Training-loop patterns",
+    # says where each stops and why (gradient accumulation is not here: it thrashes).
+    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8,)),
+    "jit": (("patterns.py", "--pattern", "jit", "--steps", "3"), (0.7, 0.6)),
+    "hooks": (("patterns.py", "--pattern", "hooks", "--steps", "3"), (0.8,)),
+    "checkpoint": (("patterns.py", "--pattern", "checkpoint", "--steps", "3"), (0.8, 0.7)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.

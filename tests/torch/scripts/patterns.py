@@ -1,0 +1,111 @@
+"""Training-loop patterns users write around a model, each on a 6-layer tanh MLP (512
+wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of dtr.
+
+--pattern:
+  grad_penalty  a gradient penalty (WGAN-GP style): torch.autograd.grad with
+                create_graph=True, then backward through that gradient (double backward)
+  jit           the model compiled with torch.jit.script
+  hooks         a hook on every parameter's gradient, in-place edits of the input batch
+                (x[:, 0] += 1, masked_fill_), and an evaluation under torch.no_grad() in
+                eval mode after each step
+  checkpoint    torch.utils.checkpoint (use_reentrant=False) around each layer
+  accumulate    gradients accumulated over 4 micro-batches before the step
+
+Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
+eval<step> <bits> <value>` for the evaluation of hooks), and at the end `param <name> <sha256 of the parameter's raw
+bytes>`, so two runs can be compared bit for bit.
+"""
+import argparse
+import hashlib
+import struct
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as checkpoint
+
+PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate")
+
+
+class MLP(nn.Module):
+    def __init__(self, width, depth, use_checkpoint):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.head = nn.Linear(width, 10)
+        self.use_checkpoint = use_checkpoint
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.use_checkpoint:
+                x = checkpoint.checkpoint(lambda t, l=layer: torch.tanh(l(t)), x,
+                                          use_reentrant=False)
+            else:
+                x = torch.tanh(layer(x))
+        return self.head(x)
+
+
+def bits(value):
+    return struct.pack("<f", float(value)).hex()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pattern", required=True, choices=PATTERNS)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=1024)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model = MLP(512, 6, args.pattern == "checkpoint")
+    if args.pattern == "jit":
+        model = torch.jit.script(nn.Sequential(*[m for l in model.layers for m in (l, nn.Tanh())],
+                                               model.head))
+    if args.pattern == "hooks":
+        for p in model.parameters():
+            p.register_hook(lambda g: g * 0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def batch():
+        return torch.randn(args.batch, 512), torch.randint(0, 10, (args.batch,))
+
+    for step in range(args.steps):
+        start = time.perf_counter()
+        opt.zero_grad()
+        if args.pattern == "accumulate":
+            loss = torch.zeros(())
+            for _ in range(4):
+                x, y = batch()
+                part = F.cross_entropy(model(x), y) / 4
+                part.backward()
+                loss += part.detach()
+        else:
+            x, y = batch()
+            if args.pattern == "hooks":
+                x[:, 0] += 1.0
+                x.masked_fill_(x > 3.0, 3.0)
+            if args.pattern == "grad_penalty":
+                x.requires_grad_()
+                out = model(x)
+                grad, = torch.autograd.grad(out.sum(), x, create_graph=True)
+                loss = F.cross_entropy(out, y) + 0.1 * (grad.norm(2, dim=1) - 1).pow(2).mean()
+            else:
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+        opt.step()
+        print(f"loss {step} {bits(loss)} {float(loss):.6f}", flush=True)
+        if args.pattern == "hooks":
+            model.eval()
+            with torch.no_grad():
+                x, y = batch()
+                value = F.cross_entropy(model(x), y)
+                print(f"loss eval{step} {bits(value)} {float(value):.6f}", flush=True)
+            model.train()
+        print(f"time {step} {time.perf_counter() - start:.4f}", flush=True)
+    for name, p in model.named_parameters():
+        digest = hashlib.sha256(p.detach().contiguous().numpy().tobytes()).hexdigest()
+        print(f"param {name} {digest}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
