@@ -67,15 +67,9 @@ void Lineage::scan_for_dead(size_t newest) {
   alive_.resize(kept);
 }
 
-void Lineage::collect(bool full) {
-  // Note [Collecting dead lineage]
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (full || dead_scan_ops_ != ops_recorded_) scan_for_dead();
-  if (!full) return;
-  full_collect_ops_ = ops_recorded_;
-  full_collect_deaths_ = deaths_;
-  pinned_dead_bytes_ = 0;
-  ops_since_collect_ = 0;
+// Marks every storage some live unpinned storage may need to be rematerialized: the
+// live unpinned storages themselves, and their parents through unpinned parents.
+uint32_t Lineage::mark_needed() {
   const uint32_t needed_mark = begin_marks();
   auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };
   std::vector<StorageId> stack;
@@ -96,6 +90,21 @@ void Lineage::collect(bool full) {
       }
     }
   }
+  return needed_mark;
+}
+
+void Lineage::collect(bool full) {
+  // Note [Collecting dead lineage]
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (full || dead_scan_ops_ != ops_recorded_) scan_for_dead();
+  if (!full) return;
+  full_collect_ops_ = ops_recorded_;
+  full_collect_deaths_ = deaths_;
+  pinned_dead_bytes_ = 0;
+  ops_since_collect_ = 0;
+  uint32_t needed_mark = mark_needed();
+  if (cut_at_dead_constants(needed_mark)) needed_mark = mark_needed();  // Note [Dead constants]
+  auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };
   std::vector<StorageId> kept;
   std::vector<OpId> done;
   for (StorageId s : active_) {

@@ -629,6 +629,74 @@ void Lineage::pin_live_descendants(StorageId root) {
   }
 }
 
+// Note [Dead constants]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A pinned storage (a constant: an input batch, an old parameter value) that has died is
+// kept as long as some live storage may be rematerialized through it. Usually that ends
+// soon: a step's input is dead only once the next step starts, when the optimizer step has
+// pinned the gradients (Note [Pinned writes]) and zero_grad overwritten
+// them (Note [Overwrite]). Gradient accumulation breaks that: each micro-batch's backward
+// adds to the gradients in place (Note [Mutation]), so every gradient's versions reach
+// back through each earlier micro-batch's backward pass to its input. The dead inputs
+// stayed pinned until zero_grad (6.02 of the 22.09 MiB pinned when 4 micro-batches of
+// tests/torch/scripts/patterns.py ran out of memory at 0.8 of the baseline peak), and a
+// gradient evicted in the next forward pass came back through the previous backward pass:
+// every policy thrashed or ran out of memory at 0.5-0.9 in the simulator. So a full
+// collect that finds a dead constant of kMinEvictableBytes or more still needed pins the
+// live storages that were written in place as new versions (Note [Mutation]) and reach it
+// through dead storages only, where they are material (a pin costs no memory then), and
+// marks again: the constant and the dead storages between are discarded once nothing else
+// reaches it. An evicted one keeps its lineage until it is refilled (the next micro-batch's
+// in-place add does that) and a later collect pins it. Only storages written in place are
+// cut loose: their lineage grows with every write, while a storage computed once from the
+// constant has a fixed lineage. Small dead constants (Note [Small storages]) are left
+// alone; they cost next to nothing. Without these two limits resnet18 ran out of memory at
+// 0.5x of its peak with 99 MiB pinned (docs/pytorch.md, "Training-loop patterns"). The
+// walk stops at live storages: pinning the nearest ones is enough to free the constant.
+// Returns whether it pinned anything (then the caller's marks are stale).
+bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
+  std::vector<StorageId> stack;
+  for (StorageId s : active_) {
+    const StorageRec& rec = storages_[s];
+    if (rec.dead && !rec.discarded && marks_[s] == needed_mark && engine_->is_pinned(s) &&
+        engine_->storage_size(s) >= kMinEvictableBytes)
+      stack.push_back(s);
+  }
+  if (stack.empty()) return false;
+  // The walk's marks replace the caller's; each visited storage's is put back after.
+  const uint32_t seen_mark = begin_marks();
+  std::vector<std::pair<StorageId, uint32_t>> visited;
+  auto visit = [&](StorageId s) {
+    visited.emplace_back(s, marks_[s]);
+    marks_[s] = seen_mark;
+  };
+  for (StorageId s : stack) visit(s);
+  std::vector<TensorId> to_pin;
+  while (!stack.empty()) {
+    const StorageId s = stack.back();
+    stack.pop_back();
+    for (TensorId t : engine_->storage_tensors(s)) {
+      for (TensorId c : engine_->tensor_children(t)) {
+        const StorageId cs = engine_->storage_of(c);
+        if (marks_[cs] == seen_mark || engine_->is_pinned(cs) || storages_[cs].discarded) continue;
+        visit(cs);
+        if (!storages_[cs].dead) {
+          if (storages_[cs].versions > 0 && engine_->is_material(cs))
+            to_pin.push_back(storages_[cs].current);
+          continue;
+        }
+        stack.push_back(cs);
+      }
+    }
+  }
+  for (const auto& [s, mark] : visited) marks_[s] = mark;
+  for (TensorId t : to_pin) {
+    const Status status = pin_tensor(t);
+    DTR_CHECK(status.ok(), "pinning a material storage cannot fail");
+  }
+  return !to_pin.empty();
+}
+
 // Note [Sparse tensors]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // A sparse tensor (COO; CSR and the other compressed layouts) has no storage: it holds

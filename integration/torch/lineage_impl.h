@@ -230,6 +230,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void copy_on_write(StorageId s);
   void hold_inner_tensors(const at::Tensor& t, bool written);
   void pin_live_descendants(StorageId root);
+  uint32_t mark_needed();
+  bool cut_at_dead_constants(uint32_t needed_mark);
   uint32_t begin_marks();
   bool is_ours(const c10::StorageImpl& impl) const;
   void release_storage(StorageId s);
