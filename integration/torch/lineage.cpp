@@ -600,24 +600,32 @@ uint32_t Lineage::begin_marks() {
 // 15.6 MiB logits first, then ran out of memory rematerializing a gradient through three
 // more storages of that size (2 runs of 3 failed; 4 of 4 passed smallest first;
 // tests/torch/test_pinned_writes.py).
+// The storages made by ops that read some version of S and that lineage may still evict
+// (not pinned, not discarded): what a write to S or S's discard would cut off.
+template <typename F>
+void Lineage::for_each_unpinned_child(StorageId s, F&& f) const {
+  for (TensorId t : engine_->storage_tensors(s)) {
+    for (TensorId c : engine_->tensor_children(t)) {
+      const StorageId cs = engine_->storage_of(c);
+      if (!engine_->is_pinned(cs) && !storages_[cs].discarded) f(cs);
+    }
+  }
+}
+
 void Lineage::pin_live_descendants(StorageId root) {
   const uint32_t seen_mark = begin_marks();
-  auto seen = [&](StorageId s) { return marks_[s] == seen_mark; };
   std::vector<StorageId> stack{root};
   std::vector<TensorId> to_pin;
   marks_[root] = seen_mark;
   while (!stack.empty()) {
     const StorageId s = stack.back();
     stack.pop_back();
-    for (TensorId t : engine_->storage_tensors(s)) {
-      for (TensorId c : engine_->tensor_children(t)) {
-        const StorageId cs = engine_->storage_of(c);
-        if (seen(cs) || engine_->is_pinned(cs) || storages_[cs].discarded) continue;
-        marks_[cs] = seen_mark;
-        if (!storages_[cs].dead) to_pin.push_back(storages_[cs].current);
-        stack.push_back(cs);
-      }
-    }
+    for_each_unpinned_child(s, [&](StorageId cs) {
+      if (marks_[cs] == seen_mark) return;
+      marks_[cs] = seen_mark;
+      if (!storages_[cs].dead) to_pin.push_back(storages_[cs].current);
+      stack.push_back(cs);
+    });
   }
   std::stable_sort(to_pin.begin(), to_pin.end(), [&](TensorId a, TensorId b) {
     return engine_->storage_size(engine_->storage_of(a)) <
@@ -678,19 +686,14 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
   while (!stack.empty()) {
     const StorageId s = stack.back();
     stack.pop_back();
-    for (TensorId t : engine_->storage_tensors(s)) {
-      for (TensorId c : engine_->tensor_children(t)) {
-        const StorageId cs = engine_->storage_of(c);
-        if (marks_[cs] == seen_mark || engine_->is_pinned(cs) || storages_[cs].discarded) continue;
-        visit(cs);
-        if (!storages_[cs].dead) {
-          if (storages_[cs].versions > 0 && engine_->is_material(cs))
-            to_pin.push_back(storages_[cs].current);
-          continue;
-        }
+    for_each_unpinned_child(s, [&](StorageId cs) {
+      if (marks_[cs] == seen_mark) return;
+      visit(cs);
+      if (storages_[cs].dead)
         stack.push_back(cs);
-      }
-    }
+      else if (storages_[cs].versions > 0 && engine_->is_material(cs))
+        to_pin.push_back(storages_[cs].current);
+    });
   }
   for (const auto& [s, mark] : visited) marks_[s] = mark;
   for (TensorId t : to_pin) {

@@ -229,6 +229,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool reads_reach_beyond(StorageId s) const;
   void copy_on_write(StorageId s);
   void hold_inner_tensors(const at::Tensor& t, bool written);
+  template <typename F>
+  void for_each_unpinned_child(StorageId s, F&& f) const;
   void pin_live_descendants(StorageId root);
   uint32_t mark_needed();
   bool cut_at_dead_constants(uint32_t needed_mark);
