@@ -586,6 +586,18 @@ uint32_t Lineage::begin_marks() {
   return ++mark_epoch_;
 }
 
+// The storages made by ops that read some version of S and that lineage may still evict
+// (not pinned, not discarded): what a write to S or S's discard would cut off.
+template <typename F>
+void Lineage::for_each_unpinned_child(StorageId s, F&& f) const {
+  for (TensorId t : engine_->storage_tensors(s)) {
+    for (TensorId c : engine_->tensor_children(t)) {
+      const StorageId cs = engine_->storage_of(c);
+      if (!engine_->is_pinned(cs) && !storages_[cs].discarded) f(cs);
+    }
+  }
+}
+
 // Note [Pinned writes]
 // ~~~~~~~~~~~~~~~~~~~~
 // A pinned storage that lineage read is written: in a training step, a parameter updated
@@ -600,18 +612,6 @@ uint32_t Lineage::begin_marks() {
 // 15.6 MiB logits first, then ran out of memory rematerializing a gradient through three
 // more storages of that size (2 runs of 3 failed; 4 of 4 passed smallest first;
 // tests/torch/test_pinned_writes.py).
-// The storages made by ops that read some version of S and that lineage may still evict
-// (not pinned, not discarded): what a write to S or S's discard would cut off.
-template <typename F>
-void Lineage::for_each_unpinned_child(StorageId s, F&& f) const {
-  for (TensorId t : engine_->storage_tensors(s)) {
-    for (TensorId c : engine_->tensor_children(t)) {
-      const StorageId cs = engine_->storage_of(c);
-      if (!engine_->is_pinned(cs) && !storages_[cs].discarded) f(cs);
-    }
-  }
-}
-
 void Lineage::pin_live_descendants(StorageId root) {
   const uint32_t seen_mark = begin_marks();
   std::vector<StorageId> stack{root};
@@ -642,28 +642,29 @@ void Lineage::pin_live_descendants(StorageId root) {
 // A pinned storage (a constant: an input batch, an old parameter value) that has died is
 // kept as long as some live storage may be rematerialized through it. Usually that ends
 // soon: a step's input is dead only once the next step starts, when the optimizer step has
-// pinned the gradients (Note [Pinned writes]) and zero_grad overwritten
-// them (Note [Overwrite]). Gradient accumulation breaks that: each micro-batch's backward
-// adds to the gradients in place (Note [Mutation]), so every gradient's versions reach
-// back through each earlier micro-batch's backward pass to its input. The dead inputs
-// stayed pinned until zero_grad (6.02 of the 22.09 MiB pinned when 4 micro-batches of
+// pinned the gradients (Note [Pinned writes]) and zero_grad overwritten them (Note
+// [Overwrite]). Gradient accumulation breaks that: each micro-batch's backward adds to the
+// gradients in place (Note [Mutation]), so every gradient's versions reach back through
+// each earlier micro-batch's backward pass to its input. The dead inputs stayed pinned
+// until zero_grad (6.02 of the 22.09 MiB pinned when 4 micro-batches of
 // tests/torch/scripts/patterns.py ran out of memory at 0.8 of the baseline peak), and a
 // gradient evicted in the next forward pass came back through the previous backward pass:
-// every policy thrashed or ran out of memory at 0.5-0.9 in the simulator. So a full
-// collect that finds a dead constant of kMinEvictableBytes or more still needed pins the
-// live storages that were written in place as new versions (Note [Mutation]) and reach it
+// every policy thrashed or ran out of memory at 0.5-0.9 in the simulator. So a full collect
+// that finds a dead constant of kMinEvictableBytes or more still needed pins the live
+// storages that were written in place as new versions (Note [Mutation]) and reach it
 // through dead storages only, where they are material (a pin costs no memory then), and
 // marks again: the constant and the dead storages between are discarded once nothing else
 // reaches it. An evicted one keeps its lineage until it is refilled (the next micro-batch's
 // in-place add does that) and a later collect pins it. Small dead constants (Note [Small
-// storages]) are left alone: they cost next to nothing, and cutting at them pinned
-// resnet18's gradients in its backward pass (out of memory at 0.5x of its peak, 99 MiB
-// pinned). Only storages written in place are cut loose: their lineage grows with every
-// write, while a storage computed once from the constant has a fixed lineage, and pinning
-// it may cost more than the constant frees (`x = batch.float() / 255` would pin the float
-// input, four times the dead uint8 batch). On the accumulate pattern, cutting those too
-// halved the remats at 0.75 (5.7 s against 7.3-8.1 s) but did not lower its floor. The
-// walk stops at live storages: pinning the nearest ones is enough to free the constant.
+// storages]) are left alone: they cost next to nothing, and a first version that cut at
+// them too ran resnet18 out of memory at 0.5x of its peak with 99 MiB pinned (what it had
+// pinned was not looked into). Only storages written in place are cut loose: their lineage
+// grows with every write, while a storage computed once from the constant has a fixed
+// lineage, and pinning it may cost more than the constant frees (`x = batch.float() / 255`
+// would pin the float input, four times the dead uint8 batch). On the accumulate pattern,
+// cutting those too halved the remats at 0.75 (5.7 s against 7.3-8.1 s) but did not lower
+// its floor. The walk stops at live storages: pinning the nearest ones is enough to free
+// the constant.
 // Returns whether it pinned anything (then the caller's marks are stale).
 bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
   std::vector<StorageId> stack;
