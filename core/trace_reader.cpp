@@ -40,6 +40,7 @@ const char* trace_event_kind_name(TraceEventKind kind) {
     case TraceEventKind::release: return "release";
     case TraceEventKind::pin: return "pin";
     case TraceEventKind::discard: return "discard";
+    case TraceEventKind::pin_when_material: return "pin_when_material";
   }
   return "unknown";
 }
@@ -613,7 +614,14 @@ class TraceParser {
 
   void read_pin(const json& object) {
     NameId name = use(string_field(object, "NAME"), "NAME");
-    add_event(TraceEventKind::pin).dst = name;
+    bool when_material = false;
+    if (object.contains("WHEN_MATERIAL")) {
+      const json& field = object["WHEN_MATERIAL"];
+      if (!field.is_boolean())
+        fail("field 'WHEN_MATERIAL' in PIN must be true or false, not " + field.dump());
+      when_material = field.get<bool>();
+    }
+    add_event(when_material ? TraceEventKind::pin_when_material : TraceEventKind::pin).dst = name;
   }
 
   void read_discard(const json& object) {

@@ -1,7 +1,7 @@
 // trace_writer.cpp: writes a Trace in our versioned format (docs/trace-format.md).
 //
-// The output is the header line {"INSTRUCTION":"DTR_TRACE","VERSION":1} (plus "SOURCE",
-// the name of the file the trace was read from, when known) followed by every event in
+// The output is the header line {"INSTRUCTION":"DTR_TRACE","VERSION":kTraceFormatVersion}
+// (plus "SOURCE", the name of the file the trace was read from, when known), then every event in
 // DTR's own line format, so DTR's tools can read it once the header is dropped: a CALL is
 // unfolded into its CALL line and a MEMORY then an ALIAS line per result, a CONSTANT into
 // its CONSTANT and MEMORY lines (Note [CALL folding] in trace_reader.cpp).
@@ -127,6 +127,9 @@ class TraceWriter {
         return;
       case TraceEventKind::discard:
         emit({{"INSTRUCTION", "DISCARD"}, {"NAME", name(index, event.dst)}});
+        return;
+      case TraceEventKind::pin_when_material:
+        emit({{"INSTRUCTION", "PIN"}, {"NAME", name(index, event.dst)}, {"WHEN_MATERIAL", true}});
         return;
     }
     fail("event " + std::to_string(index) + " has an unknown kind (" +

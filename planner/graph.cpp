@@ -522,6 +522,7 @@ Graph graph_from_trace(const Trace& trace) {
       }
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
       case TraceEventKind::pin:
+      case TraceEventKind::pin_when_material:  // everything is material in a plan's baseline
         if (storage_of[ev.dst] != kNone) {
           // A pin makes the storage resident now; one DISCARD later unpins may leave it an
           // ordinary node (Note [In-place writes]).

@@ -5,10 +5,11 @@
 // Each trace name maps to an engine tensor. CALL records an op (outputs that alias an
 // input take no memory); CONSTANT makes a pinned constant; COPY retains the tensor under
 // a new name; COPY_FROM re-points a name (release the old tensor, retain the new one);
-// RELEASE drops a reference; PIN pins. MUTATE is copy-on-write, as in DTR's simulator:
-// the op produces a fresh storage per mutated argument (of that argument's storage size),
-// the argument's name moves to it, and the old version is released, so lineages that read
-// the old value keep reading it. At the end every tensor still referenced is
+// RELEASE drops a reference; PIN pins (with WHEN_MATERIAL: Note [Pins when material]);
+// DISCARD frees a storage for good. MUTATE is copy-on-write, as in DTR's simulator: the op
+// produces a fresh storage per mutated argument (of that argument's storage size), the
+// argument's name moves to it, and the old version is released, so lineages that read the
+// old value keep reading it. At the end every tensor still referenced is
 // rematerialized if needed and pinned: the step's results must exist when it returns.
 // With a warm-start plan, a PlanGuide (eviction/plan_guide.h) is the engine's hooks and
 // sees the end of every event: after a CALL, MUTATE or CONSTANT it is told the op.
@@ -16,6 +17,7 @@
 // alone) and is told each op's name before the engine runs it.
 #include "dtr/sim/replay.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -106,7 +108,8 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
         break;
       }
       case TraceEventKind::release: drop(storage_of[ev.dst]); break;
-      case TraceEventKind::pin: break;
+      case TraceEventKind::pin:
+      case TraceEventKind::pin_when_material: break;
       case TraceEventKind::discard: break;  // freed at its last release already
     }
     if (!timeline) continue;
@@ -151,12 +154,131 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// Note [Pins when material]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A live host may pin a storage only where it is material, since a pin costs no memory
+// there: the torch host's cut at dead constants (Note [Dead constants] in
+// integration/torch/lineage.cpp) pins gradients accumulated in place, so that a dead input
+// batch and the backward pass behind it can be discarded. The trace writes such a pin as
+// PIN with WHEN_MATERIAL (format v3), followed by the DISCARDs it allowed. A trace is
+// recorded with no budget, where every storage is material; in a replay under a budget the
+// storage may be evicted by then, and a plain pin rematerialized it at once through the
+// lineage the host was cutting (for an accumulated gradient, the earlier micro-batches'
+// forward and backward passes). So, as the live host does, the replay pins such a storage
+// now if it is material, and else when it next is. Until then the DISCARDs of what its
+// rematerialization may go through wait (its parents, through unpinned ones, as
+// Lineage::mark_needed marks them), and are done once no waiting pin reaches them.
+// What refills it is the next in-place write. The traced run had pinned it and so did not
+// record that write (Note [Mutation]); the trace has a plain PIN there instead
+// (Recording::write_pinned), since the write reads the old value: a live run under a
+// budget that did not make the pin refills it at that write too. On 3-step traces of
+// tests/torch/scripts/patterns.py --pattern accumulate, every dtr_eq replay at 0.9 of the
+// peak ran out of memory before (25.07 MiB pinned: two micro-batches' inputs, the weights
+// and a forward pass locked for the remat); now 7 of 8 finish, at 2.30-3.01 (the live run:
+// 1.085-1.725), and the rest of the gap is Note [Dead storages in the replay] in
+// bench/torch_sim_vs_live.py.
+class PinsWhenMaterial {
+ public:
+  explicit PinsWhenMaterial(Engine& engine) : engine_(engine) {}
+
+  void pin(TensorId t) {
+    const StorageId s = engine_.storage_of(t);
+    if (pin_if_material(s)) return;
+    if (std::find(waiting_.begin(), waiting_.end(), s) == waiting_.end()) {
+      waiting_.push_back(s);
+      needed_.clear();
+    }
+  }
+
+  // DISCARD of `s`: done now, or later if a waiting pin may need it.
+  void discard(StorageId s) {
+    const auto it = std::find(waiting_.begin(), waiting_.end(), s);
+    if (it != waiting_.end()) {  // the storage itself is dropped: nothing to pin
+      waiting_.erase(it);
+      needed_.clear();
+      engine_.discard(s);
+      retry_discards();
+      return;
+    }
+    if (!waiting_.empty() && is_needed(s)) {
+      deferred_.push_back(s);
+      return;
+    }
+    engine_.discard(s);
+  }
+
+  // After each event: pins what became material, then the discards nothing waits for.
+  void settle() {
+    if (waiting_.empty()) return;
+    const size_t before = waiting_.size();
+    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                  [&](StorageId s) { return pin_if_material(s); }),
+                   waiting_.end());
+    if (waiting_.size() == before) return;
+    needed_.clear();
+    retry_discards();
+  }
+
+ private:
+  // Pins `s` through one of its defined tensors, if it has one; pinning then costs nothing.
+  bool pin_if_material(StorageId s) {
+    if (!engine_.is_material(s)) return false;
+    for (TensorId t : engine_.storage_tensors(s)) {
+      if (!engine_.is_defined(t)) continue;
+      const Status status = engine_.pin(t);
+      DTR_CHECK(status.ok(), "pinning a defined tensor cannot fail");
+      return true;
+    }
+    return false;
+  }
+
+  void retry_discards() {
+    if (deferred_.empty()) return;
+    std::vector<StorageId> deferred;
+    deferred.swap(deferred_);
+    for (StorageId s : deferred) discard(s);
+  }
+
+  // Whether a waiting storage may be rematerialized through `s`. The marks are kept until
+  // the waiting set changes: lineage does not change, and a storage pinned since only
+  // makes them larger than they need be, which delays a discard to the next change.
+  bool is_needed(StorageId s) {
+    if (needed_.empty()) needed_ = mark_needed();
+    return s < needed_.size() && needed_[s];
+  }
+
+  std::vector<char> mark_needed() const {
+    std::vector<char> mark(engine_.num_storages(), 0);
+    std::vector<StorageId> stack(waiting_.begin(), waiting_.end());
+    for (StorageId s : stack) mark[s] = 1;
+    while (!stack.empty()) {
+      const StorageId s = stack.back();
+      stack.pop_back();
+      for (TensorId t : engine_.storage_tensors(s)) {
+        for (TensorId p : engine_.op_inputs(engine_.op_of(t))) {
+          const StorageId ps = engine_.storage_of(p);
+          if (mark[ps]) continue;
+          mark[ps] = 1;
+          if (!engine_.is_pinned(ps)) stack.push_back(ps);
+        }
+      }
+    }
+    return mark;
+  }
+
+  Engine& engine_;
+  std::vector<StorageId> waiting_;   // evicted storages to pin when next material
+  std::vector<StorageId> deferred_;  // DISCARDs a waiting pin may need
+  std::vector<char> needed_;         // is_needed's marks; empty: to be made
+};
+
 // Runs the events; returns the first failure. `guide` (may be null) follows a plan;
 // `recorder` (may be null) is told each op's name for the timeline.
 Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, TimelineHooks* recorder) {
   std::vector<TensorId> tensor_of(trace.names.size(), kNoId);
   std::vector<TensorId> inputs, outputs;
   std::vector<OutputSpec> specs;
+  PinsWhenMaterial pins(engine);  // Note [Pins when material]
   Status status;
   for (const TraceEvent& ev : trace.events) {
     OpId op = kNoId;  // the op this event recorded, for the guide
@@ -220,13 +342,15 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
           engine.release(tensor_of[ev.dst]);
         break;
       case TraceEventKind::pin: status = engine.pin(tensor_of[ev.dst]); break;
+      case TraceEventKind::pin_when_material: pins.pin(tensor_of[ev.dst]); break;
       case TraceEventKind::discard:
         // A live host found nothing can read the storage again (trace format v2): freed
         // even if pinned, as Lineage::collect does.
-        if (tensor_of[ev.dst] != kNoId) engine.discard(engine.storage_of(tensor_of[ev.dst]));
+        if (tensor_of[ev.dst] != kNoId) pins.discard(engine.storage_of(tensor_of[ev.dst]));
         break;
     }
     if (!status.ok()) return status;
+    pins.settle();
     if (guide) guide->end_op(engine, op);
   }
   // The step's results: everything still referenced must be material at the end.

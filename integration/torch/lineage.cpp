@@ -536,6 +536,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       // a constant, unless this op is recorded and makes it its output.
       if (readers) copy_on_write(s);
       if (engine_->is_pinned(s)) {
+        recording_->write_pinned(storages_[s].current);  // Note [Pins when material], sim
         if (recordable) pending.record = false;
       } else if (overwrite) {
         pending.overwrite = true;
@@ -698,7 +699,9 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
   }
   for (const auto& [s, mark] : visited) marks_[s] = mark;
   for (TensorId t : to_pin) {
-    const Status status = pin_tensor(t);
+    // Where it is evicted, a replay pins it once it is material again, as this walk would.
+    recording_->pin_when_material(t);
+    const Status status = engine_->pin(t);
     DTR_CHECK(status.ok(), "pinning a material storage cannot fail");
   }
   return !to_pin.empty();

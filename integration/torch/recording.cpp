@@ -6,8 +6,10 @@
 // engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
 // new version: a result aliasing the written input), a constant a CONSTANT, a death a
 // RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
-// the optimizer step) a PIN, and a storage the collector discarded (nothing can read it
-// again; pinned storages are freed only this way) a DISCARD (format v2). `dtr-sim run
+// the optimizer step) a PIN, a pin made only where the storage is material (Note [Dead
+// constants] in lineage.cpp) a PIN with WHEN_MATERIAL (format v3), and a storage the
+// collector discarded (nothing can read it again; pinned storages are freed only this
+// way) a DISCARD (format v2). `dtr-sim run
 // --trace path` replays it under any policy and budget. A RELEASE is written when the
 // collector finds the storage dead; while tracing it looks before every op (not every 64
 // ops), so the release comes before the next op allocates, as memory would come back
@@ -124,6 +126,21 @@ void Recording::release(TensorId t) {
 
 void Recording::pin(TensorId t) {
   if (trace_) trace_simple(TraceEventKind::pin, t);
+}
+
+void Recording::pin_when_material(TensorId t) {
+  if (!trace_) return;
+  trace_simple(TraceEventKind::pin_when_material, t);
+  const NameId name = trace_names_[t];
+  if (pinned_when_material_.size() <= name) pinned_when_material_.resize(name + 1, false);
+  pinned_when_material_[name] = true;
+}
+
+void Recording::write_pinned(TensorId t) {
+  if (!trace_ || t >= trace_names_.size()) return;
+  const NameId name = trace_names_[t];
+  if (name < pinned_when_material_.size() && pinned_when_material_[name])
+    trace_simple(TraceEventKind::pin, t);
 }
 
 void Recording::discard(TensorId t) {

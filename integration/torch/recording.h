@@ -50,6 +50,14 @@ class Recording {
           uint64_t compute_ns, uint64_t remat_ns);
   void release(TensorId t);
   void pin(TensorId t);
+  // A pin the host makes only where the storage is material (Note [Dead constants] in
+  // lineage.cpp); a replay makes it when the storage next is (Note [Pins when material]).
+  void pin_when_material(TensorId t);
+  // An in-place op read and wrote the pinned tensor `t` and was not recorded (Note
+  // [Mutation]). If it was pinned by pin_when_material, the trace says the write needs it
+  // material (a PIN): in a replay where it was evicted, the write refills it, as in a live
+  // run where the pin was never made.
+  void write_pinned(TensorId t);
   void discard(TensorId t);  // the storage of `t` was discarded (Engine::discard)
   // These tensors were retired (Note [Retiring]): their ids may name new tensors.
   void forget(const std::vector<TensorId>& ts);
@@ -68,6 +76,7 @@ class Recording {
   std::unique_ptr<Trace> trace_;  // DTR_TRACE, else null
   std::vector<NameId> trace_names_;  // TensorId -> name in trace_
   uint64_t next_name_ = 0;           // trace names are t0, t1, ...: never reused
+  std::vector<bool> pinned_when_material_;  // by trace name: pin_when_material named it
   std::unique_ptr<Timeline> timeline_;  // DTR_TIMELINE, else null
   std::unique_ptr<TimelineHooks> timeline_hooks_;
 };

@@ -248,8 +248,7 @@ TEST_CASE("trace: malformed input gives TraceError with file and line", "[core][
       {"defined_twice_copy.log", 6, "name 'b' is defined twice (DST of COPY"},
       {"defined_twice_constant.log", 4, "first defined on line 2"},
       {"pre_start_use.log", 4, "name 'w' used before it is defined"},
-      {"version_too_new.trace", 1,
-       "trace format version 3 is newer than this build supports (2)"},
+      {"version_too_new.trace", 1, "trace format version 4 is newer than this build supports (3)"},
       {"version_zero.trace", 1, "trace format version 0"},
       {"header_not_first.log", 2, "DTR_TRACE header after the first line"},
   };
@@ -332,7 +331,7 @@ TEST_CASE("trace: write then read gives back the hand-written trace", "[core][tr
   std::string first_line, second_line;
   std::getline(buffer, first_line);
   std::getline(buffer, second_line);
-  CHECK(first_line == "{\"INSTRUCTION\":\"DTR_TRACE\",\"SOURCE\":\"good.log\",\"VERSION\":2}");
+  CHECK(first_line == "{\"INSTRUCTION\":\"DTR_TRACE\",\"SOURCE\":\"good.log\",\"VERSION\":3}");
   CHECK(second_line == "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}");
   CHECK(buffer.str().find("{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"4096\",\"NAME\":\"yv\"}\n"
                           "{\"ALIAS\":0,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"yv\"}\n") !=

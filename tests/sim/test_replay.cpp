@@ -314,3 +314,70 @@ TEST_CASE("REMAT_TIME prices a remat, TIME the program's own run (Note [Remat co
   CHECK(with.stats.model_compute_ns == 630);
   CHECK(with.compute_ns == 720);
 }
+
+TEST_CASE("PIN WHEN_MATERIAL pins where material, else when next material (trace format v3)",
+          "[sim][trace][pin]") {
+  // Note [Pins when material] in sim/replay.cpp. g (300 B) is made from the input x (1000
+  // B, pinned), which then dies; a and b leave no room for g under 2200 B, so it is evicted.
+  // The host then pins g where material and discards x. `write` adds the PIN a live host
+  // writes when an in-place op then reads g (Recording::write_pinned); c (1300 B) fits
+  // only once x is gone.
+  const auto trace_with = [](const std::string& pin, bool write) {
+    std::istringstream text(
+        "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
+        "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"x\"}\n"
+        "{\"ARGS\":[\"x\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"grad\",\"RESULT\":[\"g\"],\"TIME\":"
+        "1000}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"300\",\"NAME\":\"g\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"g\"}\n"
+        "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"x\"}\n"
+        "{\"ARGS\":[],\"INSTRUCTION\":\"CALL\",\"NAME\":\"a\",\"RESULT\":[\"a\"],\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"600\",\"NAME\":\"a\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\"}\n"
+        "{\"ARGS\":[\"a\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"b\",\"RESULT\":[\"b\"],\"TIME\":10}"
+        "\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"600\",\"NAME\":\"b\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"b\"}\n"
+        "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n" +
+        pin + "{\"INSTRUCTION\":\"DISCARD\",\"NAME\":\"x\"}\n" +
+        (write ? "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"g\"}\n" : "") +
+        "{\"ARGS\":[],\"INSTRUCTION\":\"CALL\",\"NAME\":\"c\",\"RESULT\":[\"c\"],\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1300\",\"NAME\":\"c\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"c\"}\n");
+    return read_trace(text, "pins.trace");
+  };
+  const std::string soft = "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"g\",\"WHEN_MATERIAL\":true}\n";
+  const std::string hard = "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"g\"}\n";
+  const Trace soft_write = trace_with(soft, true);
+  REQUIRE(soft_write.events[7].kind == TraceEventKind::pin_when_material);
+  REQUIRE(soft_write.events[9].kind == TraceEventKind::pin);
+
+  // Written and read back, the flag survives.
+  std::stringstream again;
+  write_trace(soft_write, again);
+  CHECK(again.str().find(soft) != std::string::npos);
+  CHECK(read_trace(again, "again.trace").events[7].kind == TraceEventKind::pin_when_material);
+
+  // The soft pin remakes nothing; x stays while g may need it, and c does not fit.
+  const ReplayResult waiting = run(trace_with(soft, false), "dtr_eq", "2200", 3);
+  CHECK(waiting.status_name == "oom");
+  CHECK(waiting.stats.num_remats == 0);
+  // The write refills g through x; then x is discarded and c fits.
+  const ReplayResult written = run(soft_write, "dtr_eq", "2200", 3);
+  CHECK(written.status_name == "ok");
+  CHECK(written.stats.num_remats == 1);
+  // A plain PIN remakes g at once.
+  const ReplayResult pinned = run(trace_with(hard, false), "dtr_eq", "2200", 3);
+  CHECK(pinned.status_name == "ok");
+  CHECK(pinned.stats.num_remats == 1);
+
+  // WHEN_MATERIAL is true or false, nothing else.
+  std::istringstream bad(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"x\",\"WHEN_MATERIAL\":\"yes\"}\n");
+  CHECK_THROWS_WITH(read_trace(bad, "bad.trace"), Catch::Contains("WHEN_MATERIAL"));
+}

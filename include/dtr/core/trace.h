@@ -36,6 +36,9 @@ enum class TraceEventKind : uint8_t {
   release,    // the external reference `dst` is dropped
   pin,        // the tensor `dst` must stay material from now on
   discard,    // the storage of `dst` is never read again: free it, pinned or not (format v2)
+  // PIN with WHEN_MATERIAL (format v3): pin `dst` now if its storage is material, else when
+  // it next is (Note [Pins when material] in sim/replay.cpp)
+  pin_when_material,
 };
 
 const char* trace_event_kind_name(TraceEventKind kind);
@@ -89,7 +92,7 @@ class TraceError : public std::runtime_error {
   uint32_t line_;
 };
 
-constexpr uint32_t kTraceFormatVersion = 2;
+constexpr uint32_t kTraceFormatVersion = 3;
 
 // Reads either format (detected from the first line). Events before the first
 // `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has none.
