@@ -2,7 +2,9 @@
 script's run with DTR_TRACE (no budget), and at each fraction of the live allocator-only
 peak runs the script live and replays the trace in dtr-sim at the same budget in bytes.
 Prints, per fraction, the overhead (1 + remat compute / model compute) and the peak of
-each, side by side:
+each, side by side. The replay runs twice: as DTR's simulator would (dtr_eq), and with
+dead_first:True, which is closer to what the live host does (Note [Dead storages in the
+replay] below):
 
     /usr/bin/python3 bench/torch_sim_vs_live.py [--fractions 0.7,0.6] -- script.py args...
 """
@@ -14,6 +16,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 from dtr import runs  # noqa: E402
+
+# Note [Dead storages in the replay]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The live host keeps a storage that only lineage holds (a remat's intermediates, a
+# temporary not yet found dead) as a free cache until memory is short, and make_room then
+# frees those before the policy evicts anything live (Note [Temporaries] in
+# integration/torch/lineage.cpp). The engine's dead_first option does the same in a replay
+# (Note [Dead storages first] in eviction/engine.cpp); simrd's default scores them with
+# the live storages, and being young they stay while older live ones go. On gradient
+# accumulation (patterns.py --pattern accumulate --steps 3) that decides the outcome: at
+# 0.9 of the peak the live runs' overhead was 1.085-1.725 (six runs); the default
+# replay's was 2.30-3.01 in seven traces, and an eighth ran out of memory (it evicts the
+# first micro-batch's gradients, each made again through that micro-batch's forward and
+# backward passes); the dead_first replay's was 1.077-1.165 (five traces). See
+# docs/pytorch.md, "Simulator against the live run".
 
 
 def main():
@@ -35,12 +52,14 @@ def main():
         print(f"{path.name}: live baseline peak {free.peak_bytes / 2**20:.1f} MiB; trace of "
               f"{traced.report['dtr.num_ops']} ops")
         print("| budget | live overhead | sim overhead | live peak | sim peak | live evictions |"
-              " sim evictions | sim status |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+              " sim evictions | sim status | sim, dead_first: overhead, status |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for fraction in map(float, args.fractions.split(",")):
             live = runs.run(path, script[1:], conf=f"budget:{int(free.peak_bytes * fraction)}")
             sim = runs.simulate(args.sim, trace, "dtr_eq", free.peak_bytes * fraction)
-            if sim is None:
+            dead_first = runs.simulate(args.sim, trace, "dtr_eq", free.peak_bytes * fraction,
+                                       conf="dead_first:True")
+            if sim is None or dead_first is None:
                 runs.fail(f"dtr-sim failed on {trace} at {fraction}")
             if live.returncode:
                 live_cells = ["failed", "-", "-"]
@@ -51,7 +70,8 @@ def main():
                               str(r["dtr.num_evictions"])]
             print(f"| {fraction} | {live_cells[0]} | {sim['overhead']:.3f} | {live_cells[1]} | "
                   f"{sim['peak_bytes'] / 2**20:.1f} MiB | {live_cells[2]} | "
-                  f"{sim['evictions']} | {sim['status']} |")
+                  f"{sim['evictions']} | {sim['status']} | "
+                  f"{dead_first['overhead']:.3f}, {dead_first['status']} |")
 
 
 if __name__ == "__main__":

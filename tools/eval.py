@@ -99,13 +99,13 @@ def step_time(run):
     return runs.median(times[1:] if len(times) > 1 else times)
 
 
-def simulate(sim, trace, policies, budgets):
+def simulate(sim, trace, policies, budgets, conf=""):
     """dtr-sim's replay of the trace per (policy, budget bytes): the live run's own budgets,
-    in bytes (Note [Same budget in bytes]; runs.simulate)."""
+    in bytes (Note [Same budget in bytes]; runs.simulate), with DTR_CONF `conf`."""
     out = {}
     for policy in policies:
         for fraction, budget in budgets:
-            result = runs.simulate(sim, trace, policy, budget)
+            result = runs.simulate(sim, trace, policy, budget, conf=conf)
             if result is not None:
                 out[(policy, fraction)] = result
     return out
@@ -156,7 +156,8 @@ def evaluate(name, config, tools, tmp, progress):
     peak = base.peak_bytes
     plain_step = runs.median([step_time(r) for r in plains])
     base_step = runs.median([step_time(r) for r in bases])
-    sim = simulate(tools["sim"], trace, policies, [(f, int(peak * f)) for f in fractions])
+    sim = simulate(tools["sim"], trace, policies, [(f, int(peak * f)) for f in fractions],
+                   config["sim_conf"])
     static, static_note = best_static(tools["plan"], trace, fractions,
                                       Path(tmp) / f"{name}-plan.csv", config["time_limit"])
     progress.step(f"{name}: simulated")
@@ -276,7 +277,9 @@ def write_markdown(path, models, config, minutes, command):
            "configuration ran once (median step time over the steps after the first); the plain "
            "and allocator-only references ran 3 times each, interleaved (median). Step times "
            "on this shared 2-core machine vary by tens of percent between runs, so single "
-           "step-time ratios are rough; the compute overheads are not affected.", "",
+           "step-time ratios are rough; the compute overheads are not affected."
+           + (f" The replays ran with `DTR_CONF={config['sim_conf']}`." if config["sim_conf"]
+              else ""), "",
            "## Headline", "", *headline(models, config), "",
            "## Models", "",
            "| model | script | baseline peak | plain step | allocator-only step | trace ops | "
@@ -361,8 +364,13 @@ def main():
     parser.add_argument("--time-limit", type=float, default=20,
                         help="dtr-plan's solver limit per method and budget, seconds")
     parser.add_argument("--bin", default=str(ROOT / "build" / "bin"))
+    parser.add_argument("--sim-conf", default="",
+                        help="DTR_CONF for dtr-sim's replays, e.g. dead_first:True, closer to "
+                        "the live host (Note [Dead storages in the replay] in "
+                        "bench/torch_sim_vs_live.py)")
     args = parser.parse_args()
-    config = dict(QUICK if args.quick else FULL, time_limit=args.time_limit)
+    config = dict(QUICK if args.quick else FULL, time_limit=args.time_limit,
+                  sim_conf=args.sim_conf)
     if args.models:
         config["models"] = args.models.split(",")
     if args.policies:
@@ -390,6 +398,8 @@ def main():
         write_csv(out / "results" / "results.csv", models)
         write_plot(tools["sim"], out / "results" / "overhead.svg", models, tmp)
     command = "make eval-quick" if args.quick else "make eval"
+    if args.sim_conf:
+        command = f"tools/eval.py{' --quick' if args.quick else ''} --sim-conf {args.sim_conf}"
     write_markdown(out / "results.md", models, config, (time.monotonic() - start) / 60, command)
     print("\n".join(headline(models, config)))
     print(f"wrote {out / 'results.md'}, {out / 'results' / 'results.csv'} and "

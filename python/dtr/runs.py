@@ -74,15 +74,17 @@ def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/py
     return Run(proc.returncode, wall, stdout.splitlines(), report, stderr, usage.ru_maxrss)
 
 
-def simulate(sim, trace, policy, budget_bytes):
+def simulate(sim, trace, policy, budget_bytes, conf=""):
     """dtr-sim's replay of `trace` under `policy` at a live run's budget in bytes: byte
     accounting (`--allocator none`), like the live budget, which caps allocated bytes only
     (tools/eval.py: Note [Same budget in bytes]); coop scores address windows and needs the
-    fake device, so it replays through it. dtr-sim's --json result, or None if it failed."""
+    fake device, so it replays through it. `conf`: a DTR_CONF for dtr-sim (other options,
+    such as dead_first:True). dtr-sim's --json result, or None if it failed."""
     memory = "fake" if policy == "coop" else "none"
+    env = dict(os.environ, DTR_CONF=conf) if conf else None
     proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
                            "--budget", str(int(budget_bytes)), "--json", "--max-overhead", "0",
-                           "--allocator", memory], capture_output=True, text=True)
+                           "--allocator", memory], capture_output=True, text=True, env=env)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
 
 
