@@ -166,8 +166,8 @@ std::string base_name(const std::string& path) {
 // lineage the host was cutting (for an accumulated gradient, the earlier micro-batches'
 // forward and backward passes). So, as the live host does, the replay pins such a storage
 // now if it is material, and else when it next is. Until then the DISCARDs of what its
-// rematerialization may go through wait (its parents, through unpinned ones, as
-// Lineage::mark_needed marks them), and are done once no waiting pin reaches them.
+// rematerialization may go through wait (Engine::walk_needed_parents, the walk the torch
+// host's collector makes), and are done once no waiting pin reaches them.
 // What refills it is the next in-place write. The traced run had pinned it and so did not
 // record that write (Note [Mutation]); the trace has a plain PIN there instead
 // (Recording::write_pinned), since the write reads the old value: a live run under a
@@ -251,18 +251,11 @@ class PinsWhenMaterial {
     std::vector<char> mark(engine_.num_storages(), 0);
     std::vector<StorageId> stack(waiting_.begin(), waiting_.end());
     for (StorageId s : stack) mark[s] = 1;
-    while (!stack.empty()) {
-      const StorageId s = stack.back();
-      stack.pop_back();
-      for (TensorId t : engine_.storage_tensors(s)) {
-        for (TensorId p : engine_.op_inputs(engine_.op_of(t))) {
-          const StorageId ps = engine_.storage_of(p);
-          if (mark[ps]) continue;
-          mark[ps] = 1;
-          if (!engine_.is_pinned(ps)) stack.push_back(ps);
-        }
-      }
-    }
+    engine_.walk_needed_parents(stack, [&](StorageId s) {
+      if (mark[s]) return false;
+      mark[s] = 1;
+      return true;
+    });
     return mark;
   }
 

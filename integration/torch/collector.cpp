@@ -71,25 +71,17 @@ void Lineage::scan_for_dead(size_t newest) {
 // live unpinned storages themselves, and their parents through unpinned parents.
 uint32_t Lineage::mark_needed() {
   const uint32_t needed_mark = begin_marks();
-  auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };
   std::vector<StorageId> stack;
   for (StorageId s : alive_) {
     if (storages_[s].dead || engine_->is_pinned(s)) continue;
     marks_[s] = needed_mark;
     stack.push_back(s);
   }
-  while (!stack.empty()) {
-    const StorageId s = stack.back();
-    stack.pop_back();
-    for (TensorId t : engine_->storage_tensors(s)) {
-      for (TensorId p : engine_->op_inputs(engine_->op_of(t))) {
-        const StorageId ps = engine_->storage_of(p);
-        if (needed(ps)) continue;
-        marks_[ps] = needed_mark;
-        if (!engine_->is_pinned(ps)) stack.push_back(ps);
-      }
-    }
-  }
+  engine_->walk_needed_parents(stack, [&](StorageId s) {
+    if (marks_[s] == needed_mark) return false;
+    marks_[s] = needed_mark;
+    return true;
+  });
   return needed_mark;
 }
 

@@ -9,13 +9,12 @@
 // the optimizer step) a PIN, a pin made only where the storage is material (Note [Dead
 // constants] in lineage.cpp) a PIN with WHEN_MATERIAL (format v3), and a storage the
 // collector discarded (nothing can read it again; pinned storages are freed only this
-// way) a DISCARD (format v2). `dtr-sim run
-// --trace path` replays it under any policy and budget. A RELEASE is written when the
-// collector finds the storage dead; while tracing it looks before every op (not every 64
-// ops), so the release comes before the next op allocates, as memory would come back
-// without lineage (the snapshots of recorded ops keep a dead storage's memory until the
-// collector sees it). Not in the trace: memory outside the engine (an op's workspace and
-// reorders, tensors made with recording off).
+// way) a DISCARD (format v2). `dtr-sim run --trace path` replays it under any policy and
+// budget. A RELEASE is written when the collector finds the storage dead; while tracing it
+// looks before every op (not every 64 ops), so the release comes before the next op
+// allocates, as memory would come back without lineage (the snapshots of recorded ops
+// keep a dead storage's memory until the collector sees it). Not in the trace: memory
+// outside the engine (an op's workspace and reorders, tensors made with recording off).
 //
 // Note [Live timeline]
 // ~~~~~~~~~~~~~~~~~~~~

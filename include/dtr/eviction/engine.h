@@ -216,6 +216,24 @@ class Engine {
   // Compute of the evicted storages reachable from `s` through evicted storages, along
   // children (forward) or parents (backward). Needs kFeatureNeighborhood.
   uint64_t evicted_neighborhood_compute(StorageId s, bool forward) const;
+  // What rematerializing the storages on `stack` may go through: their parents, and the
+  // parents of those through unpinned ones (a pinned storage is never recomputed). `mark(s)`
+  // marks s and says whether it was unmarked; the caller marks the roots. Empties `stack`.
+  // A host's collector finds so what lineage still needs (the torch host's mark_needed, the
+  // replay's Note [Pins when material]).
+  template <typename Mark>
+  void walk_needed_parents(std::vector<StorageId>& stack, Mark&& mark) const {
+    while (!stack.empty()) {
+      const StorageId s = stack.back();
+      stack.pop_back();
+      for (TensorId t : storages_[s].tensors) {
+        for (TensorId p : ops_[tensors_[t].op].inputs) {
+          const StorageId ps = tensors_[p].storage;
+          if (mark(ps) && !storages_[ps].pinned) stack.push_back(ps);
+        }
+      }
+    }
+  }
   // s's compute plus the compute of every distinct eq class among s's evicted neighbours.
   // Needs kFeatureEqClasses.
   uint64_t eq_class_cost(StorageId s) const;
