@@ -28,11 +28,44 @@ void Lineage::release_storage(StorageId s) {
   ++deaths_;
   // Note [Discards in a trace] (lineage.cpp): a full collect follows while tracing.
   if (engine_->is_pinned(s)) pinned_dead_bytes_ += engine_->storage_size(s);
+  const bool traced = storages_[s].death_traced;  // Note [Tracing under a budget]
   for (TensorId t : engine_->storage_tensors(s)) {
     while (engine_->external_refs(t) > 0) {
-      recording_->release(t);
+      if (!traced) recording_->release(t);
       engine_->release(t);
     }
+  }
+}
+
+// Whether the program holds `s` no more: only our snapshots do (or nothing). A locked
+// unpinned storage is an input of an op running now or of a remat in progress.
+bool Lineage::found_dead(StorageId s) const {
+  const StorageRec& rec = storages_[s];
+  return !(engine_->is_locked(s) && !engine_->is_pinned(s)) &&
+         rec.impl.use_count() <= rec.snapshot_refs;
+}
+
+// Note [Tracing under a budget]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// While tracing, the deaths go into the trace before the next op (Note [Recording a
+// trace] in recording.cpp). With no budget the scan that finds them also releases them:
+// nothing is evicted, so when the engine learns of a death changes nothing but the peak.
+// Under a budget it changes the run: a dead storage not yet found stays material, a free
+// parent for the next op's remats, until an eviction request or the scan every
+// kOpsBetweenDeadScans ops finds it (Note [Temporaries]). Released before every op, it was
+// evicted at once, so remats went further back: gradient accumulation
+// (tests/torch/scripts/patterns.py) ran out of memory at 0.8 of its peak in 3 traced runs
+// of 3, where untraced runs train at 0.75. So under a budget this scan only writes the
+// deaths it finds into the trace and marks them; the collector releases them at the usual
+// times and writes nothing more for them. The trace says when the program let go, the run
+// is the one it would be untraced.
+void Lineage::trace_deaths() {
+  for (StorageId s : alive_) {
+    StorageRec& rec = storages_[s];
+    if (rec.dead || rec.death_traced || !found_dead(s)) continue;
+    rec.death_traced = true;
+    for (TensorId t : engine_->storage_tensors(s))
+      for (uint32_t k = engine_->external_refs(t); k > 0; --k) recording_->release(t);
   }
 }
 
@@ -54,11 +87,8 @@ void Lineage::scan_for_dead(size_t newest) {
   size_t kept = first;
   for (size_t i = first; i < alive_.size(); ++i) {
     const StorageId s = alive_[i];
-    StorageRec& rec = storages_[s];
-    if (rec.dead) continue;
-    // A locked storage is an input of an op running now (or of a remat in progress).
-    if (!(engine_->is_locked(s) && !engine_->is_pinned(s)) &&
-        rec.impl.use_count() <= rec.snapshot_refs) {
+    if (storages_[s].dead) continue;
+    if (found_dead(s)) {
       release_storage(s);
       continue;
     }

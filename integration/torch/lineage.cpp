@@ -145,9 +145,10 @@ namespace {
 constexpr uint32_t kMaxVersions = 8;  // Note [Mutation]
 constexpr uint64_t kMinOpsBetweenCollects = 1024;  // full collects: Note [Collecting dead lineage]
 // Dead scans of all live storages: every 64 ops under a budget (with none, the scans of
-// Note [Temporaries] take their place), and before every op while a trace is recorded, so
-// that the trace's RELEASE of a dead storage comes before the next op allocates, as the
-// memory would come back without lineage (Note [Recording a trace] in recording.cpp).
+// Note [Temporaries] take their place), and before every op while a trace is recorded with
+// no budget, so that the trace's RELEASE of a dead storage comes before the next op
+// allocates, as the memory would come back without lineage (Note [Recording a trace] in
+// recording.cpp; under a budget, Note [Tracing under a budget] in collector.cpp).
 constexpr uint64_t kOpsBetweenDeadScans = 64;
 // Note [Discards in a trace]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -159,9 +160,11 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // until its DISCARD: on the LSTM script the step-1 logits (15.6 MiB, pinned at the
 // optimizer step) died early in step 2 and were DISCARDed 4500 events later, after step 2's
 // backward, so every replayed policy ran out of memory at 0.6-0.7 of the baseline peak
-// where the live run trains at 0.6. So while tracing, a full collect runs before the next
-// op once pinned storages of kMinEvictableBytes or more have died since the last one
-// (batched: the small pinned storages of Note [Small storages] die all the time).
+// where the live run trains at 0.6. So while tracing with no budget, a full collect runs
+// before the next op once pinned storages of kMinEvictableBytes or more have died since the
+// last one (batched: the small pinned storages of Note [Small storages] die all the time).
+// Under a budget the collects come at the eviction requests, as untraced (Note [Tracing
+// under a budget] in collector.cpp).
 
 // Note [Temporaries]
 // ~~~~~~~~~~~~~~~~~~
@@ -467,8 +470,11 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
   // Tracing: what died since the last op is released before this op allocates, as its
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
-  // discarded as soon as lineage lets it go (Note [Discards in a trace]).
-  if (tracing_) {
+  // discarded as soon as lineage lets it go (Note [Discards in a trace]). Under a budget
+  // the deaths only go into the trace (Note [Tracing under a budget] in collector.cpp).
+  if (tracing_ && !scan_newest_.load(std::memory_order_relaxed)) {
+    trace_deaths();
+  } else if (tracing_) {
     scan_for_dead();
     if (pinned_dead_bytes_ >= kMinEvictableBytes) collect(/*full=*/true);
   }
@@ -624,7 +630,10 @@ void Lineage::pin_live_descendants(StorageId root) {
     for_each_unpinned_child(s, [&](StorageId cs) {
       if (marks_[cs] == seen_mark) return;
       marks_[cs] = seen_mark;
-      if (!storages_[cs].dead) to_pin.push_back(storages_[cs].current);
+      // One the program let go but no scan has found yet is dead too: pinning it would
+      // refill what the collect below discards, and a trace has its RELEASE already
+      // (Note [Tracing under a budget] in collector.cpp).
+      if (!storages_[cs].dead && !found_dead(cs)) to_pin.push_back(storages_[cs].current);
       stack.push_back(cs);
     });
   }

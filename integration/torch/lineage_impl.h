@@ -198,6 +198,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     std::vector<std::pair<OpId, uint32_t>> readers;  // (op, input index) snapshots
     bool dead = false;            // unreachable from the program: refs released
     bool discarded = false;       // Note [Collecting dead lineage]; also once retired
+    bool death_traced = false;    // its RELEASEs are in the trace: Note [Tracing under a budget]
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -237,6 +238,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint32_t begin_marks();
   bool is_ours(const c10::StorageImpl& impl) const;
   void release_storage(StorageId s);
+  bool found_dead(StorageId s) const;
+  void trace_deaths();
   void drop_lineage(OpId op);
   void set_block_owner(StorageId s);
   void reuse_retired_ids();

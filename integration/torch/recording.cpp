@@ -13,7 +13,9 @@
 // budget. A RELEASE is written when the collector finds the storage dead; while tracing it
 // looks before every op (not every 64 ops), so the release comes before the next op
 // allocates, as memory would come back without lineage (the snapshots of recorded ops
-// keep a dead storage's memory until the collector sees it). Not in the trace: memory
+// keep a dead storage's memory until the collector sees it). Under a budget that look
+// only writes the RELEASE, and the run goes on as untraced (Note [Tracing under a budget]
+// in collector.cpp). Not in the trace: memory
 // outside the engine (an op's workspace and reorders, tensors made with recording off).
 //
 // Note [Live timeline]
