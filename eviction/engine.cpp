@@ -59,6 +59,22 @@
 // since the last eviction brought back, since each eviction takes from them first. Numbers:
 // docs/simulator.md, "Dead storages first".
 //
+// Note [Lazy release]
+// ~~~~~~~~~~~~~~~~~~~~
+// simrd evicts a storage the moment its last reference goes. The PyTorch host cannot:
+// PyTorch does not say when a tensor dies, so the host finds deaths by scanning, at every
+// eviction request and every 64 ops (Note [Temporaries] in integration/torch/lineage.cpp).
+// Until then a dead storage stays material, and the next op's remats read it as a parent
+// rather than recompute it. On gradient accumulation (tests/torch/scripts/patterns.py, 4
+// micro-batches) that decides feasibility: replays of traces recorded with no budget ran
+// out of memory at 0.8 of the peak with every setting tried, where the live run trains at
+// 0.75. With option `lazy_release` a replay models the host: a storage whose last reference
+// is released stays material (and in dead_pool_, for `dead_first`) until the next eviction
+// request, which evicts all such storages at once, as the host's collect does, before it
+// asks the policy for victims. The host itself ignores the option: its scans already do
+// this, and with no budget nothing would ever free the storages. Off by default
+// (Note [Faithful to simrd]); docs/simulator.md, "Lazy release", has the numbers.
+//
 // Note [Tie-breaking]
 // ~~~~~~~~~~~~~~~~~~~
 // simrd keeps the pool as a Python list (appended when a storage becomes evictable) and
@@ -246,6 +262,7 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
     srec.tensors.push_back(t);
     ++srec.ext_refs;
     dead_pool_remove(s);  // referenced again (an alias output): Note [Dead storages first]
+    srec.lazily_released = false;
     rec.outputs.push_back(t);
     outputs.push_back(t);
   }
@@ -582,7 +599,16 @@ void Engine::release(TensorId t) {
   // lineage stays, in case a live descendant must be rematerialized through it.
   if (srec.ext_refs == 0 && srec.material && !srec.pinned) {
     DTR_CHECK(srec.locks == 0, "a dead storage is locked");
-    evict(trec.storage, /*eager=*/true);  // so it never enters dead_pool_ from here
+    if (config_.lazy_release) {  // Note [Lazy release]
+      srec.lazily_released = true;
+      lazy_released_.push_back(trec.storage);
+      if (srec.dead_index < 0) {  // Note [Dead storages first]
+        srec.dead_index = static_cast<int32_t>(dead_pool_.size());
+        dead_pool_.push_back(trec.storage);
+      }
+    } else {
+      evict(trec.storage, /*eager=*/true);  // so it never enters dead_pool_ from here
+    }
   } else if (srec.ext_refs == 0 && srec.discarded) {
     try_retire(trec.storage);
   }
@@ -603,6 +629,7 @@ Status Engine::pin(TensorId t) {
   if (!srec.pinned) {
     lock(tensors_[t].storage);
     srec.pinned = true;
+    srec.lazily_released = false;  // Note [Lazy release]: freed only by a discard now
     stats_.pinned_current += srec.size_bytes;
   }
   return status;
@@ -615,6 +642,7 @@ void Engine::evict(StorageId s, bool eager) {
   DTR_ASSERT(rec.material && rec.locks == 0 && !rec.pinned, "cannot evict this storage");
   pool_remove(s);
   rec.material = false;
+  rec.lazily_released = false;
   live_bytes_ -= rec.size_bytes;
   stats_.allocated_current = live_bytes_;
   stats_.freed_total += rec.size_bytes;
@@ -646,8 +674,28 @@ OomInfo Engine::oom_info(uint64_t requested) const {
   return info;
 }
 
+// Note [Lazy release]: what died since the last eviction request goes first, all of it.
+// A storage locked as a remat's parent stays for the next request. Returns block bytes.
+uint64_t Engine::evict_lazily_released() {
+  uint64_t freed = 0;
+  size_t kept = 0;
+  for (StorageId s : lazy_released_) {
+    StorageRec& rec = storages_[s];
+    if (!rec.lazily_released) continue;  // evicted, pinned or referenced since
+    if (rec.locks > 0) {
+      lazy_released_[kept++] = s;
+      continue;
+    }
+    freed += round_block_size(rec.size_bytes);
+    evict(s, /*eager=*/true);
+  }
+  lazy_released_.resize(kept);
+  return freed;
+}
+
 Status Engine::make_room(uint64_t bytes) {
   if (memory_.allocator) return Status::success();  // Note [Budget owner]
+  if (live_bytes_ + bytes > config_.budget_bytes) evict_lazily_released();
   while (live_bytes_ + bytes > config_.budget_bytes) {
     if (pool_.empty() || bytes > config_.budget_bytes) {
       ++stats_.num_ooms;
@@ -679,9 +727,10 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
   if (contiguous) ++stats_.contiguous_requests;
   if (budget != kUnlimitedBytes && allocated < budget)
     stats_.fragmentation_free_bytes += budget - allocated;
-  if (pool_.empty()) return 0;
+  uint64_t freed = evict_lazily_released();  // Note [Lazy release]
+  if (freed > 0 && (contiguous || freed >= bytes_needed)) return freed;
+  if (pool_.empty()) return freed;
 
-  uint64_t freed = 0;
   auto evict_one = [&](StorageId s) {
     freed += round_block_size(storages_[s].size_bytes);
     evict(s, /*eager=*/false);
@@ -1080,6 +1129,9 @@ bool Engine::is_valid(std::string* why) const {
     if (rec.dead_index >= 0 && (static_cast<size_t>(rec.dead_index) >= dead_pool_.size() ||
                                 dead_pool_[rec.dead_index] != s))
       return fail("storage " + std::to_string(s) + " dead pool index is stale");
+    // Note [Lazy release]
+    if (rec.lazily_released && (!rec.material || rec.pinned || rec.ext_refs > 0))
+      return fail("storage " + std::to_string(s) + " lazily released but not dead and evictable");
     if (rec.pinned && rec.locks == 0) return fail("pinned storage without its lock");
     if (!rec.material && rec.locks != 0) return fail("evicted storage is locked");
     uint32_t refs = 0;

@@ -135,6 +135,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.search = parse_search_mode(config.search);
   o.sample = config.sample;
   o.dead_first = config.dead_first;
+  o.lazy_release = config.lazy_release;
   o.seed = config.seed;
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
@@ -378,6 +379,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.search = options.search;
   config.sample_size = options.sample;
   config.dead_first = options.dead_first;
+  config.lazy_release = options.lazy_release;
   config.seed = options.seed;
   config.debug = options.debug;
   if (options.max_overhead > 0) {

@@ -31,10 +31,12 @@ struct Fixture {
   RecordingHooks hooks;
   std::unique_ptr<Engine> engine;
 
-  explicit Fixture(uint64_t budget, const std::string& policy = "dtr_eq", bool dead_first = true) {
+  explicit Fixture(uint64_t budget, const std::string& policy = "dtr_eq", bool dead_first = true,
+                   bool lazy_release = false) {
     EngineConfig config;
     config.budget_bytes = budget;
     config.dead_first = dead_first;
+    config.lazy_release = lazy_release;
     config.debug = 3;
     engine = std::make_unique<Engine>(config, builtin_heuristics().make(policy, {}), clock, &hooks);
     hooks.engine = engine.get();
@@ -142,6 +144,39 @@ TEST_CASE("a rematerialized dead intermediate is evicted before live storages", 
     // stays and a live storage goes (LRU: b, whose remat did not refresh its access time).
     CHECK(f.engine->is_defined(m) == !dead_first);
     CHECK((f.engine->is_defined(b) && f.engine->is_defined(x)) == dead_first);
+  }
+}
+
+TEST_CASE("lazy_release keeps a dead storage until the next eviction request", "[eviction]") {
+  // Note [Lazy release]: m dies while b, computed from it, is evicted. Kept material (as
+  // the PyTorch host keeps what its scans have not found), m serves b's remat as a parent;
+  // the next eviction request evicts it first, whatever the policy would choose.
+  for (const bool lazy : {true, false}) {
+    CAPTURE(lazy);
+    Fixture f(1000, "size", /*dead_first=*/false, lazy);
+    const TensorId a = f.op(1, {}, 100);
+    REQUIRE(f.engine->pin(a).ok());
+    const TensorId m = f.op(3, {a}, 200);
+    const TensorId b = f.op(5, {m}, 500);
+    const TensorId x = f.op(1, {}, 100);
+    REQUIRE(f.engine->make_room(f.engine->budget_bytes() - f.engine->live_bytes() + 400).ok());
+    REQUIRE(!f.engine->is_defined(b));  // the largest
+    f.engine->release(m);
+    CHECK(f.engine->is_defined(m) == lazy);
+    CHECK(f.engine->stats().num_eager_evictions == (lazy ? 0 : 1));
+    REQUIRE(f.engine->materialize(b).ok());
+    CHECK(f.engine->stats().num_remats == (lazy ? 1 : 2));  // b alone, or m then b
+    // Room for 150 more: the lazily released m goes (eagerly) before the policy is asked.
+    f.engine->release(b);  // b is dead too now, and so is it kept
+    CHECK(f.engine->is_defined(b) == lazy);
+    const uint64_t evictions = f.engine->stats().num_evictions;
+    REQUIRE(f.engine->make_room(f.engine->budget_bytes() - f.engine->live_bytes() + 150).ok());
+    CHECK(!f.engine->is_defined(m));
+    CHECK(!f.engine->is_defined(b));
+    CHECK(f.engine->is_defined(x));
+    // Lazy: all eager, nothing chosen. simrd: b went at its release, and m, brought back
+    // by b's remat, is the policy's choice.
+    CHECK(f.engine->stats().num_evictions == evictions + (lazy ? 0 : 1));
   }
 }
 

@@ -49,6 +49,10 @@ struct Budget {
     "evict storages only lineage still holds (rematerialized intermediates) before live ones "     \
     "(Note [Dead storages first]: better on chains, worse on densenet); False = as DTR's "         \
     "simulator (simrd) does")                                                                      \
+  X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
+    "simulator: keep a storage whose last reference goes until the next eviction request, "        \
+    "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \
+    "ignores it")                                                                                  \
   X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \

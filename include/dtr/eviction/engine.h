@@ -65,6 +65,7 @@ struct EngineConfig {
   SearchMode search = SearchMode::full;
   uint32_t sample_size = 0;  // 0: ceil(sqrt(pool size))
   bool dead_first = false;   // Note [Dead storages first] in eviction/engine.cpp
+  bool lazy_release = false;  // Note [Lazy release] in eviction/engine.cpp
   uint64_t seed = 0;
   uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
   uint32_t debug = 0;         // 3: check invariants after every operation
@@ -260,6 +261,7 @@ class Engine {
     bool pinned = false;
     bool discarded = false;  // Engine::discard: Note [Children of discarded storages]
     bool retired = false;    // Note [Retiring]
+    bool lazily_released = false;   // dead, material, in lazy_released_: Note [Lazy release]
     void* memory = nullptr;         // the allocator block, when the engine allocates
     std::vector<TensorId> tensors;  // root first, then aliases
   };
@@ -310,6 +312,7 @@ class Engine {
   TensorId new_tensor();
   StorageId new_storage();
   void dead_pool_remove(StorageId s);
+  uint64_t evict_lazily_released();
   void try_retire(StorageId s);
   bool retirable(OpId op) const;
   void retire_op(OpId op);
@@ -338,6 +341,7 @@ class Engine {
   std::vector<OpRec> ops_;
   std::vector<StorageId> pool_;
   std::vector<StorageId> dead_pool_;  // the pool's storages with no external reference
+  std::vector<StorageId> lazy_released_;  // Note [Lazy release]; entries may be stale
   uint64_t pool_bytes_ = 0;
   uint64_t pool_seq_next_ = 0;
   uint64_t live_bytes_ = 0;
