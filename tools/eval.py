@@ -365,8 +365,8 @@ def main():
                         help="dtr-plan's solver limit per method and budget, seconds")
     parser.add_argument("--bin", default=str(ROOT / "build" / "bin"))
     parser.add_argument("--sim-conf", default="",
-                        help="DTR_CONF for dtr-sim's replays, e.g. dead_first:True, closer to "
-                        "the live host (Note [Dead storages in the replay] in "
+                        help="DTR_CONF for dtr-sim's replays, e.g. lazy_release:True, closer "
+                        "to the live host (Note [Dead storages in the replay] in "
                         "bench/torch_sim_vs_live.py)")
     args = parser.parse_args()
     config = dict(QUICK if args.quick else FULL, time_limit=args.time_limit,

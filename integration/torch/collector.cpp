@@ -123,6 +123,7 @@ void Lineage::collect(bool full) {
   full_collect_ops_ = ops_recorded_;
   full_collect_deaths_ = deaths_;
   pinned_dead_bytes_ = 0;
+  versions_since_collect_ = 0;
   ops_since_collect_ = 0;
   uint32_t needed_mark = mark_needed();
   if (cut_at_dead_constants(needed_mark)) needed_mark = mark_needed();  // Note [Dead constants]

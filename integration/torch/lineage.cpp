@@ -163,6 +163,14 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // where the live run trains at 0.6. So while tracing with no budget, a full collect runs
 // before the next op once pinned storages of kMinEvictableBytes or more have died since the
 // last one (batched: the small pinned storages of Note [Small storages] die all the time).
+// The same goes for the cut of Note [Dead constants]: under a budget a full collect comes
+// before every eviction, so a gradient written in place while a dead constant is held is
+// pinned before anything could evict it. With no budget the cut waited for the next pinned
+// death, a micro-batch later: the trace of 4 micro-batches (patterns.py) had step 1's soft
+// pins at op 101 where a run under 0.8 of its peak made them at ops 72-101, as each
+// gradient was written, and its replays at 0.8 ran out of memory. So while tracing with no
+// budget, a full collect also runs before the next op once an op wrote a new version
+// (Note [Mutation]) while the last full collect found a dead constant still needed.
 // Under a budget the collects come at the eviction requests, as untraced (Note [Tracing
 // under a budget] in collector.cpp).
 
@@ -476,7 +484,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     trace_deaths();
   } else if (tracing_) {
     scan_for_dead();
-    if (pinned_dead_bytes_ >= kMinEvictableBytes) collect(/*full=*/true);
+    if (pinned_dead_bytes_ >= kMinEvictableBytes ||
+        (holds_dead_constants_ && versions_since_collect_ > 0))
+      collect(/*full=*/true);
   }
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs
@@ -684,6 +694,7 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
         engine_->storage_size(s) >= kMinEvictableBytes)
       stack.push_back(s);
   }
+  holds_dead_constants_ = !stack.empty();
   if (stack.empty()) return false;
   // The walk's marks replace the caller's; each visited storage's is put back after.
   const uint32_t seen_mark = begin_marks();
@@ -877,6 +888,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
           const StorageId old = engine_->storage_of(pending.inputs[pending.target]);
           storages_[old].current = outputs[0];
           ++storages_[old].versions;
+          ++versions_since_collect_;  // Note [Discards in a trace]
         }
       } else {
         for (size_t i = 0; i < outputs.size(); ++i) {

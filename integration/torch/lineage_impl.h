@@ -255,6 +255,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t deaths_ = 0;                      // storages found dead so far
   uint64_t full_collect_deaths_ = UINT64_MAX;
   uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
+  // Note [Discards in a trace]: new versions recorded since the last full collect, and
+  // whether that collect's cut (Note [Dead constants]) found a dead constant still needed.
+  uint64_t versions_since_collect_ = 0;
+  bool holds_dead_constants_ = false;
   SteadyClock clock_;
   std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks

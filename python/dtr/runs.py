@@ -79,7 +79,7 @@ def simulate(sim, trace, policy, budget_bytes, conf=""):
     accounting (`--allocator none`), like the live budget, which caps allocated bytes only
     (tools/eval.py: Note [Same budget in bytes]); coop scores address windows and needs the
     fake device, so it replays through it. `conf`: a DTR_CONF for dtr-sim (other options,
-    such as dead_first:True). dtr-sim's --json result, or None if it failed."""
+    such as lazy_release:True). dtr-sim's --json result, or None if it failed."""
     memory = "fake" if policy == "coop" else "none"
     env = dict(os.environ, DTR_CONF=conf) if conf else None
     proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
