@@ -315,6 +315,48 @@ TEST_CASE("REMAT_TIME prices a remat, TIME the program's own run (Note [Remat co
   CHECK(with.compute_ns == 720);
 }
 
+TEST_CASE("lazy_release keeps a released storage for the next remat (Note [Lazy release])",
+          "[sim][lazy]") {
+  // a (1 unit) -> m (1) -> b (4) fill the budget of 6 units, and c (1) evicts b (policy
+  // `size`). The program drops c, a and m; then d reads b. simrd evicted a and m at their
+  // release, so b's remat remakes a and m first; lazy_release kept them, so it remakes b
+  // alone, and d's room comes from a and m, evicted unchosen at that eviction request.
+  // Through the caching allocator (fake device) as with byte counting: a unit is 16 MiB,
+  // above the 10 MiB from which PyTorch's allocator (and ours) makes exact-size segments.
+  const uint64_t unit = 16ull << 20;
+  const auto call = [&](const std::string& name, const std::string& args, int units, int ns) {
+    return "{\"ARGS\":[" + args + "],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
+           "\",\"RESULT\":[\"" + name + "\"],\"TIME\":" + std::to_string(ns) +
+           "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(units * unit) +
+           "\",\"NAME\":\"" + name + "\"}\n{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" +
+           name + "\"}\n";
+  };
+  std::istringstream text("{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n" +
+                          call("a", "", 1, 100) + call("m", "\"a\"", 1, 100) +
+                          call("b", "\"m\"", 4, 1) + call("c", "", 1, 100) +
+                          "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"c\"}\n"
+                          "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n"
+                          "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"m\"}\n" +
+                          call("d", "\"b\"", 1, 1));
+  const Trace trace = read_trace(text, "lazy.trace");
+  for (const auto memory : {ReplayOptions::Memory::none, ReplayOptions::Memory::fake}) {
+    for (const bool lazy : {false, true}) {
+      CAPTURE(memory == ReplayOptions::Memory::fake, lazy);
+      ReplayOptions o;
+      o.memory = memory;
+      o.policy = "size";
+      o.budget = Budget::parse(std::to_string(6 * unit));
+      o.lazy_release = lazy;
+      o.debug = 3;
+      const ReplayResult r = replay(trace, compute_baseline(trace), o);
+      REQUIRE(r.status_name == "ok");
+      CHECK(r.stats.num_remats == (lazy ? 1 : 3));
+      CHECK(r.stats.remat_compute_ns == (lazy ? 1 : 201));
+      CHECK(r.stats.num_evictions == (lazy ? 1 : 2));  // b; simrd also chose a dead one
+    }
+  }
+}
+
 TEST_CASE("PIN WHEN_MATERIAL pins where material, else when next material (trace format v3)",
           "[sim][trace][pin]") {
   // Note [Pins when material] in sim/replay.cpp. g (300 B) is made from the input x (1000
