@@ -738,11 +738,12 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
   if (heuristic_->needs() & kFeatureAddressOrder) {
     ++stats_.eviction_searches;
     CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};
-    std::vector<StorageId> window = search.window(memory_.allocator->blocks_in_address_order(),
-                                                  bytes_needed, contiguous,
-                                                  stats_.candidates_scored);
+    const uint64_t released = freed;  // what Note [Lazy release] freed: short of the need
+    std::vector<StorageId> window =
+        search.window(memory_.allocator->blocks_in_address_order(), bytes_needed - released,
+                      contiguous, stats_.candidates_scored);
     for (StorageId s : window) evict_one(s);
-    if (freed == 0) evict_one(choose_victim());
+    if (freed == released) evict_one(choose_victim());
   } else if (contiguous) {
     evict_one(choose_victim());
   } else {

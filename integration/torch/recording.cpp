@@ -15,8 +15,8 @@
 // allocates, as memory would come back without lineage (the snapshots of recorded ops
 // keep a dead storage's memory until the collector sees it). Under a budget that look
 // only writes the RELEASE, and the run goes on as untraced (Note [Tracing under a budget]
-// in collector.cpp). Not in the trace: memory
-// outside the engine (an op's workspace and reorders, tensors made with recording off).
+// in collector.cpp). Not in the trace: memory outside the engine (an op's workspace and
+// reorders, tensors made with recording off).
 //
 // Note [Live timeline]
 // ~~~~~~~~~~~~~~~~~~~~
