@@ -71,7 +71,7 @@
 // 0.75. With option `lazy_release` a replay models the host: a storage whose last reference
 // is released stays material (and in dead_pool_, for `dead_first`) until the next eviction
 // request, which evicts all such storages at once, as the host's collect does, before it
-// asks the policy for victims. The host itself ignores the option: its scans already do
+// asks the policy for victims. The host refuses the option at start: its scans already do
 // this, and with no budget nothing would ever free the storages. Off by default
 // (Note [Faithful to simrd]); docs/simulator.md, "Lazy release", has the numbers.
 //

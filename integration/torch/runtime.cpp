@@ -259,6 +259,11 @@ void load_runtime() {
   try {
     config.apply_environment();
     budget_bytes = live_budget_bytes(config.budget);
+    if (config.lazy_release)  // Note [Lazy release] in eviction/engine.cpp
+      throw ConfigError(
+          "dtr: option lazy_release makes a replay in dtr-sim keep dead storages "
+          "until the next eviction request, as this runtime always does; it has "
+          "no meaning here: drop it from DTR_CONF / DTR_LAZY_RELEASE");
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());

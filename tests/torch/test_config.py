@@ -32,6 +32,14 @@ def test_ratio_budget_is_refused_by_the_live_runtime(lib):
     assert_fails_at_start(proc, "ratio")
 
 
+def test_simulator_only_option_is_refused_by_the_live_runtime(lib):
+    """lazy_release models this runtime in dtr-sim (Note [Lazy release]); here it would
+    mean nothing, so it stops the start rather than being silently ignored."""
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,lazy_release:True"), check=False)
+    assert_fails_at_start(proc, "lazy_release", "dtr-sim")
+
+
 def test_unknown_key_at_load_library(lib):
     script = ("import torch\nprint('IMPORTED')\n"
               f"torch.ops.load_library({lib!r})\nprint('STARTED')\n")

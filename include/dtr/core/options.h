@@ -52,7 +52,7 @@ struct Budget {
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \
-    "ignores it")                                                                                  \
+    "refuses it")                                                                                  \
   X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \
