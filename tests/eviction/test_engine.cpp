@@ -167,7 +167,7 @@ TEST_CASE("lazy_release keeps a dead storage until the next eviction request", "
     REQUIRE(f.engine->materialize(b).ok());
     CHECK(f.engine->stats().num_remats == (lazy ? 1 : 2));  // b alone, or m then b
     // Room for 150 more: the lazily released m goes (eagerly) before the policy is asked.
-    f.engine->release(b);  // b is dead too now, and so is it kept
+    f.engine->release(b);  // b is dead now too: kept as well
     CHECK(f.engine->is_defined(b) == lazy);
     const uint64_t evictions = f.engine->stats().num_evictions;
     REQUIRE(f.engine->make_room(f.engine->budget_bytes() - f.engine->live_bytes() + 150).ok());
