@@ -177,10 +177,7 @@ void Engine::pool_insert(StorageId s) {
   rec.pool_seq = pool_seq_next_++;
   pool_.push_back(s);
   pool_bytes_ += rec.size_bytes;
-  if (rec.ext_refs == 0) {  // Note [Dead storages first]
-    rec.dead_index = static_cast<int32_t>(dead_pool_.size());
-    dead_pool_.push_back(s);
-  }
+  if (rec.ext_refs == 0) dead_pool_insert(s);  // Note [Dead storages first]
 }
 
 void Engine::pool_remove(StorageId s) {
@@ -193,6 +190,13 @@ void Engine::pool_remove(StorageId s) {
   rec.pool_index = -1;
   pool_bytes_ -= rec.size_bytes;
   dead_pool_remove(s);
+}
+
+void Engine::dead_pool_insert(StorageId s) {
+  StorageRec& rec = storages_[s];
+  if (rec.dead_index >= 0) return;
+  rec.dead_index = static_cast<int32_t>(dead_pool_.size());
+  dead_pool_.push_back(s);
 }
 
 void Engine::dead_pool_remove(StorageId s) {
@@ -602,10 +606,7 @@ void Engine::release(TensorId t) {
     if (config_.lazy_release) {  // Note [Lazy release]
       srec.lazily_released = true;
       lazy_released_.push_back(trec.storage);
-      if (srec.dead_index < 0) {  // Note [Dead storages first]
-        srec.dead_index = static_cast<int32_t>(dead_pool_.size());
-        dead_pool_.push_back(trec.storage);
-      }
+      dead_pool_insert(trec.storage);  // Note [Dead storages first]
     } else {
       evict(trec.storage, /*eager=*/true);  // so it never enters dead_pool_ from here
     }

@@ -480,13 +480,15 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
   // discarded as soon as lineage lets it go (Note [Discards in a trace]). Under a budget
   // the deaths only go into the trace (Note [Tracing under a budget] in collector.cpp).
-  if (tracing_ && !scan_newest_.load(std::memory_order_relaxed)) {
-    trace_deaths();
-  } else if (tracing_) {
-    scan_for_dead();
-    if (pinned_dead_bytes_ >= kMinEvictableBytes ||
-        (holds_dead_constants_ && versions_since_collect_ > 0))
-      collect(/*full=*/true);
+  if (tracing_) {
+    if (!scan_newest_.load(std::memory_order_relaxed)) {
+      trace_deaths();
+    } else {
+      scan_for_dead();
+      if (pinned_dead_bytes_ >= kMinEvictableBytes ||
+          (holds_dead_constants_ && versions_since_collect_ > 0))
+        collect(/*full=*/true);
+    }
   }
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs

@@ -311,6 +311,7 @@ class Engine {
   OpId new_op();
   TensorId new_tensor();
   StorageId new_storage();
+  void dead_pool_insert(StorageId s);
   void dead_pool_remove(StorageId s);
   uint64_t evict_lazily_released();
   void try_retire(StorageId s);
