@@ -7,9 +7,12 @@ the machine's speed hits all of them alike. Reported as ratios of medians (issue
 For each script (resnet18, transformer, transformer6 = 6 layers): `plain` (no library),
 `dtr` (library, no budget: recording and bookkeeping only), `dtr 0.5x` (a hard budget of
 half the peak, evicting and rematerializing; where half is infeasible, the next fraction in
---fractions; with --policies, one such configuration per eviction policy). Each run's
+--fractions; with --policies, one such configuration per eviction policy, and with --confs
+one per DTR_CONF fragment, such as `--confs "op_cost:median;op_cost:measured"`). Each run's
 first step is dropped (warm-up); a configuration's figure is the median over rounds of the
-run's median step time. Peak RSS is each process's own (wait4), the median over rounds.
+run's median step time. Peak RSS is each process's own (wait4), the median over rounds;
+remat time is the library's measured wall time of a run's remats (dtr.remat_measured_ns),
+the median over rounds; remats/run is the last round's count.
 
 Note [Threads on this machine]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -49,15 +52,27 @@ def main():
     parser.add_argument("--policies", default="",
                         help="comma-separated eviction policies to time under the budget, each "
                              "a configuration of its own (default: the library's default)")
+    parser.add_argument("--confs", default="",
+                        help="';'-separated DTR_CONF fragments (such as op_cost:measured) to "
+                             "time under the budget, each a configuration of its own, for each "
+                             "policy")
     parser.add_argument("--threads", type=int, default=2,
                         help="OMP_NUM_THREADS of every run (Note [Threads on this machine])")
     parser.add_argument("--scripts", default="resnet18,transformer",
                         help="comma-separated, of " + ", ".join(SCRIPTS))
     args = parser.parse_args()
     policies = args.policies.split(",") if args.policies else [""]
+    confs = args.confs.split(";") if args.confs else [""]
+    # (policy, fragment) pairs; "" is the library's default
+    variants = [(p, c) for p in policies for c in confs]
 
-    def budget_conf(budget, policy):  # policy "": the library's default
-        return f"budget:{budget}" + (f",policy:{policy}" if policy else "")
+    def budget_conf(budget, variant):
+        policy, fragment = variant
+        return (f"budget:{budget}" + (f",policy:{policy}" if policy else "") +
+                (f",{fragment}" if fragment else ""))
+
+    def label(variant):
+        return " ".join(v for v in variant if v)
 
     rows = []
     for name in args.scripts.split(","):
@@ -68,7 +83,7 @@ def main():
             runs.fail(f"{name} failed", free)
         for fraction in map(float, args.fractions.split(",")):
             budget = int(free.peak_bytes * fraction)
-            probe = budget_conf(budget, policies[0])  # the first policy
+            probe = budget_conf(budget, variants[0])  # the first variant
             if runs.run(script, script_args, conf=probe, threads=args.threads).returncode == 0:
                 break
             print(f"{name}: infeasible at {fraction}x of its peak", flush=True)
@@ -78,14 +93,15 @@ def main():
             "plain": dict(library=False),
             "dtr": dict(conf=None),
         }
-        policy_of = {}  # budget configuration -> its policy ("": the library's default)
-        for policy in policies:
-            config = f"dtr {fraction}x{' ' + policy if policy else ''}"
-            configs[config] = dict(conf=budget_conf(budget, policy))
-            policy_of[config] = policy
+        policy_of = {}  # budget configuration -> its variant's label ("": the default)
+        for variant in variants:
+            config = f"dtr {fraction}x{' ' + label(variant) if label(variant) else ''}"
+            configs[config] = dict(conf=budget_conf(budget, variant))
+            policy_of[config] = label(variant)
         times = {c: [] for c in configs}
         rss = {c: [] for c in configs}
         remats = {c: 0 for c in configs}
+        remat_s = {c: [] for c in configs}  # measured remat wall time per run
         for r in range(args.rounds):
             for config, kw in configs.items():
                 run = runs.run(script, script_args, threads=args.threads, **kw)
@@ -94,16 +110,17 @@ def main():
                 times[config].append(runs.median(run.step_times()[1:]))
                 rss[config].append(run.max_rss_kib / 1024)
                 remats[config] = run.report.get("dtr.num_remats", 0)
+                remat_s[config].append(run.report.get("dtr.remat_measured_ns", 0) / 1e9)
             print(f"{name} round {r + 1}/{args.rounds}: " +
                   ", ".join(f"{c} {t[-1]:.3f} s" for c, t in times.items()), flush=True)
         med = {c: runs.median(t) for c, t in times.items()}
         rows.append((name, med, budget, remats, {c: runs.median(v) for c, v in rss.items()},
-                     fraction, policy_of))
+                     fraction, policy_of, {c: runs.median(v) for c, v in remat_s.items()}))
     print()
     print("| model | plain step | dtr, no budget | ratio | dtr, budget | ratio | remats/run |"
-          " peak RSS plain / dtr / dtr budget |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, med, budget, remats, rss, fraction, policy_of in rows:
+          " remat time/run | peak RSS plain / dtr / dtr budget |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, med, budget, remats, rss, fraction, policy_of, remat_s in rows:
         plain = med["plain"]
         keys = list(med)
         for key in keys[2:]:  # one row per budget configuration (policy)
@@ -111,7 +128,7 @@ def main():
             print(f"| {name} | {plain:.3f} s | {med[keys[1]]:.3f} s | {med[keys[1]] / plain:.3f} | "
                   f"{med[key]:.3f} s ({fraction}x: {budget / 2**20:.0f} MiB"
                   f"{', ' + policy if policy else ''}) | {med[key] / plain:.3f} | "
-                  f"{remats[key]} | {' / '.join(f'{rss[k]:.0f} MiB' for k in keys[:2] + [key])} |")
+                  f"{remats[key]} | {remat_s[key]:.3f} s | {' / '.join(f'{rss[k]:.0f} MiB' for k in keys[:2] + [key])} |")
 
 
 if __name__ == "__main__":
