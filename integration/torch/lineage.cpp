@@ -123,6 +123,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/hash.h>
 
 #include <unistd.h>
 
@@ -306,6 +307,47 @@ uint64_t pack_written_mask(const at::Tensor& t, c10::DataPtr& bits, uint64_t& on
   return ns > 0 ? static_cast<uint64_t>(ns) : 1;
 }
 
+// What makes two runs of an op cost alike (Note [Noisy op times] in eviction/op_costs.cpp):
+// the operator (its schema's address identifies it for the process) and, for each
+// argument, a tensor's dtype, layout, sizes and strides, or a scalar's value; lists
+// element by element. `args` are the recorded snapshots, which keep the metadata.
+void hash_arg(size_t& h, const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      h = c10::hash_combine(h, 0x9e37u);
+      return;
+    }
+    h = c10::hash_combine(h, static_cast<size_t>(t.scalar_type()));
+    h = c10::hash_combine(h, static_cast<size_t>(t.layout()));
+    for (const int64_t d : t.sizes()) h = c10::hash_combine(h, static_cast<size_t>(d));
+    if (t.layout() == c10::kStrided)
+      for (const int64_t d : t.strides()) h = c10::hash_combine(h, static_cast<size_t>(d));
+  } else if (v.isList()) {
+    h = c10::hash_combine(h, v.toListRef().size());
+    for (const c10::IValue& e : v.toListRef()) hash_arg(h, e);
+  } else if (v.isInt()) {
+    h = c10::hash_combine(h, static_cast<size_t>(v.toInt()));
+  } else if (v.isDouble()) {
+    const double d = v.toDouble();
+    uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    h = c10::hash_combine(h, static_cast<size_t>(bits));
+  } else if (v.isBool()) {
+    h = c10::hash_combine(h, v.toBool() ? 3u : 2u);
+  } else if (v.isNone()) {
+    h = c10::hash_combine(h, 1u);
+  } else {
+    h = c10::hash_combine(h, 7u);  // a generator, device, string...: alike enough
+  }
+}
+
+uint64_t op_signature(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+  size_t h = std::hash<const void*>()(&op.schema());
+  for (const c10::IValue& v : args) hash_arg(h, v);
+  return h;
+}
+
 std::atomic<Lineage*> lineage_ptr{nullptr};
 thread_local bool recording_on = true;
 
@@ -315,7 +357,11 @@ Lineage* the_lineage() { return lineage_ptr.load(std::memory_order_acquire); }
 
 Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
                  std::shared_ptr<const PlanHints> plan)
-    : config_(config), allocator_(allocator), history_(history), plan_(std::move(plan)) {
+    : config_(config),
+      allocator_(allocator),
+      history_(history),
+      median_costs_(config.op_cost == "median"),
+      plan_(std::move(plan)) {
   EngineConfig ec;
   ec.search = parse_search_mode(config.search);
   ec.sample_size = config.sample;
@@ -851,6 +897,10 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       if (info.packs_mask && config_.pack_masks && pending.overwrite &&
           (engine_->stats().num_evictions > 0 || recording_->tracing()))
         remat_ns = pack_written_mask(stack[base].toTensor(), mask_bits, mask_one);
+      if (remat_ns == Engine::kSameCost && median_costs_) {  // Note [Noisy op times]
+        const uint64_t estimate = op_costs_.observe(op_signature(op, pending.args), compute_ns);
+        if (estimate != compute_ns) remat_ns = estimate;
+      }
       std::vector<TensorId>& outputs = pending.outputs;
       const Status status = engine_->record(compute_ns, pending.inputs, specs, outputs, remat_ns);
       DTR_CHECK(status.ok(), "recording an op that ran cannot fail");
@@ -942,6 +992,18 @@ void Lineage::abort_op(PendingOp& pending) {
 
 void Lineage::on_compute(OpId op, bool remat) {
   DTR_CHECK(remat, "the torch host runs each op itself before recording it");
+  // What the remat really took; the engine charges the op's remat cost (Note [Noisy op
+  // times]). Parents were refilled by calls of their own, so nothing is timed twice.
+  struct Timed {
+    Stats& stats;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~Timed() {
+      stats.remat_measured_ns +=
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count());
+    }
+  } timed{engine_->stats()};
   OpRec& r = ops_[op];
   DTR_CHECK(r.op.has_value() && !r.args.empty(),
             "dtr: internal error: rematerializing an op whose lineage was dropped");

@@ -39,6 +39,7 @@
 #include "dtr/core/options.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/engine.h"
+#include "dtr/eviction/op_costs.h"
 #include "dtr/eviction/plan_guide.h"
 #include "integration/torch/compat.h"
 
@@ -260,6 +261,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t versions_since_collect_ = 0;
   bool holds_dead_constants_ = false;
   SteadyClock clock_;
+  // Note [Noisy op times] in eviction/op_costs.cpp: op_cost "median" (else each op's own time)
+  const bool median_costs_;
+  OpCosts op_costs_;
   std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
   std::unique_ptr<Engine> engine_;

@@ -241,6 +241,7 @@ void report_at_exit() {
   summary["dtr.num_eager_evictions"] = engine.num_eager_evictions;
   summary["dtr.num_remats"] = engine.num_remats;
   summary["dtr.remat_compute_ns"] = engine.remat_compute_ns;
+  summary["dtr.remat_measured_ns"] = engine.remat_measured_ns;
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
   if (!plan_source().empty()) {  // DTR_PLAN: Note [Warm start in PyTorch] in lineage.cpp
     summary["dtr.plan"] = plan_source();
@@ -264,6 +265,9 @@ void load_runtime() {
           "dtr: option lazy_release makes a replay in dtr-sim keep dead storages "
           "until the next eviction request, as this runtime always does; it has "
           "no meaning here: drop it from DTR_CONF / DTR_LAZY_RELEASE");
+    if (config.op_cost != "median" && config.op_cost != "measured")
+      throw ConfigError("dtr: option op_cost is '" + config.op_cost +
+                        "'; valid values: median, measured (DTR_CONF op_cost:median)");
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());

@@ -84,7 +84,7 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 20);
+  REQUIRE(table.size() == 21);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
@@ -92,7 +92,8 @@ TEST_CASE("option table lists every option in order", "[core][options]") {
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, lazy_release, seed, max_overhead, allocator, "
         "debug, trace, plan, "
-        "plan_trace, remat, pack_masks, snapshot, snapshot_format, snapshot_entries, timeline, "
+        "plan_trace, remat, pack_masks, op_cost, snapshot, snapshot_format, snapshot_entries, "
+        "timeline, "
         "report");
   for (const auto& option : table) {
     CHECK(std::string(option.env) != "");

@@ -40,6 +40,12 @@ def test_simulator_only_option_is_refused_by_the_live_runtime(lib):
     assert_fails_at_start(proc, "lazy_release", "dtr-sim")
 
 
+def test_bad_op_cost_fails_at_start(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,op_cost:mean"), check=False)
+    assert_fails_at_start(proc, "op_cost", "median, measured")
+
+
 def test_unknown_key_at_load_library(lib):
     script = ("import torch\nprint('IMPORTED')\n"
               f"torch.ops.load_library({lib!r})\nprint('STARTED')\n")

@@ -78,6 +78,10 @@ struct Budget {
     "PyTorch: once the budget binds, keep each dropout mask (bernoulli_) packed to one bit per "   \
     "element and unpack it at a remat instead of drawing it again (Note [Packed masks]); False "   \
     "= replay the draw")                                                                           \
+  X(op_cost, std::string, "op_cost", "DTR_OP_COST", "measured",                                    \
+    "PyTorch: the remat cost the policy scores: `measured` = the op's own run time, as DTR's "     \
+    "prototype; `median` = the median of the last runs of ops with the same operator, shapes "     \
+    "and scalars (Note [Noisy op times])")                                                         \
   X(snapshot, std::string, "snapshot", "DTR_SNAPSHOT", "",                                         \
     "at exit, write a memory snapshot here: a pickle PyTorch's memory tools read (segments, "      \
     "blocks, device_traces; docs/observability.md)")                                               \

@@ -35,6 +35,9 @@ namespace dtr {
   X(evicted_bytes, "dtr.evicted_bytes", "bytes freed by heuristic evictions")                      \
   X(model_compute_ns, "dtr.model_compute_ns", "compute of ops the program asked for")              \
   X(remat_compute_ns, "dtr.remat_compute_ns", "compute spent rematerializing")                     \
+  X(remat_measured_ns, "dtr.remat_measured_ns",                                                    \
+    "torch host: the wall time its remats took, measured (remat_compute_ns sums the costs "        \
+    "charged for them: Note [Noisy op times])")                                                    \
   X(num_packed_masks, "dtr.num_packed_masks",                                                      \
     "dropout masks kept packed to bits, one per element (torch host: Note [Packed masks])")        \
   X(num_mask_unpacks, "dtr.num_mask_unpacks",                                                      \

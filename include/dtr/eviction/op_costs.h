@@ -1,0 +1,42 @@
+// op_costs.h: what an op costs to run again, estimated from the runs of ops like it.
+//
+// A host that times each op once hands the engine that one measurement as the op's cost,
+// and every heuristic scores it. On a shared machine one measurement is a poor estimate:
+// a thread of the op's parallel region loses its core and the op takes a scheduler slice
+// longer (Note [Noisy op times] in eviction/op_costs.cpp). OpCosts keeps, per op
+// signature (a hash the host makes of the operator and its arguments' shapes, dtypes and
+// scalars), the last few measurements, and estimates the next run's cost as their median.
+// The torch host, with option op_cost:median, passes the estimate as the op's remat cost
+// (Note [Remat cost] in eviction/engine.cpp) and keeps the measurement as what the
+// program's op took.
+//
+// Thread safety: none; the host calls it under its lock.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+
+namespace dtr {
+
+class OpCosts {
+ public:
+  static constexpr uint32_t kWindow = 5;  // measurements kept per signature
+
+  // Records one measurement of an op of this signature and returns the estimate: the
+  // lower median of the last kWindow measurements, this one included (the measurement
+  // itself the first time a signature is seen).
+  uint64_t observe(uint64_t signature, uint64_t ns);
+
+  std::size_t signatures() const { return windows_.size(); }
+
+ private:
+  struct Window {
+    std::array<uint64_t, kWindow> ns{};
+    uint32_t count = 0;  // measurements seen; the newest is at (count - 1) % kWindow
+  };
+  std::unordered_map<uint64_t, Window> windows_;
+};
+
+}  // namespace dtr
