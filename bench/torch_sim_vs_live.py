@@ -31,7 +31,7 @@ from dtr import runs  # noqa: E402
 # (2026-11-27). dead_first:True (Note [Dead storages first]), the closer model before,
 # frees only the dead storages a remat brought back first, and still ran out of memory
 # at 0.8 in one trace of three. See docs/pytorch.md, "Simulator against the live run".
-HOST_MODEL = "lazy_release:True"
+HOST_MODEL = runs.HOST_MODEL
 
 
 def main():

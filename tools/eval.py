@@ -364,10 +364,10 @@ def main():
     parser.add_argument("--time-limit", type=float, default=20,
                         help="dtr-plan's solver limit per method and budget, seconds")
     parser.add_argument("--bin", default=str(ROOT / "build" / "bin"))
-    parser.add_argument("--sim-conf", default="",
-                        help="DTR_CONF for dtr-sim's replays, e.g. lazy_release:True, closer "
-                        "to the live host (Note [Dead storages in the replay] in "
-                        "bench/torch_sim_vs_live.py)")
+    parser.add_argument("--sim-conf", default=runs.HOST_MODEL,
+                        help="DTR_CONF for dtr-sim's replays (default %(default)s: the live "
+                        "host's late-found deaths, Note [Dead storages in the replay] in "
+                        "bench/torch_sim_vs_live.py); '' replays as DTR's simulator does")
     args = parser.parse_args()
     config = dict(QUICK if args.quick else FULL, time_limit=args.time_limit,
                   sim_conf=args.sim_conf)
@@ -398,8 +398,9 @@ def main():
         write_csv(out / "results" / "results.csv", models)
         write_plot(tools["sim"], out / "results" / "overhead.svg", models, tmp)
     command = "make eval-quick" if args.quick else "make eval"
-    if args.sim_conf:
-        command = f"tools/eval.py{' --quick' if args.quick else ''} --sim-conf {args.sim_conf}"
+    if args.sim_conf != runs.HOST_MODEL:
+        command = (f"tools/eval.py{' --quick' if args.quick else ''} "
+                   f"--sim-conf '{args.sim_conf}'")
     write_markdown(out / "results.md", models, config, (time.monotonic() - start) / 60, command)
     print("\n".join(headline(models, config)))
     print(f"wrote {out / 'results.md'}, {out / 'results' / 'results.csv'} and "

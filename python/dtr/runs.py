@@ -42,6 +42,11 @@ class Run:
         return self.report.get("allocated_bytes.all.peak")
 
 
+# dtr-sim's DTR_CONF for replays of a PyTorch trace that model the live host's late-found
+# deaths (Note [Dead storages in the replay] in bench/torch_sim_vs_live.py).
+HOST_MODEL = "lazy_release:True"
+
+
 def library_path():
     return Path(os.environ.get("DTR_LIBRARY", ROOT / "build" / "lib" / "libdtr_torch.so"))
 
