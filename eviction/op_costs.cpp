@@ -12,7 +12,7 @@ namespace dtr {
 // takes elsewhere in the run: in bursts of consecutive ops, whatever the op (an in-place
 // `add_` of 11 us measured 11.6 ms), so most likely not the op's work but its threads
 // waiting for a core. In 3-step traces of the transformers the excess was 21-35% of all
-// measured op time; in resnet18's, whose ops are long, 0.1%. Plain PyTorch under its
+// measured op time; in resnet18's, whose ops are long, under 0.3%. Plain PyTorch under its
 // profiler shows it too with 2 threads (22% of a 3-layer transformer's op time) and less
 // with 1 (9%).
 // Scored on single measurements, a cheap op caught in a burst looks a hundred times its
