@@ -20,7 +20,10 @@ Every run gets OMP_NUM_THREADS=--threads (2 by default, as the figures in docs/p
 Left unset, Debian's torch runs 1 intra-op thread on this 2-vCPU VM, and for small ops
 that is much faster: the chunked LSTM LM's plain steps took 0.66-0.90 s unset or with 1
 thread against 1.41-2.11 s with 2 (by hand, 2026-11-26). So compare only figures taken
-with the same --threads.
+with the same --threads. OMP_WAIT_POLICY matters as much: passed through from the
+environment, and with PASSIVE the plain 3-layer transformer's step was about half the
+default's on this machine (docs/pytorch.md, "OpenMP's wait policy"); compare only figures
+taken under the same policy.
 """
 import argparse
 import sys
