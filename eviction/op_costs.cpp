@@ -29,7 +29,10 @@ namespace dtr {
 // (3-layer) and -0.004 (resnet18, whose traces had almost no bursts), single cells from
 // -0.043 to +0.018; msps's by -0.005 to -0.012, and +0.001 on resnet18. Step times could
 // not tell the two apart (docs/pytorch.md, "Op costs"). Why so little, with a quarter to
-// a third of the transformer's measured time in bursts, was not worked out.
+// a third of the transformer's measured time in bursts, was not worked out. The bursts
+// are OpenMP's idle threads spinning: with OMP_WAIT_POLICY=PASSIVE they shrank to 1-3% of
+// the measured time and the median no longer helped (docs/pytorch.md, "OpenMP's wait
+// policy").
 uint64_t OpCosts::observe(uint64_t signature, uint64_t ns) {
   Window& w = windows_[signature];
   w.ns[w.count % kWindow] = ns;
