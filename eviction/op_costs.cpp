@@ -15,6 +15,7 @@ namespace dtr {
 // measured op time; in resnet18's, whose ops are long, under 0.3%. Plain PyTorch under its
 // profiler shows it too with 2 threads (22% of a 3-layer transformer's op time) and less
 // with 1 (9%).
+//
 // Scored on single measurements, a cheap op caught in a burst looks a hundred times its
 // cost and is kept, and an expensive one measured in a quiet moment looks cheap and is
 // evicted. The median of the last few runs of the same signature drops the bursts (they

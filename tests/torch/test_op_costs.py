@@ -1,8 +1,7 @@
-"""With op_cost:median the remat cost the policy scores is the median of the last runs of ops with the same
-operator, shapes and scalars, not the op's own time (Note [Noisy op times] in
-eviction/op_costs.cpp; option op_cost:median; the default, measured, scores each op's own
-time). A trace shows it: TIME is what the op took,
-REMAT_TIME the estimate where it differs."""
+"""With op_cost:median the remat cost the policy scores is the median of the last runs of
+ops with the same operator, shapes and scalars, not the op's own time (Note [Noisy op
+times] in eviction/op_costs.cpp; the default, op_cost:measured, scores each op's own time).
+A trace shows it: TIME is what the op took, REMAT_TIME the estimate where it differs."""
 import json
 
 from conftest import PYTHON, clean_env, run

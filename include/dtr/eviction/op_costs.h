@@ -1,9 +1,10 @@
 // op_costs.h: what an op costs to run again, estimated from the runs of ops like it.
 //
 // A host that times each op once hands the engine that one measurement as the op's cost,
-// and every heuristic scores it. On a shared machine one measurement is a poor estimate:
-// a thread of the op's parallel region loses its core and the op takes a scheduler slice
-// longer (Note [Noisy op times] in eviction/op_costs.cpp). OpCosts keeps, per op
+// and every heuristic scores it. On a busy machine one measurement is a poor estimate: a
+// thread of the op's parallel region waits for a core (on this project's VM, one that
+// OpenMP's spinning idle threads hold) and the op takes a scheduler slice longer (Note
+// [Noisy op times] in eviction/op_costs.cpp). OpCosts keeps, per op
 // signature (a hash the host makes of the operator and its arguments' shapes, dtypes and
 // scalars), the last few measurements, and estimates the next run's cost as their median.
 // The torch host, with option op_cost:median, passes the estimate as the op's remat cost
