@@ -3,7 +3,16 @@
 
 #include <algorithm>
 
+#include "dtr/core/options.h"
+
 namespace dtr {
+
+OpCostMode parse_op_cost(const std::string& text) {
+  if (text == "median") return OpCostMode::median;
+  if (text == "measured") return OpCostMode::measured;
+  throw ConfigError("dtr: option op_cost is '" + text +
+                    "'; valid values: median, measured (DTR_CONF op_cost:median)");
+}
 
 // Note [Noisy op times]
 // ~~~~~~~~~~~~~~~~~~~~~

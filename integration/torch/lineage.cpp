@@ -360,7 +360,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
     : config_(config),
       allocator_(allocator),
       history_(history),
-      median_costs_(config.op_cost == "median"),
+      median_costs_(parse_op_cost(config.op_cost) == OpCostMode::median),
       plan_(std::move(plan)) {
   EngineConfig ec;
   ec.search = parse_search_mode(config.search);
@@ -996,14 +996,10 @@ void Lineage::on_compute(OpId op, bool remat) {
   // times]). Parents were refilled by calls of their own, so nothing is timed twice.
   struct Timed {
     Stats& stats;
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    ~Timed() {
-      stats.remat_measured_ns +=
-          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now() - start)
-                                    .count());
-    }
-  } timed{engine_->stats()};
+    const SteadyClock& clock;
+    const Tick start = clock.now();
+    ~Timed() { stats.remat_measured_ns += clock.now() - start; }
+  } timed{engine_->stats(), clock_};
   OpRec& r = ops_[op];
   DTR_CHECK(r.op.has_value() && !r.args.empty(),
             "dtr: internal error: rematerializing an op whose lineage was dropped");

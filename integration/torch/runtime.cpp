@@ -61,6 +61,7 @@
 #include "dtr/core/clock.h"
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
+#include "dtr/eviction/op_costs.h"
 #include "dtr/planner/warm_start.h"
 #include "integration/torch/cpu_allocator.h"
 #include "integration/torch/lineage.h"
@@ -265,9 +266,7 @@ void load_runtime() {
           "dtr: option lazy_release makes a replay in dtr-sim keep dead storages "
           "until the next eviction request, as this runtime always does; it has "
           "no meaning here: drop it from DTR_CONF / DTR_LAZY_RELEASE");
-    if (config.op_cost != "median" && config.op_cost != "measured")
-      throw ConfigError("dtr: option op_cost is '" + config.op_cost +
-                        "'; valid values: median, measured (DTR_CONF op_cost:median)");
+    parse_op_cost(config.op_cost);                  // a bad value fails now
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());

@@ -2,6 +2,7 @@
 // (Note [Noisy op times] in eviction/op_costs.cpp).
 #include <catch2/catch.hpp>
 
+#include "dtr/core/options.h"
 #include "dtr/eviction/op_costs.h"
 
 using namespace dtr;
@@ -37,4 +38,10 @@ TEST_CASE("the estimate follows a lasting change within the window", "[eviction]
     REQUIRE(runs <= static_cast<int>(OpCosts::kWindow));
   }
   CHECK(runs == static_cast<int>(OpCosts::kWindow) / 2 + 1);
+}
+
+TEST_CASE("op_cost's values", "[eviction][op_costs]") {
+  CHECK(parse_op_cost("measured") == OpCostMode::measured);
+  CHECK(parse_op_cost("median") == OpCostMode::median);
+  CHECK_THROWS_AS(parse_op_cost("mean"), ConfigError);
 }

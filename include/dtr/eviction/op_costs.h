@@ -17,9 +17,17 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 
 namespace dtr {
+
+// Option op_cost: what the torch host scores as an op's remat cost.
+enum class OpCostMode : uint8_t {
+  measured,  // the op's own run time (DTR's prototype)
+  median,    // OpCosts' estimate
+};
+OpCostMode parse_op_cost(const std::string& text);  // throws ConfigError
 
 class OpCosts {
  public:
