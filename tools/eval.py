@@ -36,6 +36,7 @@ last two are comparable; the gap between them and the first is the runtime's own
 """
 import argparse
 import csv
+import json
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,20 @@ def simulate(sim, trace, policies, budgets, conf=""):
     return out
 
 
+def bounds(sim, trace, budgets):
+    """Per fraction, the least overhead any schedule pays at the live run's budget in bytes
+    (`dtr-sim bound`: Note [Remat bound] in sim/remat_bound.cpp), or "none fits"."""
+    proc = subprocess.run([str(sim), "bound", "--trace", str(trace), "--json", "--budget",
+                           ",".join(str(b) for _, b in budgets)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"eval: dtr-sim bound failed on {trace}: {proc.stderr.strip()}")
+    out = {}
+    for (fraction, _), line in zip(budgets, proc.stdout.splitlines()):
+        j = json.loads(line)
+        out[fraction] = j["overhead"] if j["feasible"] else None
+    return out
+
+
 def best_static(plan, trace, fractions, out_csv, time_limit):
     """Per fraction, the best feasible static plan's (method, overhead), or {} if dtr-plan
     cannot plan this trace (it says why on stderr, kept in the returned note)."""
@@ -158,6 +173,7 @@ def evaluate(name, config, tools, tmp, progress):
     base_step = runs.median([step_time(r) for r in bases])
     sim = simulate(tools["sim"], trace, policies, [(f, int(peak * f)) for f in fractions],
                    config["sim_conf"])
+    bound = bounds(tools["sim"], trace, [(f, int(peak * f)) for f in fractions])
     static, static_note = best_static(tools["plan"], trace, fractions,
                                       Path(tmp) / f"{name}-plan.csv", config["time_limit"])
     progress.step(f"{name}: simulated")
@@ -173,6 +189,7 @@ def evaluate(name, config, tools, tmp, progress):
                        sim_status=s.get("status", "-"),
                        sim_peak=int(s["peak_bytes"]) if s else None,
                        sim_baseline_peak=s.get("baseline_peak_bytes"),
+                       bound=bound.get(fraction),
                        static=static.get(round(fraction, 4)))
             if run.returncode == 0:
                 r = run.report
@@ -219,7 +236,7 @@ def sim_live_gap(rows):
 def write_csv(path, models):
     keys = ["model", "policy", "budget", "budget_bytes", "status", "step_ratio", "alloc_ratio",
             "live_overhead",
-            "sim_overhead", "sim_status", "static_method", "static_overhead", "live_peak",
+            "sim_overhead", "sim_status", "bound", "static_method", "static_overhead", "live_peak",
             "sim_peak", "evictions", "remats", "identical"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
@@ -299,7 +316,10 @@ def write_markdown(path, models, config, minutes, command):
             "*live overhead* = 1 + remat compute / model compute as the library timed them; "
             "*sim overhead* = the same predicted by `dtr-sim` from the run's trace at the same "
             "budget in bytes (byte accounting; coop through the fake device: Note [Same "
-            "budget in bytes] in tools/eval.py); *sim peak* is the replay's; *best static* = the best feasible plan of "
+            "budget in bytes] in tools/eval.py); *bound* = the least overhead any schedule "
+            "pays on that trace at that budget, static or dynamic (`dtr-sim bound`: Note "
+            "[Remat bound] in sim/remat_bound.cpp; `none fits` where no schedule runs); "
+            "*sim peak* is the replay's; *best static* = the best feasible plan of "
             "`dtr-plan compare` on that trace (method and overhead); *same* = losses, "
             "parameters and buffers bit-identical to the plain run. Note [Which overhead] in "
             "tools/eval.py says why there are several numbers.", ""]
@@ -310,8 +330,8 @@ def write_markdown(path, models, config, minutes, command):
         elif not any(r.get("static") for r in m["rows"]):
             out += [NO_STATIC, ""]
         out += ["| budget | policy | status | vs alloc | vs plain | live overhead | sim overhead | "
-                "best static | live peak MiB | sim peak MiB | evictions | remats | same |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                "bound | best static | live peak MiB | sim peak MiB | evictions | remats | same |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in sorted(m["rows"], key=lambda r: (-r["budget"], r["policy"])):
             static = r.get("static")
             out.append(
@@ -319,6 +339,7 @@ def write_markdown(path, models, config, minutes, command):
                 f"{fmt(r.get('alloc_ratio'), '.3f')} | {fmt(r.get('step_ratio'), '.3f')} | "
                 f"{fmt(r.get('live_overhead'), '.3f')} | "
                 f"{fmt(r['sim_overhead'], '.3f', r['sim_status'])} | "
+                f"{fmt(r.get('bound'), '.3f', 'none fits')} | "
                 f"{f'{static[0]} {static[1]:.3f}' if static else '-'} | "
                 f"{mib(r.get('live_peak'))} | {mib(r['sim_peak'])} | {r.get('evictions', '-')} | "
                 f"{r.get('remats', '-')} | {'yes' if r.get('identical') else ('-' if r['status'] != 'ok' else '**no**')} |")

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -106,10 +109,31 @@ TEST_CASE("dtr-plan compare prints static and dynamic rows, CSV and SVG", "[plan
   CHECK(text.rfind("trace,budget_ratio,budget_bytes,kind,method,status,overhead", 0) == 0);
   size_t rows = 0;
   for (char ch : text) rows += ch == '\n';
-  CHECK(rows == 1 + 2 * 4);
+  CHECK(rows == 1 + 2 * 5);  // per budget: the bound, 2 methods, 2 policies
   CHECK(text.find(",static,chen,") != std::string::npos);
   CHECK(text.find(",dynamic,dtr_eq,") != std::string::npos);
+  CHECK(text.find(",bound,any schedule,ok,") != std::string::npos);
+  // No row that ran does better than the bound at its budget (sim/remat_bound.h).
+  std::istringstream lines(text);
+  std::string line;
+  std::getline(lines, line);
+  std::map<std::string, double> bound;
+  std::vector<std::pair<std::string, double>> ok_rows;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    REQUIRE(f.size() >= 7);
+    if (f[3] == "bound")
+      bound[f[1]] = std::stod(f[6]);
+    else if (f[5] == "ok")
+      ok_rows.push_back({f[1], std::stod(f[6])});
+  }
+  REQUIRE(bound.size() == 2);
+  for (const auto& [ratio, overhead] : ok_rows) CHECK(overhead >= bound[ratio] - 1e-6);
+  CHECK(r.output.find("bound    any schedule") != std::string::npos);
   const std::string plot = dtr::test::read_file(svg);
+  CHECK(plot.find("data-label=\"bound (any schedule)\"") != std::string::npos);
   CHECK(plot.find("data-label=\"plan:rotor\"") != std::string::npos);
   CHECK(plot.find("data-label=\"lru\"") != std::string::npos);
   std::remove(csv.c_str());

@@ -17,7 +17,7 @@ std::string sim() { return DTR_SIM_BIN; }
 }  // namespace
 
 TEST_CASE("every dtr-sim command has --help", "[sim][cli]") {
-  for (const char* cmd : {"", " run", " sweep", " convert", " policies", " options"}) {
+  for (const char* cmd : {"", " run", " sweep", " bound", " convert", " policies", " options"}) {
     const auto r = run_command(sim() + cmd + " --help");
     INFO(cmd << ": " << r.output);
     CHECK(r.exit_code == 0);
@@ -168,4 +168,35 @@ TEST_CASE("dtr-sim refuses coop without the allocator and an unknown allocator",
   r = run_command(sim() + " run --trace " + test_data("golden/small.log") + " --allocator bogus");
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("valid: fake, none") != std::string::npos);
+}
+
+TEST_CASE("dtr-sim bound prints the least recomputation per budget", "[sim][cli][bound]") {
+  const std::string trace = test_data("golden/small.log");
+  const auto text = run_command(sim() + " bound --trace " + trace + " --budget 1400,0.5,900");
+  INFO(text.output);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.output.find("any schedule recomputes at least") != std::string::npos);
+  CHECK(text.output.find("no schedule fits") != std::string::npos);  // 900 B: too small
+  const auto j = run_command(sim() + " bound --trace " + trace + " --budget 1400 --json");
+  REQUIRE(j.exit_code == 0);
+  const auto b = nlohmann::json::parse(j.output);
+  for (const char* key : {"trace", "budget", "budget_bytes", "baseline_peak_bytes",
+                          "baseline_compute_ns", "feasible", "remat_ns", "overhead", "points"})
+    CHECK(b.contains(key));
+  CHECK(b["feasible"] == true);
+  CHECK(b["budget_bytes"] == 1400);
+  // No policy recomputes less (dtr_eq recomputes 6 storages here: `run --json` above).
+  const auto r = run_command(sim() + " run --trace " + trace +
+                             " --policy dtr_eq --budget 1400 --allocator none --json");
+  REQUIRE(r.exit_code == 0);
+  const auto run = nlohmann::json::parse(r.output);
+  CHECK(run["compute_ns"].get<uint64_t>() - run["baseline_compute_ns"].get<uint64_t>() >=
+        b["remat_ns"].get<uint64_t>());
+  // Bad input: the usual exit code 2 and a message.
+  const auto bad = run_command(sim() + " bound --trace " + trace + " --budget lots");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("budget") != std::string::npos);
+  const auto zero = run_command(sim() + " bound --trace " + trace + " --budget 0");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("nothing to bound") != std::string::npos);
 }

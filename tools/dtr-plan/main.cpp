@@ -3,6 +3,7 @@
 //   dtr-plan --trace F|--graph G --budget 0.4|300M --method NAME [--out plan.json]
 //   dtr-plan eval --trace F|--graph G --plan plan.json
 //   dtr-plan compare --trace F --budgets 0.2:0.9:0.1 [--warm dtr_eq] [--csv F] [--svg F]
+//     (with a trace, each budget's first row is the bound no schedule beats: sim/remat_bound.h)
 //   dtr-plan graph --trace F [--out G]
 //   dtr-plan methods
 //
@@ -35,6 +36,7 @@
 #include "dtr/planner/plan_eval.h"
 #include "dtr/planner/planner.h"
 #include "dtr/planner/warm_start.h"
+#include "dtr/sim/remat_bound.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/svg_plot.h"
 #include "dtr/sim/sweep.h"
@@ -155,7 +157,8 @@ void print_result(const Input& in, const dtr::PlanResult& r) {
 struct Row {
   double ratio;
   uint64_t budget_bytes;
-  std::string kind, method, status;  // kind: static, dynamic, warm (a policy + a plan)
+  // kind: static, dynamic, warm (a policy + a plan), bound (sim/remat_bound.h)
+  std::string kind, method, status;
   double overhead;
   uint64_t peak_bytes, compute_ns;
   double seconds;  // solve time (static) or replay wall time (dynamic, warm)
@@ -319,6 +322,24 @@ int main(int argc, char** argv) {
           return a.feasible ? a.predicted_compute_ns < b.predicted_compute_ns
                             : a.predicted_peak_bytes < b.predicted_peak_bytes;
         };
+        if (in.have_trace) {
+          // The least recomputation of any schedule, static or dynamic (Note [Remat bound] in
+          // sim/remat_bound.cpp): no row below can do better.
+          const auto start = std::chrono::steady_clock::now();
+          const dtr::RematBound b = dtr::remat_bound(in.trace, in.baseline, budget);
+          Row row{ratio,
+                  budget,
+                  "bound",
+                  "any schedule",
+                  b.feasible ? "ok" : "infeasible",
+                  b.feasible ? b.overhead : NAN,
+                  0,
+                  in.baseline.compute_ns + b.remat_ns,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+          std::printf("  %-8s %-18s %-12s %9.4f %12s %10.3f\n", row.kind.c_str(),
+                      row.method.c_str(), row.status.c_str(), row.overhead, "-", row.seconds);
+          rows.push_back(row);
+        }
         for (auto& planner : planners) {
           Row row{ratio, budget, "static", planner->name(), "", NAN, 0, 0, 0};
           std::string why;  // a refusal's message, printed under the row once per method
@@ -408,7 +429,11 @@ int main(int argc, char** argv) {
         panel.y_label = "overhead (compute / baseline)";
         std::vector<std::string> labels;
         for (const Row& r : rows) {
-          const std::string label = (r.kind == "static" ? "plan:" : r.kind == "warm" ? "warm:" : "") + r.method;
+          const std::string label = r.kind == "bound" ? std::string("bound (any schedule)")
+                                                      : (r.kind == "static" ? "plan:"
+                                                         : r.kind == "warm" ? "warm:"
+                                                                            : "") +
+                                                            r.method;
           size_t k = 0;
           while (k < labels.size() && labels[k] != label) ++k;
           if (k == labels.size()) {

@@ -20,12 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "dtr/core/options.h"
+#include "dtr/core/status.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/heuristic_registry.h"
 #include "dtr/planner/graph.h"
 #include "dtr/planner/warm_start.h"
 #include "dtr/sim/memory_picture.h"
 #include "dtr/sim/plot_csv.h"
+#include "dtr/sim/remat_bound.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 
@@ -145,6 +147,20 @@ int main(int argc, char** argv) {
   sweep->add_flag("--quiet", sweep_quiet, "no progress bar and no table");
   sweep_flags.add_to(*sweep);
 
+  std::string bound_trace, bound_budgets;
+  size_t bound_points = 5;
+  bool bound_json = false;
+  CLI::App* bound = app.add_subcommand(
+      "bound", "the least recomputation any schedule pays under each budget (a lower bound)");
+  bound->add_option("--trace", bound_trace, "trace file (DTR log or dtr trace format)")->required();
+  bound
+      ->add_option("--budget", bound_budgets,
+                   "comma list of budgets: ratios of the baseline peak (0.5) or bytes (300M)")
+      ->required();
+  bound->add_option("--points", bound_points, "ops to show per budget, largest first")
+      ->capture_default_str();
+  bound->add_flag("--json", bound_json, "print one JSON object per budget instead of text");
+
   std::string convert_in, convert_out;
   CLI::App* convert = app.add_subcommand("convert", "rewrite a trace (e.g. a DTR log) in dtr's versioned format");
   convert->add_option("--trace", convert_in, "input trace")->required();
@@ -201,6 +217,52 @@ int main(int argc, char** argv) {
       po.title = plot_title;
       po.columns = plot_columns;
       dtr::write_svg(plot_svg, dtr::read_plot_csv_file(plot_csv, plot_x_label, plot_y_label), po);
+      return 0;
+    }
+    if (*bound) {
+      const dtr::Trace trace = dtr::read_trace(bound_trace);
+      const dtr::Baseline baseline = dtr::compute_baseline(trace);
+      size_t start = 0;
+      std::vector<dtr::Budget> budgets;
+      while (start <= bound_budgets.size()) {
+        size_t comma = bound_budgets.find(',', start);
+        if (comma == std::string::npos) comma = bound_budgets.size();
+        if (comma > start)
+          budgets.push_back(dtr::Budget::parse(bound_budgets.substr(start, comma - start)));
+        start = comma + 1;
+      }
+      for (const dtr::Budget& b : budgets) {
+        if (b.kind == dtr::Budget::Kind::unlimited)
+          throw dtr::ConfigError(
+              "dtr: budget 0 (unlimited) has nothing to bound; give a ratio "
+              "(0.5) or bytes (300M)");
+        const dtr::RematBound r = dtr::remat_bound(trace, baseline, b.resolve(baseline.peak_bytes));
+        if (bound_json) {
+          nlohmann::json j = {{"trace", trace.path},
+                              {"budget", b.to_string()},
+                              {"budget_bytes", r.budget_bytes},
+                              {"baseline_peak_bytes", baseline.peak_bytes},
+                              {"baseline_compute_ns", r.baseline_compute_ns},
+                              {"feasible", r.feasible},
+                              {"remat_ns", r.remat_ns},
+                              {"overhead", r.overhead}};
+          nlohmann::json points = nlohmann::json::array();
+          for (const dtr::BoundPoint& p : r.points)
+            points.push_back({{"event", p.event},
+                              {"line", p.line},
+                              {"op", p.op},
+                              {"resident_bytes", p.resident_bytes},
+                              {"needed_bytes", p.needed_bytes},
+                              {"drop_bytes", p.drop_bytes},
+                              {"remat_ns", p.remat_ns}});
+          j["points"] = points;
+          std::cout << j.dump() << "\n";
+        } else {
+          std::printf("%s  budget %s of baseline %s:\n", trace.path.c_str(), b.to_string().c_str(),
+                      dtr::format_bytes(baseline.peak_bytes).c_str());
+          std::cout << dtr::format_remat_bound(r, bound_points);
+        }
+      }
       return 0;
     }
     if (*convert) {

@@ -1,0 +1,534 @@
+// remat_bound.cpp: a lower bound on the recomputation of any schedule (remat_bound.h).
+//
+// Note [Remat bound]
+// ~~~~~~~~~~~~~~~~~~
+// While the op at event k runs, the engine holds its args' storages and its outputs (Note
+// [Faithful to simrd] in eviction/engine.cpp), and every constant and pinned storage still
+// alive: call that the resident set R(k). Every other storage s made before k and used
+// after k by the program (an arg of a later op, a PIN, or still referenced at the end) is
+// either resident at k or made again after k. Making s again reruns at least the ops of
+// one chain to a tensor of s the program uses after k: the op that made the tensor and,
+// for a view or an in-place write, those of the tensor it aliases, down to the storage's
+// root (an evicted storage loses all its tensors; each is made again by rerunning its op).
+// So with the needed set N(k) and a budget B, at least |R(k)| + |N(k)| - B bytes of N(k)
+// are not resident at k, and dropping them costs at least the fractional knapsack's
+// minimum: storages taken by re-making cost per byte, cheapest first. An op run shared by
+// the chains of several storages in N(k) is split between them, so that no set of drops is
+// charged a run twice. When |R(k)| > B no schedule runs the trace.
+//
+// One strengthening makes the bound bite on gradient accumulation. `buf.add_(g)` (an
+// in-place write, recorded as an alias result) makes buf's new value from g; if g is read
+// by nothing else, is not pinned and is at least as large as buf, then keeping g instead
+// of buf saves no memory, so a schedule that drops buf pays for g too: g's chain joins
+// buf's. Without it, a dropped gradient would be charged the add_ (microseconds) instead
+// of the convolution_backward that made g (tens of ms).
+//
+// Summing: the re-makings charged at k happen after k, and each reruns an op of some
+// storage's chain. If every use whose chain contains one of k1's runs comes before k2, then
+// no storage needed after k2 shares a run with k1's, and the two sums count different
+// reruns. So the bound is the heaviest set of events pairwise so separated: weighted
+// interval scheduling over [k, last use of k's runs]. In a training trace the points are
+// one per step, at the tightest op of each backward pass.
+//
+// What it leaves out, all of which only makes real schedules dearer: the re-making of
+// ancestors the chain needs that are not resident either, storages needed only by
+// re-makings, dead storages, fragmentation (the `fake` allocator), and the interplay of
+// moments within one separated stretch.
+#include "dtr/sim/remat_bound.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <unordered_map>
+
+#include "dtr/core/check.h"
+#include "dtr/core/status.h"
+
+namespace dtr {
+namespace {
+
+constexpr size_t kNever = std::numeric_limits<size_t>::max();
+
+struct BTensor {
+  uint32_t storage = 0;
+  size_t event = 0;             // the event that made it
+  uint32_t parent = kNoId;      // the tensor it aliases, for a view or in-place result
+  std::vector<uint32_t> extra;  // tensors whose chains join its own (Note [Remat bound])
+  uint32_t refs = 0;            // names referring to it
+  // Its chain, computed on first need: the events rerun to make it again, and their cost.
+  bool chain_done = false;
+  std::vector<size_t> chain;
+  uint64_t chain_ns = 0;
+};
+
+struct BStorage {
+  uint64_t size = 0;
+  size_t made = 0;  // event index
+  bool constant = false;
+  size_t pinned_from = kNever;  // first PIN (a constant: its creation)
+  size_t discarded = kNever;
+  uint32_t arg_reads = 0;  // ops that read it, over the whole trace
+  bool other_use = false;  // PINned or referenced at the end
+  // Uses by the program: (event index, tensor), in event order.
+  std::vector<std::pair<size_t, uint32_t>> uses;
+  size_t cursor = 0;  // first use after the current event
+};
+
+uint64_t remat_cost(const TraceEvent& ev) {
+  return ev.remat_time_ns == TraceEvent::kSameTime ? ev.time_ns : ev.remat_time_ns;
+}
+
+class BoundBuilder {
+ public:
+  BoundBuilder(const Trace& trace) : trace_(trace) {}
+
+  void walk();
+  RematBound solve(const Baseline& baseline, uint64_t budget);
+
+ private:
+  const std::vector<size_t>& chain(uint32_t t);
+  uint32_t cheapest_remake(const BStorage& st, size_t e);
+  uint32_t fresh_tensor(uint32_t storage, size_t event, uint32_t parent);
+  uint32_t fresh_storage(uint64_t size, size_t event);
+  void use(size_t event, uint32_t t);
+
+  const Trace& trace_;
+  std::vector<BTensor> tensors_;
+  std::vector<BStorage> storages_;
+  std::vector<uint32_t> tensor_of_;  // NameId -> tensor
+  std::vector<size_t> ops_;          // indices of CALL/MUTATE events
+  // Per op event: the distinct storages it holds while it runs (args', new outputs').
+  std::vector<std::vector<uint32_t>> op_storages_;
+};
+
+uint32_t BoundBuilder::fresh_storage(uint64_t size, size_t event) {
+  BStorage s;
+  s.size = size;
+  s.made = event;
+  storages_.push_back(std::move(s));
+  return static_cast<uint32_t>(storages_.size() - 1);
+}
+
+uint32_t BoundBuilder::fresh_tensor(uint32_t storage, size_t event, uint32_t parent) {
+  BTensor t;
+  t.storage = storage;
+  t.event = event;
+  t.parent = parent;
+  tensors_.push_back(std::move(t));
+  return static_cast<uint32_t>(tensors_.size() - 1);
+}
+
+void BoundBuilder::use(size_t event, uint32_t t) {
+  if (t == kNoId) return;
+  storages_[tensors_[t].storage].uses.push_back({event, t});
+}
+
+void BoundBuilder::walk() {
+  tensor_of_.assign(trace_.names.size(), kNoId);
+  // A DISCARD names a storage its program has released: through the last tensor the name
+  // referred to.
+  std::vector<uint32_t> last_tensor_of(trace_.names.size(), kNoId);
+  auto point = [&](NameId name, uint32_t t) {
+    uint32_t& slot = tensor_of_[name];
+    if (slot != kNoId) --tensors_[slot].refs;
+    slot = t;
+    if (t != kNoId) ++tensors_[t].refs, last_tensor_of[name] = t;
+  };
+  const std::vector<TraceEvent>& events = trace_.events;
+  for (size_t e = 0; e < events.size(); ++e) {
+    const TraceEvent& ev = events[e];
+    switch (ev.kind) {
+      case TraceEventKind::annotate: break;
+      case TraceEventKind::constant: {
+        const uint32_t s = fresh_storage(ev.results[0].size_bytes, e);
+        storages_[s].constant = true;
+        storages_[s].pinned_from = e;
+        point(ev.results[0].name, fresh_tensor(s, e, kNoId));
+        break;
+      }
+      case TraceEventKind::call: {
+        ops_.push_back(e);
+        std::vector<uint32_t> seen;
+        for (NameId a : ev.args) {
+          const uint32_t t = tensor_of_[a];
+          use(e, t);
+          if (t != kNoId &&
+              std::find(seen.begin(), seen.end(), tensors_[t].storage) == seen.end()) {
+            seen.push_back(tensors_[t].storage);
+            ++storages_[tensors_[t].storage].arg_reads;
+          }
+        }
+        std::vector<uint32_t> made;
+        for (const TraceResult& r : ev.results) {
+          uint32_t t;
+          if (r.alias >= 0) {
+            const uint32_t parent = tensor_of_[ev.args[r.alias]];
+            t = fresh_tensor(parent == kNoId ? fresh_storage(0, e) : tensors_[parent].storage, e,
+                             parent);
+            // Its other args: candidates for joining its chain, checked in solve().
+            for (size_t i = 0; i < ev.args.size(); ++i)
+              if (static_cast<int32_t>(i) != r.alias && tensor_of_[ev.args[i]] != kNoId)
+                tensors_[t].extra.push_back(tensor_of_[ev.args[i]]);
+          } else {
+            t = fresh_tensor(fresh_storage(r.size_bytes, e), e, kNoId);
+          }
+          made.push_back(t);
+        }
+        for (size_t i = 0; i < ev.results.size(); ++i) {
+          point(ev.results[i].name, made[i]);
+          if (ev.results[i].alias < 0) seen.push_back(tensors_[made[i]].storage);
+        }
+        op_storages_.push_back(std::move(seen));
+        break;
+      }
+      case TraceEventKind::mutate: {
+        ops_.push_back(e);
+        std::vector<uint32_t> seen;
+        for (NameId a : ev.args) {
+          const uint32_t t = tensor_of_[a];
+          use(e, t);
+          if (t != kNoId &&
+              std::find(seen.begin(), seen.end(), tensors_[t].storage) == seen.end()) {
+            seen.push_back(tensors_[t].storage);
+            ++storages_[tensors_[t].storage].arg_reads;
+          }
+        }
+        std::vector<uint32_t> made;
+        for (uint32_t m : ev.mutated) {
+          const uint32_t old = tensor_of_[ev.args[m]];
+          const uint64_t size = old == kNoId ? 0 : storages_[tensors_[old].storage].size;
+          made.push_back(fresh_tensor(fresh_storage(size, e), e, kNoId));
+        }
+        for (size_t i = 0; i < ev.mutated.size(); ++i) {
+          point(ev.args[ev.mutated[i]], made[i]);
+          seen.push_back(tensors_[made[i]].storage);
+        }
+        op_storages_.push_back(std::move(seen));
+        break;
+      }
+      case TraceEventKind::copy: point(ev.dst, tensor_of_[ev.src]); break;
+      case TraceEventKind::copy_from: point(ev.dst, tensor_of_[ev.src]); break;
+      case TraceEventKind::release: point(ev.dst, kNoId); break;
+      case TraceEventKind::pin: {
+        const uint32_t t = tensor_of_[ev.dst];
+        if (t == kNoId) break;
+        use(e, t);
+        BStorage& s = storages_[tensors_[t].storage];
+        s.other_use = true;
+        s.pinned_from = std::min(s.pinned_from, e);
+        break;
+      }
+      // A pin when material pins nothing that is not resident anyway: neither a use nor a
+      // pin here, which can only lower the bound.
+      case TraceEventKind::pin_when_material: break;
+      case TraceEventKind::discard: {
+        const uint32_t t = last_tensor_of[ev.dst];
+        if (t != kNoId)
+          storages_[tensors_[t].storage].discarded =
+              std::min(storages_[tensors_[t].storage].discarded, e);
+        break;
+      }
+    }
+  }
+  // What is still referenced at the end is made material then (Note [Trace to engine]).
+  for (uint32_t t = 0; t < tensors_.size(); ++t)
+    if (tensors_[t].refs > 0) {
+      use(events.size(), t);
+      storages_[tensors_[t].storage].other_use = true;
+    }
+}
+
+// The events rerun to make tensor t again: its op, the chain of the tensor it aliases, and
+// the chains of the args that join it (Note [Remat bound]). Recursion depth is an alias
+// chain's length; computed once per tensor.
+const std::vector<size_t>& BoundBuilder::chain(uint32_t t) {
+  if (tensors_[t].chain_done) return tensors_[t].chain;
+  // Iterative over the alias chain: collect the tensors from t down to the root.
+  std::vector<uint32_t> path;
+  for (uint32_t u = t; u != kNoId && !tensors_[u].chain_done; u = tensors_[u].parent)
+    path.push_back(u);
+  for (size_t i = path.size(); i-- > 0;) {
+    BTensor& bt = tensors_[path[i]];
+    std::vector<size_t> c;
+    if (bt.parent != kNoId) c = tensors_[bt.parent].chain;
+    c.push_back(bt.event);
+    const BStorage& own = storages_[bt.storage];
+    for (uint32_t x : bt.extra) {
+      const BStorage& g = storages_[tensors_[x].storage];
+      if (tensors_[x].storage == bt.storage || g.constant || g.pinned_from != kNever ||
+          g.other_use || g.arg_reads != 1 || g.size < own.size)
+        continue;
+      // x's storage was made before bt by a shorter chain: already computed or computable
+      // without coming back to bt.
+      const std::vector<size_t>& xc = chain(x);
+      c.insert(c.end(), xc.begin(), xc.end());
+    }
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    bt.chain = std::move(c);
+    bt.chain_ns = 0;
+    for (size_t ev : bt.chain) bt.chain_ns += remat_cost(trace_.events[ev]);
+    bt.chain_done = true;
+  }
+  return tensors_[t].chain;
+}
+
+// What dropping storage st at event e makes the schedule rerun, at least: for each use
+// after e, the tensor it reads or, if that tensor is made after e (by a later in-place
+// write or view, which the program runs anyway), its alias ancestor made before e; the
+// cheapest of their chains. Returns the tensor.
+uint32_t BoundBuilder::cheapest_remake(const BStorage& st, size_t e) {
+  uint32_t best = kNoId;
+  for (size_t i = st.cursor; i < st.uses.size(); ++i) {
+    uint32_t t = st.uses[i].second;
+    while (tensors_[t].event >= e && tensors_[t].parent != kNoId) t = tensors_[t].parent;
+    chain(t);
+    if (best == kNoId || tensors_[t].chain_ns < tensors_[best].chain_ns) best = t;
+  }
+  return best;
+}
+
+RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
+  RematBound out;
+  out.budget_bytes = budget;
+  out.baseline_compute_ns = baseline.compute_ns;
+  const std::vector<TraceEvent>& events = trace_.events;
+
+  // Per storage: its cheapest use from each point on; per event: the last use whose chain
+  // reruns it (for the separation of points).
+  std::vector<size_t> last_use_of_run(events.size() + 1, 0);
+  for (BStorage& s : storages_) {
+    if (s.constant) continue;
+    for (const auto& [pos, t] : s.uses)
+      for (size_t r : chain(t)) last_use_of_run[r] = std::max(last_use_of_run[r], pos);
+  }
+
+  // Storages made before the current op and used after it, swept in event order.
+  std::vector<std::vector<uint32_t>> starting(events.size() + 1);
+  for (uint32_t s = 0; s < storages_.size(); ++s) {
+    const BStorage& st = storages_[s];
+    if (st.constant || st.uses.empty() || st.uses.back().first <= st.made) continue;
+    starting[st.made + 1].push_back(s);
+  }
+  std::vector<uint32_t> active;
+  uint64_t pinned_bytes = 0;  // live constants and pinned storages
+  std::vector<std::vector<uint32_t>> pin_starts(events.size() + 1), pin_ends(events.size() + 1);
+  for (uint32_t s = 0; s < storages_.size(); ++s) {
+    const BStorage& st = storages_[s];
+    if (st.pinned_from == kNever) continue;
+    // A PIN makes the storage resident from the event after it; a constant from its creation.
+    const size_t from = st.constant ? st.pinned_from : st.pinned_from + 1;
+    if (st.discarded != kNever && st.discarded < from) continue;
+    pin_starts[from].push_back(s);
+    if (st.discarded != kNever) pin_ends[st.discarded + 1].push_back(s);
+  }
+
+  struct Candidate {
+    size_t event, reach;
+    BoundPoint point;
+  };
+  std::vector<Candidate> candidates;
+  std::unordered_map<size_t, uint32_t> run_count;  // op run -> needed storages whose chain has it
+  struct Item {
+    uint64_t size;
+    double cost;
+    size_t reach;  // the last use whose chain reruns one of its runs
+  };
+  std::vector<Item> items;
+  std::vector<uint32_t> in_op;  // storages of the current op
+  size_t op_index = 0;
+  for (size_t e = 0; e <= events.size(); ++e) {
+    for (uint32_t s : pin_starts[e]) pinned_bytes += storages_[s].size;
+    for (uint32_t s : pin_ends[e]) pinned_bytes -= storages_[s].size;
+    for (uint32_t s : starting[e]) active.push_back(s);
+    if (op_index >= ops_.size() || ops_[op_index] != e) continue;
+    ++op_index;
+    const TraceEvent& ev = events[e];
+    auto pinned_at = [&](const BStorage& st) {
+      const size_t from = st.constant ? st.pinned_from : st.pinned_from + 1;
+      return st.pinned_from != kNever && from <= e && (st.discarded == kNever || st.discarded >= e);
+    };
+    // The op's own storages: its args' and its new outputs'.
+    in_op.clear();
+    uint64_t resident = pinned_bytes;
+    for (uint32_t s : op_storages_[op_index - 1]) {
+      in_op.push_back(s);
+      if (!pinned_at(storages_[s])) resident += storages_[s].size;
+    }
+
+    // Needed storages: made before e, used after e, not held, not pinned, not discarded.
+    size_t kept = 0;
+    uint64_t needed = 0;
+    run_count.clear();
+    std::vector<uint32_t> needed_ids, needed_tensor;
+    for (uint32_t s : active) {
+      BStorage& st = storages_[s];
+      while (st.cursor < st.uses.size() && st.uses[st.cursor].first <= e) ++st.cursor;
+      if (st.cursor >= st.uses.size()) continue;  // no use after e: drops out for good
+      active[kept++] = s;
+      if (st.discarded != kNever && st.discarded <= e) continue;
+      if (pinned_at(st) || std::find(in_op.begin(), in_op.end(), s) != in_op.end()) continue;
+      needed += st.size;
+      needed_ids.push_back(s);
+      needed_tensor.push_back(cheapest_remake(st, e));
+      for (size_t r : tensors_[needed_tensor.back()].chain) ++run_count[r];
+    }
+    active.resize(kept);
+
+    BoundPoint p;
+    p.event = e;
+    p.line = ev.line;
+    p.op = ev.op;
+    p.resident_bytes = resident;
+    p.needed_bytes = needed;
+    if (resident > out.most_resident.resident_bytes) out.most_resident = p;
+    if (resident > budget) {
+      out.feasible = false;
+      continue;
+    }
+    if (resident + needed <= budget) continue;
+    p.drop_bytes = resident + needed - budget;
+    items.clear();
+    std::vector<size_t> reaches;
+    for (size_t i = 0; i < needed_ids.size(); ++i) {
+      const BStorage& st = storages_[needed_ids[i]];
+      const BTensor& t = tensors_[needed_tensor[i]];
+      Item it{st.size, 0.0, e};
+      for (size_t r : t.chain) {
+        it.cost += static_cast<double>(remat_cost(events[r])) / run_count[r];
+        it.reach = std::max(it.reach, last_use_of_run[r]);
+      }
+      items.push_back(it);
+      reaches.push_back(it.reach);
+    }
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+      // cost per byte, ascending
+      return a.cost * static_cast<double>(b.size) < b.cost * static_cast<double>(a.size);
+    });
+    // Horizons (Note [Remat bound], "Summing"): an item whose runs are used past the
+    // horizon is counted free, so the point's reruns all come before it. A few horizons
+    // per point, from the nearest reach to the farthest; the scheduling below picks.
+    std::sort(reaches.begin(), reaches.end());
+    reaches.erase(std::unique(reaches.begin(), reaches.end()), reaches.end());
+    const size_t kHorizons = 12;
+    std::vector<size_t> horizons;
+    for (size_t i = 0; i < kHorizons && !reaches.empty(); ++i)
+      horizons.push_back(reaches[(reaches.size() - 1) * i / (kHorizons - 1)]);
+    horizons.erase(std::unique(horizons.begin(), horizons.end()), horizons.end());
+    uint64_t last_ns = 0;
+    for (size_t horizon : horizons) {
+      double need = static_cast<double>(p.drop_bytes), ns = 0;
+      for (const Item& it : items)
+        if (it.reach > horizon) need -= static_cast<double>(it.size);
+      for (const Item& it : items) {
+        if (need <= 0) break;
+        if (it.reach > horizon || it.size == 0) continue;
+        const double take = std::min(static_cast<double>(it.size), need);
+        ns += it.cost * take / static_cast<double>(it.size);
+        need -= take;
+      }
+      BoundPoint hp = p;
+      hp.remat_ns = static_cast<uint64_t>(ns);  // rounded down: still a bound
+      if (hp.remat_ns > last_ns) candidates.push_back({e, horizon, std::move(hp)});
+      last_ns = std::max(last_ns, static_cast<uint64_t>(ns));
+    }
+  }
+
+  // Weighted interval scheduling: points whose reaches do not overlap the next one's event.
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.reach < b.reach; });
+  const size_t n = candidates.size();
+  std::vector<uint64_t> best(n + 1, 0);
+  std::vector<size_t> prev(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    // The last candidate (by reach) whose reach is at or before this one's event.
+    size_t lo = 0, hi = i;
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (candidates[mid].reach <= candidates[i].event)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    prev[i] = lo;  // candidates [0, lo) are compatible
+    best[i + 1] = std::max(best[i], candidates[i].point.remat_ns + best[lo]);
+  }
+  for (size_t i = n; i > 0;) {
+    if (best[i] == best[i - 1]) {
+      --i;
+      continue;
+    }
+    out.points.push_back(candidates[i - 1].point);
+    i = prev[i - 1];
+  }
+  std::reverse(out.points.begin(), out.points.end());
+  std::sort(out.points.begin(), out.points.end(),
+            [](const BoundPoint& a, const BoundPoint& b) { return a.event < b.event; });
+  out.remat_ns = best[n];
+  out.overhead = baseline.compute_ns == 0 ? 1.0
+                                          : 1.0 + static_cast<double>(out.remat_ns) /
+                                                      static_cast<double>(baseline.compute_ns);
+  return out;
+}
+
+}  // namespace
+
+RematBound remat_bound(const Trace& trace, const Baseline& baseline, uint64_t budget_bytes) {
+  BoundBuilder b(trace);
+  b.walk();
+  return b.solve(baseline, budget_bytes);
+}
+
+namespace {
+// 12.345 ms, or 870 ns for the small times of hand-made traces.
+std::string format_ns(uint64_t ns) {
+  char text[32];
+  if (ns >= 100000)
+    std::snprintf(text, sizeof text, "%.3f ms", static_cast<double>(ns) / 1e6);
+  else
+    std::snprintf(text, sizeof text, "%llu ns", static_cast<unsigned long long>(ns));
+  return text;
+}
+}  // namespace
+
+std::string format_remat_bound(const RematBound& bound, size_t max_points) {
+  char line[512];
+  std::string out;
+  if (!bound.feasible) {
+    const BoundPoint& p = bound.most_resident;
+    std::snprintf(line, sizeof line,
+                  "no schedule fits %s: op '%s' (event %zu, line %u) needs %s resident "
+                  "(its args and outputs, live constants and pinned storages); raise the budget "
+                  "to at least %s\n",
+                  format_bytes(bound.budget_bytes).c_str(), p.op.c_str(), p.event, p.line,
+                  format_bytes(p.resident_bytes).c_str(), format_bytes(p.resident_bytes).c_str());
+    return line;
+  }
+  std::snprintf(line, sizeof line,
+                "any schedule recomputes at least %s at %s: overhead >= %.4f (%zu points)\n",
+                format_ns(bound.remat_ns).c_str(), format_bytes(bound.budget_bytes).c_str(),
+                bound.overhead, bound.points.size());
+  out += line;
+  std::vector<const BoundPoint*> order;
+  for (const BoundPoint& p : bound.points) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const BoundPoint* a, const BoundPoint* b) {
+    return a->remat_ns > b->remat_ns;
+  });
+  for (size_t i = 0; i < order.size() && i < max_points; ++i) {
+    const BoundPoint& p = *order[i];
+    std::snprintf(line, sizeof line,
+                  "  %12s at '%s' (event %zu, line %u): %s resident, %s more needed later, "
+                  "%s of it dropped\n",
+                  format_ns(p.remat_ns).c_str(), p.op.c_str(), p.event, p.line,
+                  format_bytes(p.resident_bytes).c_str(), format_bytes(p.needed_bytes).c_str(),
+                  format_bytes(p.drop_bytes).c_str());
+    out += line;
+  }
+  if (order.size() > max_points) {
+    std::snprintf(line, sizeof line, "  ... and %zu more\n", order.size() - max_points);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace dtr

@@ -1,0 +1,215 @@
+// test_remat_bound.cpp: the least recomputation of any schedule (Note [Remat bound] in
+// sim/remat_bound.cpp): exact on hand-made traces, met by a policy where a policy can meet
+// it, and never beaten by any policy on random programs, random training steps and DTR's
+// logs.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "dtr/core/trace.h"
+#include "dtr/sim/remat_bound.h"
+#include "dtr/sim/replay.h"
+#include "dtr/sim/synthetic_trace.h"
+#include "test_support.h"
+
+using namespace dtr;
+
+namespace {
+
+// One CALL with one result: `args` are comma-separated quoted names (or empty); `alias` is
+// the index of the arg it views, -1 for its own storage.
+std::string call(const std::string& op, const std::string& args, const std::string& result,
+                 uint64_t time, uint64_t bytes, int alias = -1) {
+  return "{\"ARGS\":[" + args + "],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + op +
+         "\",\"RESULT\":[\"" + result + "\"],\"TIME\":" + std::to_string(time) +
+         "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) + "\",\"NAME\":\"" +
+         result + "\"}\n{\"ALIAS\":" + std::to_string(alias) +
+         ",\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" + result + "\"}\n";
+}
+std::string constant(const std::string& name, uint64_t bytes) {
+  return "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"" + name +
+         "\"}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) +
+         "\",\"NAME\":\"" + name + "\"}\n";
+}
+std::string event(const char* instruction, const std::string& name) {
+  return std::string("{\"INSTRUCTION\":\"") + instruction + "\",\"NAME\":\"" + name + "\"}\n";
+}
+
+Trace trace_of(const std::string& body) {
+  std::istringstream text(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
+      "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}\n" +
+      body);
+  return read_trace(text, "bound.trace");
+}
+
+// a (10 ns, 4 B) is read again after b -> c, and h needs x, b and c resident: 9 B (k's
+// output is empty, so that k fits in 9 B too).
+std::string one_step(const std::string& p) {
+  return call("f", "\"x\"", p + "a", 10, 4) + call("g", "\"" + p + "a\"", p + "b", 1, 4) +
+         call("h", "\"" + p + "b\"", p + "c", 1, 4) + event("RELEASE", p + "b") +
+         call("k", "\"" + p + "a\",\"" + p + "c\"", p + "d", 1, 0) + event("RELEASE", p + "a") +
+         event("RELEASE", p + "c") + event("RELEASE", p + "d");
+}
+
+ReplayResult replay_at(const Trace& trace, const std::string& policy, uint64_t budget,
+                       ReplayOptions::Memory memory = ReplayOptions::Memory::none) {
+  ReplayOptions o;
+  o.memory = memory;
+  o.policy = policy;
+  o.budget.kind = Budget::Kind::bytes;
+  o.budget.bytes = budget;
+  o.max_overhead = 0;
+  return replay(trace, compute_baseline(trace), o);
+}
+
+}  // namespace
+
+TEST_CASE("remat bound: one forced drop, charged its op, met by dtr_eq", "[sim][bound]") {
+  const Trace trace = trace_of(constant("x", 1) + one_step(""));
+  const Baseline baseline = compute_baseline(trace);
+  REQUIRE(baseline.compute_ns == 13);
+
+  // At h: x (1) + b (4) + c (4) resident, a (4) needed by k: 13 B for a budget of 9.
+  const RematBound b9 = remat_bound(trace, baseline, 9);
+  REQUIRE(b9.feasible);
+  CHECK(b9.remat_ns == 10);
+  REQUIRE(b9.points.size() == 1);
+  CHECK(b9.points[0].op == "h");
+  CHECK(b9.points[0].resident_bytes == 9);
+  CHECK(b9.points[0].needed_bytes == 4);
+  CHECK(b9.points[0].drop_bytes == 4);
+  CHECK(b9.overhead == Approx(23.0 / 13.0));
+  const ReplayResult r = replay_at(trace, "dtr_eq", 9);
+  REQUIRE(r.status_name == "ok");
+  CHECK(r.stats.remat_compute_ns == 10);  // the bound is met
+
+  // With room for a, nothing is forced; under h's 9 B, nothing runs.
+  CHECK(remat_bound(trace, baseline, 13).remat_ns == 0);
+  const RematBound b8 = remat_bound(trace, baseline, 8);
+  CHECK_FALSE(b8.feasible);
+  CHECK(b8.most_resident.op == "g");  // the first of g and h, which need 9 B each
+  CHECK(b8.most_resident.resident_bytes == 9);
+  CHECK(replay_at(trace, "dtr_eq", 8).status_name == "oom");
+  CHECK(format_remat_bound(b8).find("no schedule fits") != std::string::npos);
+}
+
+TEST_CASE("remat bound: separated steps add up", "[sim][bound]") {
+  // Two steps of the same shape: each forces one drop of a 10 ns storage, and neither's
+  // re-making can serve the other.
+  const Trace trace = trace_of(constant("x", 1) + one_step("s1") + one_step("s2"));
+  const RematBound b = remat_bound(trace, compute_baseline(trace), 9);
+  REQUIRE(b.feasible);
+  CHECK(b.remat_ns == 20);
+  REQUIRE(b.points.size() == 2);
+  CHECK(b.points[0].event < b.points[1].event);
+  CHECK(replay_at(trace, "dtr_eq", 9).stats.remat_compute_ns == 20);
+}
+
+TEST_CASE("remat bound: an accumulated gradient is charged what made it", "[sim][bound]") {
+  // buf = zero_(); g = bw(x) (100 ns); buf.add_(g); then an op needs 17 B while buf waits
+  // for the optimizer's PIN. Under 20 B, 5 of buf's 8 B cannot stay: keeping g instead saves
+  // nothing (as large, read by nothing else), so dropping buf reruns zero_, bw and add_.
+  const std::string body =
+      constant("x", 1) + call("aten::zero_", "", "buf", 1, 8) + call("bw", "\"x\"", "g", 100, 8) +
+      call("aten::add_", "\"buf\",\"g\"", "buf2", 1, 8, 0) + event("RELEASE", "g") +
+      event("RELEASE", "buf") + call("y", "\"x\"", "y", 1, 16) + event("RELEASE", "y") +
+      event("PIN", "buf2");
+  const Trace trace = trace_of(body);
+  const Baseline baseline = compute_baseline(trace);
+  const RematBound b = remat_bound(trace, baseline, 20);
+  REQUIRE(b.feasible);
+  CHECK(b.remat_ns == 102 * 5 / 8);  // 63: (1 + 100 + 1) ns per 8 B, for 5 B
+  const ReplayResult r = replay_at(trace, "dtr_eq", 20);
+  REQUIRE(r.status_name == "ok");
+  CHECK(r.stats.remat_compute_ns == 102);
+  CHECK(r.stats.remat_compute_ns >= b.remat_ns);
+
+  SECTION("a write after the drop is the program's own run, not a re-making") {
+    // The same ops, but the 17 B op comes before bw: buf is still zeros there, and making
+    // it again costs zero_ alone; bw and add_ run after it anyway.
+    const Trace early = trace_of(
+        constant("x", 1) + call("aten::zero_", "", "buf", 1, 8) + call("y", "\"x\"", "y", 1, 16) +
+        event("RELEASE", "y") + call("bw", "\"x\"", "g", 100, 8) +
+        call("aten::add_", "\"buf\",\"g\"", "buf2", 1, 8, 0) + event("RELEASE", "g") +
+        event("RELEASE", "buf") + event("PIN", "buf2"));
+    const RematBound eb = remat_bound(early, compute_baseline(early), 20);
+    CHECK(eb.remat_ns == 1 * 5 / 8);  // 0: a 1 ns memset, for 5 of 8 B
+    const ReplayResult er = replay_at(early, "dtr_eq", 20);
+    REQUIRE(er.status_name == "ok");
+    CHECK(er.stats.remat_compute_ns == 1);
+  }
+
+  SECTION("a gradient source read again does not join the chain") {
+    // g is read by one more op: keeping it may serve both, so only zero_ and add_ count.
+    const Trace shared =
+        trace_of(body.substr(0, body.find("{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"g\"")) +
+                 call("use", "\"g\"", "u", 1, 1) + event("RELEASE", "u") + event("RELEASE", "g") +
+                 event("RELEASE", "buf") + call("y", "\"x\"", "y", 1, 16) + event("RELEASE", "y") +
+                 event("PIN", "buf2"));
+    CHECK(remat_bound(shared, compute_baseline(shared), 20).remat_ns == 2 * 5 / 8);
+  }
+}
+
+TEST_CASE("remat bound: no policy beats it on random programs and training steps", "[sim][bound]") {
+  const ReplayOptions::Memory memory =
+      GENERATE(ReplayOptions::Memory::none, ReplayOptions::Memory::fake);
+  const bool fake = memory == ReplayOptions::Memory::fake;
+  size_t checked = 0, binding = 0, infeasible = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    // Under the fake allocator, sizes of MiB: its segments are 2 MiB and up.
+    const uint64_t unit = fake ? (1u << 20) : 1024;
+    const Trace trace = seed % 2 ? make_random_trace(seed, 400, unit)
+                                 : make_random_training_trace(seed, 6 + seed % 20, unit);
+    const Baseline baseline = compute_baseline(trace);
+    for (double ratio : {0.9, 0.7, 0.5, 0.35, 0.2}) {
+      const uint64_t budget =
+          static_cast<uint64_t>(ratio * static_cast<double>(baseline.peak_bytes));
+      const RematBound bound = remat_bound(trace, baseline, budget);
+      if (!bound.feasible) ++infeasible;
+      if (bound.remat_ns > 0) ++binding;
+      for (const char* policy : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size"}) {
+        const ReplayResult r = replay_at(trace, policy, budget, memory);
+        INFO("seed " << seed << " " << policy << " at " << ratio << ": " << r.status_name
+                     << ", remat " << r.stats.remat_compute_ns << " ns, bound " << bound.remat_ns
+                     << (bound.feasible ? "" : " (infeasible)") << (fake ? " fake" : " none"));
+        if (!bound.feasible) {
+          CHECK_FALSE(r.status.ok());
+          continue;
+        }
+        if (!r.status.ok()) continue;
+        CHECK(r.stats.remat_compute_ns >= bound.remat_ns);
+        ++checked;
+      }
+    }
+  }
+  // The check must have had something to check.
+  CHECK(checked > (fake ? 150u : 300u));
+  CHECK(binding > 100);
+  CHECK(infeasible > 0);
+}
+
+TEST_CASE("remat bound: under every policy on DTR's logs", "[sim][bound][faithful]") {
+  for (const char* log : {"resnet32", "transformer", "lstm"}) {
+    const std::string path = test::log_path(log);
+    if (path.empty()) {
+      WARN("skipped: DTR log '" << log << "' not found in " << DTR_LOG_DIR);
+      continue;
+    }
+    const Trace trace = read_trace(path);
+    const Baseline baseline = compute_baseline(trace);
+    for (double ratio : {0.3, 0.5, 0.7}) {
+      const uint64_t budget =
+          static_cast<uint64_t>(ratio * static_cast<double>(baseline.peak_bytes));
+      const RematBound bound = remat_bound(trace, baseline, budget);
+      REQUIRE(bound.feasible);
+      CHECK(bound.remat_ns > 0);
+      for (const char* policy : {"dtr_eq", "msps"}) {
+        const ReplayResult r = replay_at(trace, policy, budget);
+        INFO(log << " " << policy << " at " << ratio << ": " << r.status_name << " " << r.overhead
+                 << ", bound " << bound.overhead);
+        if (r.status.ok()) CHECK(r.overhead >= bound.overhead);
+      }
+    }
+  }
+}
