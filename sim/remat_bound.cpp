@@ -41,7 +41,6 @@
 #include <limits>
 #include <unordered_map>
 
-#include "dtr/core/check.h"
 #include "dtr/core/status.h"
 
 namespace dtr {
