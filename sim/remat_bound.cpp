@@ -90,6 +90,7 @@ class BoundBuilder {
   uint32_t fresh_tensor(uint32_t storage, size_t event, uint32_t parent);
   uint32_t fresh_storage(uint64_t size, size_t event);
   void use(size_t event, uint32_t t);
+  std::vector<uint32_t> read_args(size_t e, const TraceEvent& ev);
 
   const Trace& trace_;
   std::vector<BTensor> tensors_;
@@ -122,6 +123,21 @@ void BoundBuilder::use(size_t event, uint32_t t) {
   storages_[tensors_[t].storage].uses.push_back({event, t});
 }
 
+// An op's args: a use of each tensor, one read of each distinct storage. Returns the
+// storages.
+std::vector<uint32_t> BoundBuilder::read_args(size_t e, const TraceEvent& ev) {
+  std::vector<uint32_t> seen;
+  for (NameId a : ev.args) {
+    const uint32_t t = tensor_of_[a];
+    use(e, t);
+    if (t != kNoId && std::find(seen.begin(), seen.end(), tensors_[t].storage) == seen.end()) {
+      seen.push_back(tensors_[t].storage);
+      ++storages_[tensors_[t].storage].arg_reads;
+    }
+  }
+  return seen;
+}
+
 void BoundBuilder::walk() {
   tensor_of_.assign(trace_.names.size(), kNoId);
   // A DISCARD names a storage its program has released: through the last tensor the name
@@ -147,16 +163,7 @@ void BoundBuilder::walk() {
       }
       case TraceEventKind::call: {
         ops_.push_back(e);
-        std::vector<uint32_t> seen;
-        for (NameId a : ev.args) {
-          const uint32_t t = tensor_of_[a];
-          use(e, t);
-          if (t != kNoId &&
-              std::find(seen.begin(), seen.end(), tensors_[t].storage) == seen.end()) {
-            seen.push_back(tensors_[t].storage);
-            ++storages_[tensors_[t].storage].arg_reads;
-          }
-        }
+        std::vector<uint32_t> seen = read_args(e, ev);
         std::vector<uint32_t> made;
         for (const TraceResult& r : ev.results) {
           uint32_t t;
@@ -164,7 +171,7 @@ void BoundBuilder::walk() {
             const uint32_t parent = tensor_of_[ev.args[r.alias]];
             t = fresh_tensor(parent == kNoId ? fresh_storage(0, e) : tensors_[parent].storage, e,
                              parent);
-            // Its other args: candidates for joining its chain, checked in solve().
+            // Its other args: candidates for joining its chain, checked in chain().
             for (size_t i = 0; i < ev.args.size(); ++i)
               if (static_cast<int32_t>(i) != r.alias && tensor_of_[ev.args[i]] != kNoId)
                 tensors_[t].extra.push_back(tensor_of_[ev.args[i]]);
@@ -182,16 +189,7 @@ void BoundBuilder::walk() {
       }
       case TraceEventKind::mutate: {
         ops_.push_back(e);
-        std::vector<uint32_t> seen;
-        for (NameId a : ev.args) {
-          const uint32_t t = tensor_of_[a];
-          use(e, t);
-          if (t != kNoId &&
-              std::find(seen.begin(), seen.end(), tensors_[t].storage) == seen.end()) {
-            seen.push_back(tensors_[t].storage);
-            ++storages_[tensors_[t].storage].arg_reads;
-          }
-        }
+        std::vector<uint32_t> seen = read_args(e, ev);
         std::vector<uint32_t> made;
         for (uint32_t m : ev.mutated) {
           const uint32_t old = tensor_of_[ev.args[m]];
