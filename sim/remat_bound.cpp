@@ -27,8 +27,12 @@
 // storage's chain. If every use whose chain contains one of k1's runs comes before k2, then
 // no storage needed after k2 shares a run with k1's, and the two sums count different
 // reruns. So the bound is the heaviest set of events pairwise so separated: weighted
-// interval scheduling over [k, last use of k's runs]. In a training trace the points are
-// one per step, at the tightest op of each backward pass.
+// interval scheduling over [k, last use of k's runs]. A storage whose runs are used far
+// ahead (a parameter-like buffer updated in place every step) would make every point
+// overlap, so each point is also offered with a few horizons: storages whose runs are used
+// past the horizon count as free there (dropping them costs nothing in the sum, which only
+// lowers it), and its reach is the horizon. On the resnet18 trace of docs/simulator.md
+// the points fall one or two per training step, the largest at the stem's ReLU backward.
 //
 // What it leaves out, all of which only makes real schedules dearer: the re-making of
 // ancestors the chain needs that are not resident either, storages needed only by
@@ -236,8 +240,9 @@ void BoundBuilder::walk() {
 }
 
 // The events rerun to make tensor t again: its op, the chain of the tensor it aliases, and
-// the chains of the args that join it (Note [Remat bound]). Recursion depth is an alias
-// chain's length; computed once per tensor.
+// the chains of the args that join it (Note [Remat bound]). The alias chain is walked
+// iteratively; only joined args recurse, each into an older tensor. Computed once per
+// tensor.
 const std::vector<size_t>& BoundBuilder::chain(uint32_t t) {
   if (tensors_[t].chain_done) return tensors_[t].chain;
   // Iterative over the alias chain: collect the tensors from t down to the root.
@@ -291,8 +296,7 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
   out.baseline_compute_ns = baseline.compute_ns;
   const std::vector<TraceEvent>& events = trace_.events;
 
-  // Per storage: its cheapest use from each point on; per event: the last use whose chain
-  // reruns it (for the separation of points).
+  // Per event: the last use whose chain reruns it (for the separation of points).
   std::vector<size_t> last_use_of_run(events.size() + 1, 0);
   for (BStorage& s : storages_) {
     if (s.constant) continue;
