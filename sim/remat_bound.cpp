@@ -75,6 +75,13 @@ struct BStorage {
   // Uses by the program: (event index, tensor), in event order.
   std::vector<std::pair<size_t, uint32_t>> uses;
   size_t cursor = 0;  // first use after the current event
+
+  // The first event it is resident for good at, kNever if never pinned: a constant from
+  // its creation, a PINned storage from the event after the PIN.
+  size_t pinned_start() const {
+    if (pinned_from == kNever) return kNever;
+    return constant ? pinned_from : pinned_from + 1;
+  }
 };
 
 uint64_t remat_cost(const TraceEvent& ev) {
@@ -316,10 +323,8 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
   std::vector<std::vector<uint32_t>> pin_starts(events.size() + 1), pin_ends(events.size() + 1);
   for (uint32_t s = 0; s < storages_.size(); ++s) {
     const BStorage& st = storages_[s];
-    if (st.pinned_from == kNever) continue;
-    // A PIN makes the storage resident from the event after it; a constant from its creation.
-    const size_t from = st.constant ? st.pinned_from : st.pinned_from + 1;
-    if (st.discarded != kNever && st.discarded < from) continue;
+    const size_t from = st.pinned_start();
+    if (from == kNever || (st.discarded != kNever && st.discarded < from)) continue;
     pin_starts[from].push_back(s);
     if (st.discarded != kNever) pin_ends[st.discarded + 1].push_back(s);
   }
@@ -346,8 +351,7 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
     ++op_index;
     const TraceEvent& ev = events[e];
     auto pinned_at = [&](const BStorage& st) {
-      const size_t from = st.constant ? st.pinned_from : st.pinned_from + 1;
-      return st.pinned_from != kNever && from <= e && (st.discarded == kNever || st.discarded >= e);
+      return st.pinned_start() <= e && (st.discarded == kNever || st.discarded >= e);
     };
     // The op's own storages: its args' and its new outputs'.
     in_op.clear();
@@ -462,7 +466,6 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
     out.points.push_back(candidates[i - 1].point);
     i = prev[i - 1];
   }
-  std::reverse(out.points.begin(), out.points.end());
   std::sort(out.points.begin(), out.points.end(),
             [](const BoundPoint& a, const BoundPoint& b) { return a.event < b.event; });
   out.remat_ns = best[n];

@@ -16,6 +16,18 @@
 
 namespace dtr {
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 std::vector<double> parse_ratio_list(const std::string& text) {
   auto number = [&](const std::string& s) {
     try {

@@ -50,18 +50,6 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > start) out.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 // The graph to plan for, and what budget ratios refer to.
 struct Input {
   std::string name;  // file name, recorded in plans
@@ -270,12 +258,12 @@ int main(int argc, char** argv) {
     if (*compare) {
       const Input in = load_input(cmp_trace, cmp_graph);
       const std::vector<double> ratios = dtr::parse_ratio_list(cmp_budgets);
-      std::vector<std::string> method_names = split_list(cmp_methods);
+      std::vector<std::string> method_names = dtr::split_list(cmp_methods);
       if (method_names.empty())
         for (const dtr::PlannerInfo& p : dtr::planner_registry()) method_names.push_back(p.name);
       std::vector<std::unique_ptr<dtr::Planner>> planners;
       for (const std::string& m : method_names) planners.push_back(dtr::make_planner(m));
-      std::vector<std::string> policies = split_list(cmp_policies);
+      std::vector<std::string> policies = dtr::split_list(cmp_policies);
       // Default: every policy that runs on byte accounting (allocator none, as the static
       // evaluator counts); `coop` needs the allocator's address order and is left out.
       if (policies.empty() && in.have_trace)
@@ -284,7 +272,7 @@ int main(int argc, char** argv) {
       if (!policies.empty() && !in.have_trace)
         throw dtr::PlanError("dynamic policies need --trace, not --graph; drop --policies");
       for (const std::string& p : policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
-      const std::vector<std::string> warm_policies = split_list(cmp_warm);
+      const std::vector<std::string> warm_policies = dtr::split_list(cmp_warm);
       if (!warm_policies.empty() && !in.have_trace)
         throw dtr::PlanError("--warm replays the trace: give --trace, not --graph");
       if (!warm_policies.empty() && planners.empty())

@@ -222,15 +222,9 @@ int main(int argc, char** argv) {
     if (*bound) {
       const dtr::Trace trace = dtr::read_trace(bound_trace);
       const dtr::Baseline baseline = dtr::compute_baseline(trace);
-      size_t start = 0;
       std::vector<dtr::Budget> budgets;
-      while (start <= bound_budgets.size()) {
-        size_t comma = bound_budgets.find(',', start);
-        if (comma == std::string::npos) comma = bound_budgets.size();
-        if (comma > start)
-          budgets.push_back(dtr::Budget::parse(bound_budgets.substr(start, comma - start)));
-        start = comma + 1;
-      }
+      for (const std::string& text : dtr::split_list(bound_budgets))
+        budgets.push_back(dtr::Budget::parse(text));  // all checked before any is bounded
       for (const dtr::Budget& b : budgets) {
         if (b.kind == dtr::Budget::Kind::unlimited)
           throw dtr::ConfigError(
@@ -324,16 +318,10 @@ int main(int argc, char** argv) {
       spec.ratios = dtr::parse_ratio_list(sweep_budgets);
       spec.threads = sweep_threads;
       spec.progress = !sweep_quiet;
-      size_t start = 0;
       // The default list drops coop when there is no allocator to give it addresses.
       if (policies_flag->count() == 0 && config.allocator == "none")
         sweep_policies = sweep_policies.substr(0, sweep_policies.rfind(",coop"));
-      while (start <= sweep_policies.size()) {
-        size_t comma = sweep_policies.find(',', start);
-        if (comma == std::string::npos) comma = sweep_policies.size();
-        if (comma > start) spec.policies.push_back(sweep_policies.substr(start, comma - start));
-        start = comma + 1;
-      }
+      spec.policies = dtr::split_list(sweep_policies);
       const std::vector<dtr::ReplayResult> results = dtr::run_sweep(spec);
       if (!sweep_quiet) std::cout << dtr::format_sweep_table(results);
       double wall = 0;

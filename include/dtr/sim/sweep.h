@@ -29,6 +29,10 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec);
 // Throws ConfigError on bad text or ratios outside (0, 1].
 std::vector<double> parse_ratio_list(const std::string& text);
 
+// "dtr_eq,,msps" -> {"dtr_eq", "msps"}: a comma list of the tools' options, empty items
+// dropped.
+std::vector<std::string> split_list(const std::string& text);
+
 void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& results);
 // One panel per trace, one line per policy: overhead against budget ratio; failed runs
 // (oom, thrash) break the line.
