@@ -85,6 +85,17 @@
 // sees is the order of the allocator's state changes, and a recorder needs no lock of its
 // own for its ring. The price: it must not call the allocator. With no observer an event
 // costs one branch on a pointer (notify_locked).
+//
+// Note [No mimalloc in a dlopen'd library]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The CUDA library (integration/cuda) compiles this file again with
+// DTR_ALLOCATOR_NO_MIMALLOC, and its table of live blocks then uses std::allocator. That
+// library is dlopen'd into a PyTorch 2.x process, and there (an H200 with torch 2.11) the
+// first dtr_free crashed inside mi_free, while the same code passed in a plain test
+// process. The cause was not established. A library loaded late looks its symbols up in
+// the process's global scope before its own dependencies, so it cannot be sure which
+// mi_* it gets, and a CUDA allocator makes few, large requests, so the nodes' cost does
+// not matter there. The CPU runtime (preloaded, or loaded into torch 1.13) keeps mimalloc.
 #include "dtr/allocator/caching_allocator.h"
 
 #include <algorithm>
@@ -93,7 +104,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#ifndef DTR_ALLOCATOR_NO_MIMALLOC
 #include <mimalloc.h>
+#endif
 
 #include "allocator/block_pool.h"
 #include "dtr/core/check.h"
@@ -691,9 +704,15 @@ class CachingAllocator::Impl {
   std::map<uintptr_t, std::unique_ptr<Segment>> segments_;  // by address
   // Live blocks by address. A node is made at every allocate() and freed at every free();
   // they come from mimalloc rather than the process's malloc (glibc's, in a PyTorch host),
-  // which costs several times as much per small object.
+  // which costs several times as much per small object. Not in the CUDA library: Note
+  // [No mimalloc in a dlopen'd library].
+#ifdef DTR_ALLOCATOR_NO_MIMALLOC
+  using LiveNodeAllocator = std::allocator<std::pair<const uintptr_t, Block*>>;
+#else
+  using LiveNodeAllocator = mi_stl_allocator<std::pair<const uintptr_t, Block*>>;
+#endif
   std::unordered_map<uintptr_t, Block*, std::hash<uintptr_t>, std::equal_to<uintptr_t>,
-                     mi_stl_allocator<std::pair<const uintptr_t, Block*>>>
+                     LiveNodeAllocator>
       allocated_;
   AllocatorStats stats_;
   uint64_t next_segment_id_ = 1;

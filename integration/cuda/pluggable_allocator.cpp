@@ -1,16 +1,19 @@
 // pluggable_allocator.cpp: dtr_malloc / dtr_free for torch.cuda.memory.CUDAPluggableAllocator.
 //
-// Design: one process-wide State (Note [Process-wide state]) holding, per device, a
-// CudaBackend and a table of live allocations (pointer -> rounded bytes). For now every
-// request goes straight to the backend (Note [Until the caching allocator lands]); the
-// budget from DTR_CONF / DTR_BUDGET is enforced here by refusing requests.
-// Invariant: per device, allocated_bytes_current == sum of the table's bytes and never
-// exceeds the budget (a budget lowered by pluggable_reload_config() only refuses new
-// requests).
-// Lock rules: one std::mutex guards the whole State, backend calls included (cudaMalloc
-// is slow but this path is temporary). Messages are built under the lock and printed
-// after it is released. No exception crosses the C ABI: each entry point catches and
-// reports on stderr.
+// Design: one process-wide State (Note [Process-wide state]) holding, per device, one
+// dtr::CachingAllocator over a CudaBackend for each CUDA stream that allocates (Note
+// [Streams]), and a table of live allocations (pointer -> its stream's allocator and
+// rounded bytes). The budget from DTR_CONF / DTR_BUDGET caps the device's live bytes
+// across its streams; it is enforced here, before any allocator is asked (Note [Budget
+// across streams]). There is no eviction on CUDA: a request over the budget is refused.
+// Invariant: per device, allocated_bytes_current == sum of the live table's bytes ==
+// sum of its allocators' allocated_bytes.all.current, and it never exceeds the budget (a
+// budget lowered by pluggable_reload_config() only refuses new requests).
+// Lock rules: one std::mutex guards the whole State, the allocators' calls included (each
+// CachingAllocator has its own lock as well, always taken inside this one, so there is
+// no lock-order cycle; none has an EvictionCallback). Messages are built under the lock
+// and printed after it is released. No exception crosses the C ABI: each entry point
+// catches and reports on stderr.
 #include "integration/cuda/pluggable_allocator.h"
 
 #include <cstdint>
@@ -22,20 +25,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "dtr/allocator/caching_allocator.h"
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
-
-// Note [Until the caching allocator lands]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The plan (issue #3): each device's table becomes a dtr::CachingAllocator (include/dtr/
-// allocator/caching_allocator.h) over a CudaBackend, configured from the same dtr::Config
-// (budget from DTR_CONF / DTR_BUDGET). It caches segments, splits and coalesces blocks,
-// enforces the budget with its out-of-memory chain (free list -> eviction callback ->
-// release cached segments -> typed error) and keeps memory_stats()-named counters. Until
-// that class exists, each request is one cudaMalloc of the size rounded up to 512 bytes
-// and each free one cudaFree, and the budget is a plain check on live bytes. The C ABI,
-// the rounding, the budget semantics and the stderr messages stay when the swap happens;
-// only the body of DeviceTable changes.
 
 // Note [Null from dtr_malloc]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -51,12 +43,35 @@
 
 // Note [Streams]
 // ~~~~~~~~~~~~~~
-// The stream argument is ignored. cudaMalloc memory can be used on any stream, and
-// cudaFree synchronises the device before it releases memory, so a free while a kernel on
-// another stream still reads the block is safe (at the price of one device sync per free).
-// The caching allocator reuses blocks without cudaFree, so it must become stream-aware
-// (reuse a block only on its stream, or wait on events recorded for other streams, as
-// PyTorch's recordStream does) before it replaces this table.
+// A cached block must not go to work on another stream while kernels queued on its old
+// stream may still touch it. PyTorch's caching allocator solves this by reusing a block
+// only on the stream it was allocated on (cross-stream use needs recordStream). Here each
+// (device, stream) pair gets its own CachingAllocator, created on the stream's first
+// request: a freed block returns at once to its stream's cache and is reused only by later
+// requests on that stream, which the stream orders after the block's earlier uses. So a
+// single-stream program gets the same reuse as PyTorch's allocator, with no event or sync.
+// dtr_free is told the stream the block was allocated on; the live table is what decides
+// which allocator gets the block back, so a mismatched stream cannot misroute it.
+// Memory cached by one stream is not seen by another: when a stream's allocator cannot get
+// a segment from the device (cudaMalloc fails after it released its own cache), every
+// other stream's cache on that device is released (cudaFree, which waits for the device,
+// so no kernel still uses what it frees) and the request is tried once more.
+// What this does not do: PyTorch 2.x's pluggable allocator ignores record_stream (its
+// hook is not settable from Python), so a tensor used on a second stream without its own
+// synchronisation is as unsafe here as with any pluggable allocator that reuses memory.
+// A destroyed stream's allocator keeps its cache, and a later stream that gets the same
+// handle reuses it. That is safe once the old stream's queued work has finished, which
+// cudaStreamDestroy does not wait for: a program that destroys streams with work still
+// queued should synchronise first. (PyTorch's own streams come from a pool and are never
+// destroyed.)
+
+// Note [Budget across streams]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The budget is per device, while the caching allocators are per stream, so none of them
+// holds a budget of its own (each is unlimited) and State checks the device's live bytes,
+// each request rounded to kMinBlockSize exactly as the allocator rounds it, before asking
+// one. Cached free memory does not count, as in the CPU runtime: the budget caps what the
+// program holds (allocated_bytes), and the device itself caps what is reserved.
 
 // Note [Process-wide state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -70,27 +85,36 @@
 namespace dtr {
 namespace {
 
+struct LiveBlock {
+  CachingAllocator* allocator = nullptr;  // its stream's
+  uint64_t bytes = 0;                     // rounded to kMinBlockSize
+};
+
 struct DeviceTable {
-  std::unique_ptr<Backend> backend;
-  std::unordered_map<void*, size_t> live_bytes;  // pointer -> rounded bytes
-  PluggableDeviceStats stats;
+  std::map<cudaStream_t, std::unique_ptr<CachingAllocator>> streams;  // Note [Streams]
+  std::unordered_map<void*, LiveBlock> live;
+  PluggableDeviceStats stats;  // the live counters; the cache's are summed in stats()
 };
 
 class State {
  public:
-  void* allocate(size_t size, int device, std::string& message);
+  void* allocate(size_t size, int device, cudaStream_t stream, std::string& message);
   void deallocate(void* ptr, size_t size, int device, std::string& message);
   PluggableDeviceStats stats(int device);
+  uint64_t empty_cache(int device);
   void reload_config();
 
  private:
   void load_config_locked();
-  DeviceTable& table_locked(int device);  // creates the backend on first use; may throw
+  DeviceTable& table_locked(int device);  // checks the device on first use; may throw
+  CachingAllocator& allocator_locked(DeviceTable& table, int device, cudaStream_t stream);
+  uint64_t cached_bytes_locked(const DeviceTable& table) const;
 
   std::mutex mutex_;
   bool config_loaded_ = false;
   std::string config_error_;  // non-empty: the configuration is unusable, refuse everything
   uint64_t budget_bytes_ = UINT64_MAX;
+  uint32_t debug_ = 0;  // the allocators' debug level (DTR_DEBUG)
   std::map<int, DeviceTable> devices_;
 };
 
@@ -117,6 +141,7 @@ void State::load_config_locked() {
   try {
     Config config;
     config.apply_environment();
+    debug_ = config.debug;
     switch (config.budget.kind) {
       case Budget::Kind::unlimited: break;
       case Budget::Kind::bytes: budget_bytes_ = config.budget.bytes; break;
@@ -135,13 +160,31 @@ void State::load_config_locked() {
 DeviceTable& State::table_locked(int device) {
   auto it = devices_.find(device);
   if (it != devices_.end()) return it->second;
+  (void)make_cuda_backend(device);  // throws CudaError for a device that does not exist
   DeviceTable table;
-  table.backend = make_cuda_backend(device);  // throws CudaError for a bad device
   table.stats.budget_bytes = budget_bytes_;
   return devices_.emplace(device, std::move(table)).first->second;
 }
 
-void* State::allocate(size_t size, int device, std::string& message) {
+CachingAllocator& State::allocator_locked(DeviceTable& table, int device, cudaStream_t stream) {
+  auto it = table.streams.find(stream);
+  if (it != table.streams.end()) return *it->second;
+  AllocatorConfig config;  // unlimited: Note [Budget across streams]
+  config.debug = debug_;
+  auto allocator = std::make_unique<CachingAllocator>(config, make_cuda_backend(device));
+  ++table.stats.streams;
+  return *table.streams.emplace(stream, std::move(allocator)).first->second;
+}
+
+uint64_t State::cached_bytes_locked(const DeviceTable& table) const {
+  uint64_t reserved = 0;
+  for (const auto& [stream, allocator] : table.streams) {
+    reserved += allocator->stats().reserved_bytes.all.current;
+  }
+  return reserved - table.stats.allocated_bytes_current;
+}
+
+void* State::allocate(size_t size, int device, cudaStream_t stream, std::string& message) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!config_loaded_) load_config_locked();
   if (!config_error_.empty()) {
@@ -152,33 +195,46 @@ void* State::allocate(size_t size, int device, std::string& message) {
   }
   DeviceTable& table = table_locked(device);
   PluggableDeviceStats& stats = table.stats;
-  const uint64_t align = kCudaSegmentAlignment;
-  const uint64_t bytes = (static_cast<uint64_t>(size) + align - 1) / align * align;
+  const uint64_t bytes = round_block_size(size);  // what the allocator will count
   if (bytes < size || stats.allocated_bytes_current + bytes > budget_bytes_ ||
       stats.allocated_bytes_current + bytes < bytes) {
     ++stats.num_ooms;
     message = "dtr_malloc: CUDA device " + std::to_string(device) + " over budget: requested " +
               format_bytes(bytes) + " with " + format_bytes(stats.allocated_bytes_current) +
               " live of a " + format_bytes(budget_bytes_) +
-              " budget; raise DTR_BUDGET or lower the batch size (no eviction yet: issue #3)";
+              " budget; raise DTR_BUDGET or lower the batch size (dtr does not evict CUDA "
+              "tensors)";
     return nullptr;
   }
-  // TODO(issue #3): route through CachingAllocator once it lands.
-  void* ptr = table.backend->allocate_segment(static_cast<size_t>(bytes));
-  if (ptr == nullptr) {
+  CachingAllocator& allocator = allocator_locked(table, device, stream);
+  AllocResult result = allocator.allocate(bytes);
+  if (!result.ok()) {
+    // The device is full. Note [Streams]: other streams' caches go back, then one retry.
+    uint64_t released = 0;
+    for (auto& [other, cache] : table.streams) {
+      if (cache.get() != &allocator) released += cache->empty_cache();
+    }
+    if (released > 0) {
+      stats.cache_releases += 1;
+      result = allocator.allocate(bytes);
+    }
+  }
+  if (!result.ok()) {
     ++stats.num_ooms;
-    message = "dtr_malloc: CUDA device " + std::to_string(device) + " out of memory: cudaMalloc(" +
-              format_bytes(bytes) + ") failed with " + format_bytes(stats.allocated_bytes_current) +
-              " live through dtr";
+    message = "dtr_malloc: CUDA device " + std::to_string(device) +
+              " out of memory: no segment for " + format_bytes(bytes) + " with " +
+              format_bytes(stats.allocated_bytes_current) + " live and " +
+              format_bytes(cached_bytes_locked(table)) +
+              " cached through dtr; lower the batch size, or free memory held outside dtr";
     return nullptr;
   }
-  table.live_bytes.emplace(ptr, static_cast<size_t>(bytes));
+  table.live.emplace(result.ptr, LiveBlock{&allocator, bytes});
   stats.allocated_bytes_current += bytes;
   if (stats.allocated_bytes_current > stats.allocated_bytes_peak) {
     stats.allocated_bytes_peak = stats.allocated_bytes_current;
   }
   ++stats.allocation_current;
-  return ptr;
+  return result.ptr;
 }
 
 void State::deallocate(void* ptr, size_t size, int device, std::string& message) {
@@ -186,14 +242,13 @@ void State::deallocate(void* ptr, size_t size, int device, std::string& message)
   auto dev = devices_.find(device);
   if (dev != devices_.end()) {
     DeviceTable& table = dev->second;
-    auto it = table.live_bytes.find(ptr);
-    if (it != table.live_bytes.end()) {
-      const size_t bytes = it->second;
-      table.live_bytes.erase(it);
-      table.stats.allocated_bytes_current -= bytes;
+    auto it = table.live.find(ptr);
+    if (it != table.live.end()) {
+      const LiveBlock block = it->second;
+      table.live.erase(it);
+      table.stats.allocated_bytes_current -= block.bytes;
       --table.stats.allocation_current;
-      // TODO(issue #3): route through CachingAllocator once it lands.
-      table.backend->free_segment(ptr, bytes);  // may throw CudaError; the entry is gone anyway
+      block.allocator->free(ptr);  // back to its stream's cache: Note [Streams]
       return;
     }
   }
@@ -206,10 +261,28 @@ PluggableDeviceStats State::stats(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!config_loaded_) load_config_locked();
   auto it = devices_.find(device);
-  if (it != devices_.end()) return it->second.stats;
-  PluggableDeviceStats empty;
-  empty.budget_bytes = budget_bytes_;
-  return empty;
+  if (it == devices_.end()) {
+    PluggableDeviceStats empty;
+    empty.budget_bytes = budget_bytes_;
+    return empty;
+  }
+  PluggableDeviceStats out = it->second.stats;
+  for (const auto& [stream, allocator] : it->second.streams) {
+    const AllocatorStats s = allocator->stats();
+    out.reserved_bytes_current += s.reserved_bytes.all.current;
+    out.num_device_alloc += s.num_device_alloc;
+    out.num_device_free += s.num_device_free;
+  }
+  return out;
+}
+
+uint64_t State::empty_cache(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return 0;
+  uint64_t released = 0;
+  for (auto& [stream, allocator] : it->second.streams) released += allocator->empty_cache();
+  return released;
 }
 
 void State::reload_config() {
@@ -225,6 +298,8 @@ void report(const std::string& message) {
 
 PluggableDeviceStats pluggable_device_stats(int device) { return state().stats(device); }
 
+uint64_t pluggable_empty_cache(int device) { return state().empty_cache(device); }
+
 void pluggable_reload_config() { state().reload_config(); }
 
 }  // namespace dtr
@@ -234,7 +309,7 @@ extern "C" void* dtr_malloc(size_t size, int device, cudaStream_t stream) {
   std::string message;
   void* ptr = nullptr;
   try {
-    ptr = dtr::state().allocate(size, device, message);
+    ptr = dtr::state().allocate(size, device, stream, message);
   } catch (const std::exception& e) {
     message = "dtr_malloc: " + dtr::without_dtr_prefix(e.what());
     ptr = nullptr;
@@ -243,7 +318,7 @@ extern "C" void* dtr_malloc(size_t size, int device, cudaStream_t stream) {
   return ptr;
 }
 
-extern "C" void dtr_free(void* ptr, size_t size, int device, cudaStream_t stream) {
+extern "C" void dtr_free(void* ptr, size_t size, int device, cudaStream_t /*stream*/) {
   if (ptr == nullptr) return;
   std::string message;
   try {

@@ -5,8 +5,9 @@
 //   torch.cuda.memory.change_current_allocator(
 //       torch.cuda.memory.CUDAPluggableAllocator("libdtr_cuda.so", "dtr_malloc", "dtr_free"))
 // has run, before CUDA is initialised (docs/cuda.md). Behind the ABI sits one process-wide
-// table per device, created on first use: the one process-wide instance dtr allows, and
-// it lives here in integration/. See pluggable_allocator.cpp for its design notes.
+// table per device, created on first use, with a dtr::CachingAllocator per CUDA stream:
+// the one process-wide instance dtr allows, and it lives here in integration/. See
+// pluggable_allocator.cpp for its design notes.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,27 +18,39 @@
 #include "integration/cuda/cuda_backend.h"
 
 extern "C" {
-// Device memory of at least `size` bytes (rounded up to 512) on `device`, or nullptr when
-// the request would exceed DTR_BUDGET, the device is out of memory, the configuration is
-// invalid or CUDA failed (a line on stderr says which). size 0 gives nullptr, no error.
+// Device memory of at least `size` bytes (rounded up to 512) on `device`, from the cache of
+// `stream`'s caching allocator or a new segment, or nullptr when the request would exceed
+// DTR_BUDGET, the device is out of memory, the configuration is invalid or CUDA failed (a
+// line on stderr says which). size 0 gives nullptr, no error.
 DTR_CUDA_API void* dtr_malloc(size_t size, int device, cudaStream_t stream);
-// Frees what dtr_malloc returned; nullptr is a no-op; an unknown pointer is reported on
-// stderr and ignored.
+// Frees what dtr_malloc returned into the cache of the stream it was allocated on (the
+// stream argument is not needed for that); nullptr is a no-op; an unknown pointer is
+// reported on stderr and ignored.
 DTR_CUDA_API void dtr_free(void* ptr, size_t size, int device, cudaStream_t stream);
 }
 
 namespace dtr {
 
-// Counters of one device's table (names follow torch.cuda.memory_stats()).
+// Counters of one device's table, summed over its streams' caching allocators (names
+// follow torch.cuda.memory_stats()).
 struct PluggableDeviceStats {
   uint64_t allocated_bytes_current = 0;  // live bytes, after rounding to 512
   uint64_t allocated_bytes_peak = 0;
   uint64_t allocation_current = 0;     // live allocations
+  uint64_t reserved_bytes_current = 0;  // segments held from cudaMalloc, live and cached
+  uint64_t num_device_alloc = 0;        // cudaMalloc calls that made a segment
+  uint64_t num_device_free = 0;         // cudaFree calls that gave one back
   uint64_t num_ooms = 0;               // requests answered with nullptr
   uint64_t budget_bytes = UINT64_MAX;  // UINT64_MAX: unlimited
+  uint64_t streams = 0;                // streams that have a caching allocator (dtr.*)
+  uint64_t cache_releases = 0;         // device ran short: other streams' caches released (dtr.*)
 };
 
 DTR_CUDA_API PluggableDeviceStats pluggable_device_stats(int device);
+
+// Gives every fully free cached segment of every stream on `device` back to CUDA
+// (torch.cuda.empty_cache() for this allocator); returns the bytes released.
+DTR_CUDA_API uint64_t pluggable_empty_cache(int device);
 
 // Reads DTR_CONF / DTR_BUDGET again (they are read once, on the first dtr_malloc). Live
 // allocations stay and count against the new budget. For tests and for tools that set

@@ -15,6 +15,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "integration/cuda/cuda_backend.h"
@@ -176,6 +178,127 @@ TEST_CASE("dtr_malloc refuses a request over DTR_BUDGET with nullptr", "[cuda]")
     CHECK(dtr_malloc(512, 0, nullptr) == nullptr);
   }
   dtr::pluggable_reload_config();  // back to the caller's environment
+}
+
+// A CUDA stream for one test, destroyed after the device has finished with it.
+class ScopedStream {
+ public:
+  ScopedStream() { REQUIRE(cudaStreamCreate(&stream_) == cudaSuccess); }
+  ~ScopedStream() {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  ScopedStream(const ScopedStream&) = delete;
+  ScopedStream& operator=(const ScopedStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_CASE("dtr_malloc reuses a freed block on the same stream without cudaMalloc", "[cuda]") {
+  if (skip_without_gpu()) return;
+  EnvGuard budget("DTR_BUDGET", "0");
+  dtr::pluggable_reload_config();
+  void* first = dtr_malloc(3 << 20, 0, nullptr);
+  REQUIRE(first != nullptr);
+  const auto held = dtr::pluggable_device_stats(0);
+  CHECK(held.reserved_bytes_current >= held.allocated_bytes_current + (3u << 20));
+  dtr_free(first, 3 << 20, 0, nullptr);
+  const auto cached = dtr::pluggable_device_stats(0);
+  CHECK(cached.allocated_bytes_current == held.allocated_bytes_current - (3u << 20));
+  CHECK(cached.reserved_bytes_current == held.reserved_bytes_current);  // kept, not cudaFree'd
+  void* again = dtr_malloc(3 << 20, 0, nullptr);
+  CHECK(again == first);
+  CHECK(dtr::pluggable_device_stats(0).num_device_alloc == held.num_device_alloc);
+  dtr_free(again, 3 << 20, 0, nullptr);
+}
+
+TEST_CASE("a block freed on one stream is not handed to another", "[cuda]") {
+  if (skip_without_gpu()) return;
+  EnvGuard budget("DTR_BUDGET", "0");
+  dtr::pluggable_reload_config();
+  ScopedStream other;
+  void* ours = dtr_malloc(12 << 20, 0, nullptr);
+  REQUIRE(ours != nullptr);
+  dtr_free(ours, 12 << 20, 0, nullptr);  // cached for the default stream
+  const auto before = dtr::pluggable_device_stats(0);
+  void* theirs = dtr_malloc(12 << 20, 0, other.get());
+  REQUIRE(theirs != nullptr);
+  CHECK(theirs != ours);  // Note [Streams]: a new segment, not the other stream's block
+  const auto after = dtr::pluggable_device_stats(0);
+  CHECK(after.num_device_alloc == before.num_device_alloc + 1);
+  CHECK(after.streams >= 2);
+  dtr_free(theirs, 12 << 20, 0, other.get());
+  CHECK(dtr::pluggable_empty_cache(0) >= (24u << 20));  // both streams' cached segments
+  CHECK(dtr::pluggable_device_stats(0).reserved_bytes_current ==
+        dtr::pluggable_device_stats(0).allocated_bytes_current);
+}
+
+TEST_CASE("when the device runs short, other streams' caches are released", "[cuda]") {
+  if (skip_without_gpu()) return;
+  EnvGuard budget("DTR_BUDGET", "0");
+  dtr::pluggable_reload_config();
+  dtr::pluggable_empty_cache(0);
+  ScopedStream first, second;
+  size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  // Each request takes 60% of what is free: the two cannot be held at once.
+  const size_t big = free_bytes / 10 * 6 / (2 << 20) * (2 << 20);
+  void* a = dtr_malloc(big, 0, first.get());
+  REQUIRE(a != nullptr);
+  dtr_free(a, big, 0, first.get());  // cached for `first`
+  const auto before = dtr::pluggable_device_stats(0);
+  CHECK(before.reserved_bytes_current >= big);
+  void* b = dtr_malloc(big, 0, second.get());
+  CHECK(b != nullptr);
+  const auto after = dtr::pluggable_device_stats(0);
+  CHECK(after.cache_releases == before.cache_releases + 1);
+  CHECK(after.num_device_free >= before.num_device_free + 1);
+  CHECK(after.num_ooms == before.num_ooms);
+  dtr_free(b, big, 0, second.get());
+  dtr::pluggable_empty_cache(0);
+}
+
+TEST_CASE("dtr_malloc and dtr_free from several threads and streams", "[cuda]") {
+  if (skip_without_gpu()) return;
+  EnvGuard budget("DTR_BUDGET", "0");
+  dtr::pluggable_reload_config();
+  const auto before = dtr::pluggable_device_stats(0);
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t, &failures] {
+      cudaStream_t stream = nullptr;
+      if (cudaStreamCreate(&stream) != cudaSuccess) {
+        ++failures[t];
+        return;
+      }
+      std::vector<std::pair<void*, size_t>> held;
+      uint32_t x = 12345u + static_cast<uint32_t>(t);
+      for (int i = 0; i < 2000; ++i) {
+        x = x * 1664525u + 1013904223u;
+        if (held.size() < 16 && (x >> 28) < 10) {
+          const size_t bytes = 1 + (x >> 8) % (4 << 20);
+          void* ptr = dtr_malloc(bytes, 0, stream);
+          if (ptr == nullptr) ++failures[t];
+          held.emplace_back(ptr, bytes);
+        } else if (!held.empty()) {
+          dtr_free(held.back().first, held.back().second, 0, stream);
+          held.pop_back();
+        }
+      }
+      for (auto& [ptr, bytes] : held) dtr_free(ptr, bytes, 0, stream);
+      (void)cudaStreamSynchronize(stream);
+      (void)cudaStreamDestroy(stream);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failures == std::vector<int>(4, 0));
+  const auto after = dtr::pluggable_device_stats(0);
+  CHECK(after.allocated_bytes_current == before.allocated_bytes_current);
+  CHECK(after.allocation_current == before.allocation_current);
+  dtr::pluggable_empty_cache(0);
 }
 
 #else  // !DTR_HAVE_CUDA
