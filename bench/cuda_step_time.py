@@ -30,7 +30,7 @@ def run(library, steps, budget):
                           env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"cuda_step_time.py: the child failed ({library}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["median_step_s"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -48,20 +48,25 @@ def main():
             sys.exit(f"cuda_step_time.py: {path} does not exist; build with DTR_WITH_CUDA=ON")
         runs.append((name or f"dtr_malloc ({path})", path))
     times = {name: [] for name, _ in runs}
+    peaks = {}
     for round_ in range(args.rounds):
         shift = round_ % len(runs)
         for name, library in runs[shift:] + runs[:shift]:
-            times[name].append(run(library, args.steps, args.budget))
+            result = run(library, args.steps, args.budget)
+            times[name].append(result["median_step_s"])
+            peaks[name] = (result["peak_allocated"], result["peak_reserved"])
         print(f"round {round_ + 1}: " + ", ".join(
             f"{name} {times[name][-1] * 1e3:.2f} ms" for name, _ in runs), flush=True)
     base = statistics.median(times[runs[0][0]])
     print(f"resnet18, batch 64, 128x128, {args.steps} steps per process, "
           f"median of {args.rounds} processes each")
-    print("| allocator | median step (ms) | ratio |")
-    print("| --- | --- | --- |")
+    print("| allocator | median step (ms) | ratio | peak allocated / reserved (MiB, last round) |")
+    print("| --- | --- | --- | --- |")
     for name, _ in runs:
         median = statistics.median(times[name])
-        print(f"| {name} | {median * 1e3:.2f} | {median / base:.3f} |")
+        allocated, reserved = peaks[name]
+        print(f"| {name} | {median * 1e3:.2f} | {median / base:.3f} | "
+              f"{allocated / 2**20:.1f} / {reserved / 2**20:.1f} |")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 // catches and reports on stderr.
 #include "integration/cuda/pluggable_allocator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -24,6 +25,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/core/options.h"
@@ -73,6 +76,17 @@
 // one. Cached free memory does not count, as in the CPU runtime: the budget caps what the
 // program holds (allocated_bytes), and the device itself caps what is reserved.
 
+// Note [Device stats]
+// ~~~~~~~~~~~~~~~~~~~
+// Each stream's CachingAllocator keeps PyTorch-named counters of its own blocks and
+// segments, and a device's counters (dtr_cuda_memory_stats_json) are their sum, with the
+// exceptions that a sum would get wrong when several streams allocate, which the table
+// tracks itself: allocated_bytes.all.peak (live bytes are counted here, for the budget),
+// reserved_bytes.all.current and .peak (every segment passes through the table's
+// SegmentCounter backend) and num_ooms (every refusal is made here, budget ones included).
+// dtr.largest_free_block_bytes is the largest over the streams. The other peaks are sums
+// of the streams' peaks: exact when one stream allocates, an upper bound otherwise.
+
 // Note [Process-wide state]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // PyTorch calls a plain C function, so the state behind it must be process-wide: this is
@@ -93,7 +107,37 @@ struct LiveBlock {
 struct DeviceTable {
   std::map<cudaStream_t, std::unique_ptr<CachingAllocator>> streams;  // Note [Streams]
   std::unordered_map<void*, LiveBlock> live;
-  PluggableDeviceStats stats;  // the live counters; the cache's are summed in stats()
+  PluggableDeviceStats stats;  // the device-wide counters: Note [Device stats]
+};
+
+// The backend of every CachingAllocator of a device: a CudaBackend whose segments are
+// counted in the device's reserved bytes (Note [Device stats]). Only ever called with
+// State's mutex held (every allocator call is made under it), so plain counters do.
+class SegmentCounter final : public Backend {
+ public:
+  SegmentCounter(std::unique_ptr<Backend> inner, PluggableDeviceStats* stats)
+      : inner_(std::move(inner)), stats_(stats) {}
+  const char* name() const override { return inner_->name(); }
+  int device() const override { return inner_->device(); }
+  size_t alignment() const override { return inner_->alignment(); }
+  void* allocate_segment(size_t bytes) override {
+    void* ptr = inner_->allocate_segment(bytes);
+    if (ptr != nullptr) {
+      stats_->reserved_bytes_current += bytes;
+      stats_->reserved_bytes_peak =
+          std::max(stats_->reserved_bytes_peak, stats_->reserved_bytes_current);
+    }
+    return ptr;
+  }
+  void free_segment(void* ptr, size_t bytes) override {
+    stats_->reserved_bytes_current -= bytes;  // the allocator forgets it even if cudaFree throws
+    inner_->free_segment(ptr, bytes);
+  }
+  bool memory_is_real() const override { return inner_->memory_is_real(); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  PluggableDeviceStats* stats_;  // its DeviceTable's; std::map nodes do not move
 };
 
 class State {
@@ -101,6 +145,8 @@ class State {
   void* allocate(size_t size, int device, cudaStream_t stream, std::string& message);
   void deallocate(void* ptr, size_t size, int device, std::string& message);
   PluggableDeviceStats stats(int device);
+  std::string stats_json(int device);
+  void reset_peaks(int device);
   uint64_t empty_cache(int device);
   void reload_config();
 
@@ -171,17 +217,14 @@ CachingAllocator& State::allocator_locked(DeviceTable& table, int device, cudaSt
   if (it != table.streams.end()) return *it->second;
   AllocatorConfig config;  // unlimited: Note [Budget across streams]
   config.debug = debug_;
-  auto allocator = std::make_unique<CachingAllocator>(config, make_cuda_backend(device));
+  auto allocator = std::make_unique<CachingAllocator>(
+      config, std::make_unique<SegmentCounter>(make_cuda_backend(device), &table.stats));
   ++table.stats.streams;
   return *table.streams.emplace(stream, std::move(allocator)).first->second;
 }
 
 uint64_t State::cached_bytes_locked(const DeviceTable& table) const {
-  uint64_t reserved = 0;
-  for (const auto& [stream, allocator] : table.streams) {
-    reserved += allocator->stats().reserved_bytes.all.current;
-  }
-  return reserved - table.stats.allocated_bytes_current;
+  return table.stats.reserved_bytes_current - table.stats.allocated_bytes_current;
 }
 
 void* State::allocate(size_t size, int device, cudaStream_t stream, std::string& message) {
@@ -269,11 +312,49 @@ PluggableDeviceStats State::stats(int device) {
   PluggableDeviceStats out = it->second.stats;
   for (const auto& [stream, allocator] : it->second.streams) {
     const AllocatorStats s = allocator->stats();
-    out.reserved_bytes_current += s.reserved_bytes.all.current;
     out.num_device_alloc += s.num_device_alloc;
     out.num_device_free += s.num_device_free;
   }
   return out;
+}
+
+std::string State::stats_json(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!config_loaded_) load_config_locked();
+  nlohmann::ordered_json out = AllocatorStats().to_json();  // every key, at 0
+  PluggableDeviceStats device_stats;
+  if (auto it = devices_.find(device); it != devices_.end()) {
+    for (const auto& [stream, allocator] : it->second.streams) {
+      const nlohmann::ordered_json streams_stats = allocator->stats().to_json();
+      for (auto entry = streams_stats.begin(); entry != streams_stats.end(); ++entry) {
+        const uint64_t mine = entry.value().get<uint64_t>();
+        const uint64_t sum = out[entry.key()].get<uint64_t>();
+        out[entry.key()] =
+            entry.key() == "dtr.largest_free_block_bytes" ? std::max(sum, mine) : sum + mine;
+      }
+    }
+    device_stats = it->second.stats;
+  }
+  // Note [Device stats]: what the table counts itself.
+  out["allocated_bytes.all.peak"] = device_stats.allocated_bytes_peak;
+  out["reserved_bytes.all.current"] = device_stats.reserved_bytes_current;
+  out["reserved_bytes.all.peak"] = device_stats.reserved_bytes_peak;
+  out["num_ooms"] = device_stats.num_ooms;
+  out["dtr.budget_bytes"] = budget_bytes_ == UINT64_MAX ? nlohmann::ordered_json(nullptr)
+                                                        : nlohmann::ordered_json(budget_bytes_);
+  out["dtr.streams"] = device_stats.streams;
+  out["dtr.cache_releases"] = device_stats.cache_releases;
+  return out.dump();
+}
+
+void State::reset_peaks(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return;
+  PluggableDeviceStats& stats = it->second.stats;
+  stats.allocated_bytes_peak = stats.allocated_bytes_current;
+  stats.reserved_bytes_peak = stats.reserved_bytes_current;
+  for (auto& [stream, allocator] : it->second.streams) allocator->reset_peaks();
 }
 
 uint64_t State::empty_cache(int device) {
@@ -327,4 +408,32 @@ extern "C" void dtr_free(void* ptr, size_t size, int device, cudaStream_t /*stre
     message = "dtr_free: " + dtr::without_dtr_prefix(e.what());
   }
   dtr::report(message);
+}
+
+extern "C" const char* dtr_cuda_memory_stats_json(int device) {
+  thread_local std::string text;
+  try {
+    text = dtr::state().stats_json(device);
+  } catch (const std::exception& e) {
+    dtr::report("dtr_cuda_memory_stats_json: " + dtr::without_dtr_prefix(e.what()));
+    text = "{}";
+  }
+  return text.c_str();
+}
+
+extern "C" uint64_t dtr_cuda_empty_cache(int device) {
+  try {
+    return dtr::state().empty_cache(device);
+  } catch (const std::exception& e) {
+    dtr::report("dtr_cuda_empty_cache: " + dtr::without_dtr_prefix(e.what()));
+    return 0;
+  }
+}
+
+extern "C" void dtr_cuda_reset_peak_stats(int device) {
+  try {
+    dtr::state().reset_peaks(device);
+  } catch (const std::exception& e) {
+    dtr::report("dtr_cuda_reset_peak_stats: " + dtr::without_dtr_prefix(e.what()));
+  }
 }

@@ -27,6 +27,16 @@ DTR_CUDA_API void* dtr_malloc(size_t size, int device, cudaStream_t stream);
 // stream argument is not needed for that); nullptr is a no-op; an unknown pointer is
 // reported on stderr and ignored.
 DTR_CUDA_API void dtr_free(void* ptr, size_t size, int device, cudaStream_t stream);
+
+// For Python's ctypes (python/dtr/cuda.py), since PyTorch's torch.cuda.memory_stats() does
+// not reach a pluggable allocator. The counters of `device` as one JSON object under
+// torch.cuda.memory_stats()'s key names plus dtr.* ones (Note [Device stats]); the string
+// is the calling thread's and stays valid until its next call. Never null.
+DTR_CUDA_API const char* dtr_cuda_memory_stats_json(int device);
+// pluggable_empty_cache(device); 0 when the call failed (the reason is on stderr).
+DTR_CUDA_API uint64_t dtr_cuda_empty_cache(int device);
+// Every peak of `device` restarts from its current value.
+DTR_CUDA_API void dtr_cuda_reset_peak_stats(int device);
 }
 
 namespace dtr {
@@ -38,6 +48,7 @@ struct PluggableDeviceStats {
   uint64_t allocated_bytes_peak = 0;
   uint64_t allocation_current = 0;     // live allocations
   uint64_t reserved_bytes_current = 0;  // segments held from cudaMalloc, live and cached
+  uint64_t reserved_bytes_peak = 0;
   uint64_t num_device_alloc = 0;        // cudaMalloc calls that made a segment
   uint64_t num_device_free = 0;         // cudaFree calls that gave one back
   uint64_t num_ooms = 0;               // requests answered with nullptr

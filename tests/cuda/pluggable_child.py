@@ -7,8 +7,11 @@ allocation. Prints one JSON line on stdout.
     pluggable_child.py train  LIBRARY|- STEPS   # a small CNN with BatchNorm, SGD-momentum
     pluggable_child.py time   LIBRARY|- STEPS   # torchvision resnet18 steps, timed
     pluggable_child.py refuse LIBRARY BYTES     # one allocation over DTR_BUDGET
+    pluggable_child.py stats  LIBRARY STEPS     # train, through dtr.cuda.use(), then its stats
 
-LIBRARY is build/lib/libdtr_cuda.so, or '-' for PyTorch's own allocator.
+LIBRARY is build/lib/libdtr_cuda.so, or '-' for PyTorch's own allocator. The time mode
+also reports the peak allocated and reserved bytes, from torch.cuda for PyTorch's
+allocator and from dtr.cuda.memory_stats() for the library.
 """
 import hashlib
 import json
@@ -22,12 +25,24 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 
 import torch  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import dtr.cuda  # noqa: E402
+
 
 def use_library(library):
     if library == "-":
         return
     allocator = torch.cuda.memory.CUDAPluggableAllocator(library, "dtr_malloc", "dtr_free")
     torch.cuda.memory.change_current_allocator(allocator)
+
+
+def peaks(library):
+    if library == "-":
+        return {"peak_allocated": torch.cuda.max_memory_allocated(),
+                "peak_reserved": torch.cuda.max_memory_reserved()}
+    stats = dtr.cuda.memory_stats()
+    return {"peak_allocated": stats["allocated_bytes.all.peak"],
+            "peak_reserved": stats["reserved_bytes.all.peak"]}
 
 
 def bits(value):
@@ -82,6 +97,16 @@ def time_steps(steps):
     return {"median_step_s": statistics.median(times), "steps": steps}
 
 
+def stats_after_training(library, steps):
+    dtr.cuda.use(budget="8G", library=library)
+    out = train(steps)
+    stats = dtr.cuda.memory_stats()
+    out["stats"] = stats
+    out["released"] = dtr.cuda.empty_cache()
+    out["after_empty"] = dtr.cuda.memory_stats()
+    return out
+
+
 def refuse(nbytes):
     # A small allocation first, so CUDA is initialised and the library has read DTR_BUDGET.
     small = torch.ones(16, device="cuda")
@@ -99,13 +124,17 @@ def refuse(nbytes):
 
 if __name__ == "__main__":
     mode, library, arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    use_library(library)
+    if mode == "stats":
+        out = stats_after_training(library, arg)
+    else:
+        use_library(library)
     if mode == "train":
         out = train(arg)
     elif mode == "time":
         out = time_steps(arg)
+        out.update(peaks(library))
     elif mode == "refuse":
         out = refuse(arg)
-    else:
-        sys.exit(f"pluggable_child.py: unknown mode {mode!r} (train, time or refuse)")
+    elif mode != "stats":
+        sys.exit(f"pluggable_child.py: unknown mode {mode!r} (train, time, refuse or stats)")
     print(json.dumps(out), flush=True)

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "integration/cuda/cuda_backend.h"
 #include "integration/cuda/pluggable_allocator.h"
 
@@ -299,6 +301,51 @@ TEST_CASE("dtr_malloc and dtr_free from several threads and streams", "[cuda]") 
   CHECK(after.allocated_bytes_current == before.allocated_bytes_current);
   CHECK(after.allocation_current == before.allocation_current);
   dtr::pluggable_empty_cache(0);
+}
+
+TEST_CASE("dtr_cuda_memory_stats_json gives PyTorch's keys and the budget", "[cuda]") {
+  // Runs without a GPU too: a device that never allocated reports zeros.
+  EnvGuard budget("DTR_BUDGET", "1M");
+  dtr::pluggable_reload_config();
+  const int device = dtr::cuda_device_count() > 0 ? 0 : 7;
+  auto stats = nlohmann::json::parse(dtr_cuda_memory_stats_json(device));
+  CHECK(stats.at("dtr.budget_bytes") == 1048576);
+  for (const char* key :
+       {"allocated_bytes.all.current", "allocated_bytes.large_pool.peak", "reserved_bytes.all.peak",
+        "segment.small_pool.current", "num_alloc_retries", "num_ooms", "dtr.streams"}) {
+    CAPTURE(key);
+    CHECK(stats.contains(key));
+  }
+  {
+    EnvGuard unlimited("DTR_BUDGET", "0");
+    dtr::pluggable_reload_config();
+    CHECK(nlohmann::json::parse(dtr_cuda_memory_stats_json(device)).at("dtr.budget_bytes") ==
+          nullptr);
+  }
+  dtr::pluggable_reload_config();
+  if (skip_without_gpu()) return;
+  EnvGuard unlimited("DTR_BUDGET", "0");
+  dtr::pluggable_reload_config();
+  dtr::pluggable_empty_cache(0);
+  const auto before = nlohmann::json::parse(dtr_cuda_memory_stats_json(0));
+  void* ptr = dtr_malloc(1000, 0, nullptr);
+  REQUIRE(ptr != nullptr);
+  stats = nlohmann::json::parse(dtr_cuda_memory_stats_json(0));
+  const auto view = dtr::pluggable_device_stats(0);
+  CHECK(stats.at("allocated_bytes.all.current") ==
+        before.at("allocated_bytes.all.current").get<uint64_t>() + 1024);
+  CHECK(stats.at("allocated_bytes.all.current") == view.allocated_bytes_current);
+  CHECK(stats.at("reserved_bytes.all.current") == view.reserved_bytes_current);
+  CHECK(stats.at("reserved_bytes.all.current").get<uint64_t>() >= (2u << 20));  // a small segment
+  CHECK(stats.at("allocation.all.current") == view.allocation_current);
+  dtr_free(ptr, 1000, 0, nullptr);
+  dtr_cuda_reset_peak_stats(0);
+  stats = nlohmann::json::parse(dtr_cuda_memory_stats_json(0));
+  CHECK(stats.at("allocated_bytes.all.peak") == stats.at("allocated_bytes.all.current"));
+  CHECK(stats.at("reserved_bytes.all.peak") == stats.at("reserved_bytes.all.current"));
+  CHECK(dtr_cuda_empty_cache(0) >= (2u << 20));
+  stats = nlohmann::json::parse(dtr_cuda_memory_stats_json(0));
+  CHECK(stats.at("reserved_bytes.all.current") == stats.at("allocated_bytes.all.current"));
 }
 
 #else  // !DTR_HAVE_CUDA

@@ -58,6 +58,44 @@ print(address(ctypes.CDLL(None).malloc) == before, "libmimalloc" in maps)
     assert done.stdout.split() == ["True", "False"], done.stdout
 
 
+def test_dtr_cuda_reads_the_library_without_a_gpu():
+    # python/dtr/cuda.py over the C ABI: a device that never allocated reports zeros.
+    code = f"""
+import json, os, sys
+sys.path.insert(0, {str(HERE.parent.parent / "python")!r})
+os.environ["DTR_BUDGET"] = "3G"
+import dtr.cuda
+import ctypes
+ctypes.CDLL(os.environ.pop("DTR_CUDA_LIBRARY"))  # found as loaded, not through the variable
+stats = dtr.cuda.memory_stats(5)
+print(json.dumps([stats["allocated_bytes.all.current"], stats["dtr.budget_bytes"],
+                  "reserved_bytes.large_pool.peak" in stats, dtr.cuda.empty_cache(5)]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, DTR_CUDA_LIBRARY=str(LIBRARY)))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [0, 3 << 30, True, 0]
+
+
+def test_dtr_cuda_use_says_what_it_needs():
+    missing = gpu_torch_missing()
+    if "CUDAPluggableAllocator" not in missing:
+        pytest.skip("this torch has CUDAPluggableAllocator")
+    code = f"""
+import sys
+sys.path.insert(0, {str(HERE.parent.parent / "python")!r})
+import dtr, dtr.cuda
+try:
+    dtr.cuda.use(budget="1G")
+except dtr.DtrError as error:
+    print(error)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, DTR_CUDA_LIBRARY=str(LIBRARY)))
+    assert done.returncode == 0, done.stderr
+    assert "needs PyTorch 2.0 or later" in done.stdout, done.stdout
+
+
 def run_child(mode, library, arg, check=True, **env):
     child_env = dict(os.environ)
     child_env.pop("DTR_CONF", None)
@@ -101,3 +139,21 @@ def test_invalid_configuration_refuses_with_the_reason():
                           DTR_CONF="budget:8G,bogus:1")
     assert "configuration is invalid" in stderr, stderr
     assert "bogus" in stderr, stderr
+
+
+@needs_gpu_torch
+def test_dtr_cuda_stats_after_training():
+    native, _ = run_child("train", "-", 4)
+    out, stderr = run_child("stats", str(LIBRARY), 4)
+    assert out["loss_bits"] == native["loss_bits"]  # dtr.cuda.use() is the same allocator
+    stats = out["stats"]
+    assert stats["dtr.budget_bytes"] == 8 << 30
+    assert stats["dtr.streams"] >= 1
+    assert stats["num_ooms"] == 0
+    assert 0 < stats["allocated_bytes.all.current"] <= stats["allocated_bytes.all.peak"]
+    assert stats["allocated_bytes.all.peak"] <= stats["reserved_bytes.all.peak"]
+    assert stats["reserved_bytes.all.current"] >= stats["allocated_bytes.all.current"]
+    assert stats["num_device_alloc"] == stats["segment.all.current"] + stats["num_device_free"]
+    after = out["after_empty"]
+    assert out["released"] == stats["reserved_bytes.all.current"] - after["reserved_bytes.all.current"]
+    assert after["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"]
