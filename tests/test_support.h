@@ -5,15 +5,39 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace dtr::test {
 
+// Sets an environment variable for one scope and restores the old value after it.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~EnvGuard() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 inline std::string log_path(const std::string& prefix) {
   // The three DTR logs live in ../shared/data/dtr-logs; pick the file starting with prefix.
-  std::string cmd = std::string("ls ") + DTR_LOG_DIR + "/" + prefix + "*.log 2>/dev/null | head -n 1";
+  std::string cmd =
+      std::string("ls ") + DTR_LOG_DIR + "/" + prefix + "*.log 2>/dev/null | head -n 1";
   std::string out;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char buf[4096];

@@ -9,8 +9,7 @@
 //  - any other CUDA failure throws CudaError (Note [CUDA errors] in cuda_backend.cpp);
 //  - every call switches to the backend's device and back (Note [Device guard]).
 // Lock rules: none of its own. Like every backend it is not thread-safe by itself: the
-// caching allocator (or, until it lands, the pluggable allocator table) calls it under
-// its lock.
+// caching allocator calls it under its lock (and the pluggable table under its own).
 //
 // This header does not include CUDA headers, so code that only holds a Backend needs no
 // CUDA include path; errors carry the cudaError_t as an int.

@@ -5,9 +5,9 @@
 //   torch.cuda.memory.change_current_allocator(
 //       torch.cuda.memory.CUDAPluggableAllocator("libdtr_cuda.so", "dtr_malloc", "dtr_free"))
 // has run, before CUDA is initialised (docs/cuda.md). Behind the ABI sits one process-wide
-// table per device, created on first use, with a dtr::CachingAllocator per CUDA stream:
-// the one process-wide instance dtr allows, and it lives here in integration/. See
-// pluggable_allocator.cpp for its design notes.
+// PluggableTable (pluggable_table.h) over CUDA, created on first use, with a
+// dtr::CachingAllocator per (device, CUDA stream): the one process-wide instance dtr
+// allows, and it lives here in integration/.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "integration/cuda/cuda_backend.h"
+#include "integration/cuda/pluggable_table.h"
 
 extern "C" {
 // Device memory of at least `size` bytes (rounded up to 512) on `device`, from the cache of
@@ -41,22 +42,7 @@ DTR_CUDA_API void dtr_cuda_reset_peak_stats(int device);
 
 namespace dtr {
 
-// Counters of one device's table, summed over its streams' caching allocators (names
-// follow torch.cuda.memory_stats()).
-struct PluggableDeviceStats {
-  uint64_t allocated_bytes_current = 0;  // live bytes, after rounding to 512
-  uint64_t allocated_bytes_peak = 0;
-  uint64_t allocation_current = 0;     // live allocations
-  uint64_t reserved_bytes_current = 0;  // segments held from cudaMalloc, live and cached
-  uint64_t reserved_bytes_peak = 0;
-  uint64_t num_device_alloc = 0;        // cudaMalloc calls that made a segment
-  uint64_t num_device_free = 0;         // cudaFree calls that gave one back
-  uint64_t num_ooms = 0;               // requests answered with nullptr
-  uint64_t budget_bytes = UINT64_MAX;  // UINT64_MAX: unlimited
-  uint64_t streams = 0;                // streams that have a caching allocator (dtr.*)
-  uint64_t cache_releases = 0;         // device ran short: other streams' caches released (dtr.*)
-};
-
+// The process-wide table's counters of `device`.
 DTR_CUDA_API PluggableDeviceStats pluggable_device_stats(int device);
 
 // Gives every fully free cached segment of every stream on `device` back to CUDA

@@ -6,6 +6,8 @@
 // so a GPU-less run shows the skip instead of passing silently.
 #include <catch2/catch.hpp>
 
+#include "test_support.h"
+
 #ifdef DTR_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
@@ -13,7 +15,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -26,6 +27,8 @@
 
 namespace {
 
+using dtr::test::EnvGuard;
+
 // True (after a WARN saying why) when there is no CUDA device to test on.
 bool skip_without_gpu() {
   if (dtr::cuda_device_count() > 0) return false;
@@ -36,28 +39,6 @@ bool skip_without_gpu() {
 bool is_aligned(const void* ptr, size_t alignment) {
   return reinterpret_cast<uintptr_t>(ptr) % alignment == 0;
 }
-
-// Sets an environment variable for one scope and restores the old value after it.
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~EnvGuard() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 
