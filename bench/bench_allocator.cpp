@@ -7,7 +7,9 @@
 // size: one item = one allocate + one free, in a steady state. Memory is not touched, so
 // only the allocators' own work is timed. ->Threads(2) runs two threads against the same
 // allocator (the caching allocator's one mutex is then contended, as in a real process).
-// The caching allocator runs over the host backend with no budget and debug 0.
+// The caching allocator runs over the host backend with no budget and debug 0. Where the
+// CUDA library is built, two more compare the path behind dtr_malloc (PluggableTable) with
+// the caching allocator alone, both over fake segments.
 // Note: the Debian libmimalloc.so exports malloc/free, so a program linking dtr_allocator
 // gets mimalloc as its malloc; the glibc benchmark calls __libc_malloc/__libc_free to
 // measure glibc itself. Each benchmark runs on every size (small_only:0) and on the
@@ -23,7 +25,11 @@
 #include <vector>
 
 #include "dtr/allocator/caching_allocator.h"
+#include "dtr/allocator/fake_backend.h"
 #include "dtr/allocator/host_backend.h"
+#ifdef DTR_HAVE_CUDA
+#include "integration/cuda/pluggable_table.h"
+#endif
 #include "bench_support.h"
 
 extern "C" void* __libc_malloc(size_t bytes);  // glibc exports these; see BM_AllocFreeGlibc
@@ -123,26 +129,43 @@ void BM_AllocFreeGlibc(benchmark::State& state) {
       state, [](size_t n) { return __libc_malloc(n); }, [](void* p) { __libc_free(p); });
 }
 
-BENCHMARK(BM_AllocFreeCachingHost)
-    ->ArgName("small_only")
-    ->Arg(0)
-    ->Arg(1)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-BENCHMARK(BM_AllocFreeMimalloc)
-    ->ArgName("small_only")
-    ->Arg(0)
-    ->Arg(1)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-BENCHMARK(BM_AllocFreeGlibc)
-    ->ArgName("small_only")
-    ->Arg(0)
-    ->Arg(1)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+// Every benchmark here: all sizes and the small ones, on one thread and on two.
+void every_size_and_thread_count(benchmark::internal::Benchmark* b) {
+  b->ArgName("small_only")->Arg(0)->Arg(1)->Threads(1)->Threads(2)->UseRealTime();
+}
+
+BENCHMARK(BM_AllocFreeCachingHost)->Apply(every_size_and_thread_count);
+BENCHMARK(BM_AllocFreeMimalloc)->Apply(every_size_and_thread_count);
+BENCHMARK(BM_AllocFreeGlibc)->Apply(every_size_and_thread_count);
+
+#ifdef DTR_HAVE_CUDA
+// The path behind dtr_malloc / dtr_free without CUDA: a PluggableTable (table mutex, live
+// map, budget and counters, then the stream's caching allocator, built without mimalloc:
+// Note [No mimalloc in a dlopen'd library]) over fake segments. Each thread is its own
+// stream. Against BM_AllocFreeCachingFake (the caching allocator alone, with mimalloc
+// nodes, over the same fake segments), the difference is what the table adds per request.
+void BM_AllocFreePluggableTable(benchmark::State& state) {
+  static dtr::PluggableTable table(
+      [](int) -> std::unique_ptr<dtr::Backend> { return std::make_unique<dtr::FakeBackend>(); });
+  const auto on = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(state.thread_index()) + 1);
+  std::string message;
+  run(
+      state, [&](size_t n) { return table.allocate(n, 0, on, message); },
+      [&](void* p) {
+        if (p != nullptr) table.deallocate(p, 0, 0, message);
+      });
+}
+
+void BM_AllocFreeCachingFake(benchmark::State& state) {
+  static dtr::CachingAllocator allocator(dtr::AllocatorConfig{},
+                                         std::make_unique<dtr::FakeBackend>());
+  run(
+      state, [&](size_t n) { return allocator.allocate(n).ptr; },
+      [&](void* p) { allocator.free(p); });
+}
+
+BENCHMARK(BM_AllocFreePluggableTable)->Apply(every_size_and_thread_count);
+BENCHMARK(BM_AllocFreeCachingFake)->Apply(every_size_and_thread_count);
+#endif  // DTR_HAVE_CUDA
 
 }  // namespace
