@@ -48,13 +48,14 @@ class DtrError(RuntimeError):
     """A request libdtr_torch.so refused; the message says why."""
 
 
-def _loaded_path():
-    """Path of libdtr_torch.so if this process has it mapped, else None."""
+def _loaded_path(name=LIBRARY_NAME):
+    """Path of the library called `name` (libdtr_torch.so by default) if this process has
+    it mapped, else None."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split()
-                if len(fields) >= 6 and os.path.basename(fields[-1]) == LIBRARY_NAME:
+                if len(fields) >= 6 and os.path.basename(fields[-1]) == name:
                     return fields[-1]
     except OSError:
         pass

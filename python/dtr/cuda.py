@@ -22,7 +22,7 @@ import ctypes
 import json
 import os
 
-from dtr import DtrError
+from dtr import DtrError, _loaded_path
 
 __all__ = ["empty_cache", "library_path", "memory_stats", "reset_peak_stats", "use"]
 
@@ -31,25 +31,12 @@ _lib = None
 _path = None
 
 
-def _loaded_path():
-    """Path of a libdtr_cuda.so this process has mapped, else None."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split()
-                if len(fields) >= 6 and os.path.basename(fields[-1]) == LIBRARY_NAME:
-                    return fields[-1]
-    except OSError:
-        pass
-    return None
-
-
 def library_path():
     """Where libdtr_cuda.so is (in use, loaded, DTR_CUDA_LIBRARY, or the source tree's
     build/lib)."""
     if _path:
         return _path
-    loaded = _loaded_path()
+    loaded = _loaded_path(LIBRARY_NAME)
     if loaded:
         return loaded
     env = os.environ.get("DTR_CUDA_LIBRARY")
