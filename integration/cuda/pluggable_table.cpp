@@ -74,9 +74,10 @@ struct LiveBlock {
   uint64_t bytes = 0;                     // rounded to kMinBlockSize
 };
 
-// The backend of every CachingAllocator of a device: a CudaBackend whose segments are
-// counted in the device's reserved bytes (Note [Device stats]). Only ever called with
-// the table's mutex held (every allocator call is made under it), so plain counters do.
+// The backend of every CachingAllocator of a device: the factory's backend (a CudaBackend
+// behind the C ABI), its segments counted in the device's reserved bytes (Note [Device
+// stats]). Only ever called with the table's mutex held (every allocator call is made
+// under it) or from the table's destructor, so plain counters do.
 class SegmentCounter final : public Backend {
  public:
   SegmentCounter(std::unique_ptr<Backend> inner, PluggableDeviceStats* stats)
@@ -101,7 +102,7 @@ class SegmentCounter final : public Backend {
 
  private:
   std::unique_ptr<Backend> inner_;
-  PluggableDeviceStats* stats_;  // its DeviceTable's; std::map nodes do not move
+  PluggableDeviceStats* stats_;  // its DeviceTable's, which is on the heap and never moves
 };
 
 std::string pointer_text(const void* ptr) {
@@ -113,9 +114,11 @@ std::string pointer_text(const void* ptr) {
 }  // namespace
 
 struct PluggableTable::DeviceTable {
+  // Declared first, so destroyed last: the allocators' destructors give their segments
+  // back through SegmentCounter, which still counts them here.
+  PluggableDeviceStats stats;  // the device-wide counters: Note [Device stats]
   std::map<cudaStream_t, std::unique_ptr<CachingAllocator>> streams;  // Note [Streams]
   std::unordered_map<void*, LiveBlock> live;
-  PluggableDeviceStats stats;  // the device-wide counters: Note [Device stats]
 };
 
 std::string without_dtr_prefix(const std::string& text) {
