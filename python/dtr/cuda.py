@@ -70,7 +70,8 @@ def use(budget=None, library=None):
     """Makes libdtr_cuda.so PyTorch's CUDA allocator; returns its path. Call it before
     anything allocates CUDA memory (PyTorch refuses the swap after that). `budget` is bytes
     (int) or a size string ("8G"); it sets DTR_BUDGET, which the library reads on its first
-    allocation. None keeps DTR_BUDGET / DTR_CONF as they are."""
+    allocation and which overrides a budget in DTR_CONF. None keeps DTR_BUDGET / DTR_CONF
+    as they are."""
     import torch
 
     memory = getattr(torch.cuda, "memory", None)
