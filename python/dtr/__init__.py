@@ -62,16 +62,22 @@ def _loaded_path(name=LIBRARY_NAME):
     return None
 
 
-def library_path():
-    """Where libdtr_torch.so is (loaded, DTR_LIBRARY, or the source tree's build/lib)."""
-    loaded = _loaded_path()
+def _find_library(name, env_var):
+    """Where the library `name` is: loaded in this process, else the path in `env_var`,
+    else build/lib of the source tree this file lives in."""
+    loaded = _loaded_path(name)
     if loaded:
         return loaded
-    env = os.environ.get("DTR_LIBRARY")
+    env = os.environ.get(env_var)
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "..", "build", "lib", LIBRARY_NAME))
+    return os.path.normpath(os.path.join(here, "..", "..", "build", "lib", name))
+
+
+def library_path():
+    """Where libdtr_torch.so is (loaded, DTR_LIBRARY, or the source tree's build/lib)."""
+    return _find_library(LIBRARY_NAME, "DTR_LIBRARY")
 
 
 def _bind(lib):

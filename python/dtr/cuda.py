@@ -22,7 +22,7 @@ import ctypes
 import json
 import os
 
-from dtr import DtrError, _loaded_path
+from dtr import DtrError, _find_library
 
 __all__ = ["empty_cache", "library_path", "memory_stats", "reset_peak_stats", "use"]
 
@@ -34,16 +34,7 @@ _path = None
 def library_path():
     """Where libdtr_cuda.so is (in use, loaded, DTR_CUDA_LIBRARY, or the source tree's
     build/lib)."""
-    if _path:
-        return _path
-    loaded = _loaded_path(LIBRARY_NAME)
-    if loaded:
-        return loaded
-    env = os.environ.get("DTR_CUDA_LIBRARY")
-    if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "..", "build", "lib", LIBRARY_NAME))
+    return _path or _find_library(LIBRARY_NAME, "DTR_CUDA_LIBRARY")
 
 
 def _open(path):
