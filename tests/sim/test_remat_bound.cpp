@@ -10,6 +10,7 @@
 #include "dtr/sim/remat_bound.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/synthetic_trace.h"
+#include "sim/dtr_logs.h"
 #include "test_support.h"
 
 using namespace dtr;
@@ -198,14 +199,7 @@ TEST_CASE("remat bound: no policy beats it on random programs and training steps
 }
 
 TEST_CASE("remat bound: under every policy on DTR's logs", "[sim][bound][faithful]") {
-  for (const char* log : {"resnet32", "transformer", "lstm"}) {
-    const std::string path = test::log_path(log);
-    if (path.empty()) {
-      WARN("skipped: DTR log '" << log << "' not found in " << DTR_LOG_DIR);
-      continue;
-    }
-    const Trace trace = read_trace(path);
-    const Baseline baseline = compute_baseline(trace);
+  test::for_each_dtr_log([](const std::string& log, const Trace& trace, const Baseline& baseline) {
     for (double ratio : {0.3, 0.5, 0.7}) {
       const uint64_t budget =
           static_cast<uint64_t>(ratio * static_cast<double>(baseline.peak_bytes));
@@ -219,5 +213,5 @@ TEST_CASE("remat bound: under every policy on DTR's logs", "[sim][bound][faithfu
         if (r.status.ok()) CHECK(r.overhead >= bound.overhead);
       }
     }
-  }
+  });
 }

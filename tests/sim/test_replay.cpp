@@ -9,6 +9,7 @@
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 #include "dtr/sim/synthetic_trace.h"
+#include "sim/dtr_logs.h"
 #include "test_support.h"
 
 using namespace dtr;
@@ -97,16 +98,9 @@ const Reference kReference[] = {
 }  // namespace
 
 TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
-  for (const char* log : {"resnet32", "transformer", "lstm"}) {
-    const std::string path = test::log_path(log);
-    if (path.empty()) {
-      WARN("skipped: DTR log '" << log << "' not found in " << DTR_LOG_DIR);
-      continue;
-    }
-    const Trace trace = read_trace(path);
-    const Baseline baseline = compute_baseline(trace);
+  test::for_each_dtr_log([](const std::string& log, const Trace& trace, const Baseline& baseline) {
     for (const Reference& ref : kReference) {
-      if (std::string(ref.log) != log) continue;
+      if (ref.log != log) continue;
       for (int i = 0; i < 8; ++i) {
         const double ratio = 0.2 + 0.1 * i;
         ReplayOptions o;
@@ -130,7 +124,7 @@ TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
         CHECK(r.peak_bytes <= r.budget_bytes);
       }
     }
-  }
+  });
 }
 
 TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3", "[sim][stress]") {
