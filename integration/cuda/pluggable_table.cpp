@@ -116,7 +116,9 @@ std::string pointer_text(const void* ptr) {
 struct PluggableTable::DeviceTable {
   // Declared first, so destroyed last: the allocators' destructors give their segments
   // back through SegmentCounter, which still counts them here.
-  PluggableDeviceStats stats;  // the device-wide counters: Note [Device stats]
+  // The device-wide counters (Note [Device stats]); streams and budget_bytes stay unset
+  // here: stats() derives them.
+  PluggableDeviceStats stats;
   std::map<cudaStream_t, std::unique_ptr<CachingAllocator>> streams;  // Note [Streams]
   std::unordered_map<void*, LiveBlock> live;
 };
@@ -150,16 +152,13 @@ void PluggableTable::load_config_locked() {
   } catch (const std::exception& e) {
     config_error_ = without_dtr_prefix(e.what());
   }
-  for (auto& [device, table] : devices_) table->stats.budget_bytes = budget_bytes_;
 }
 
 PluggableTable::DeviceTable& PluggableTable::table_locked(int device) {
   auto it = devices_.find(device);
   if (it != devices_.end()) return *it->second;
   (void)make_backend_(device);  // throws for a device that does not exist
-  auto table = std::make_unique<DeviceTable>();
-  table->stats.budget_bytes = budget_bytes_;
-  return *devices_.emplace(device, std::move(table)).first->second;
+  return *devices_.emplace(device, std::make_unique<DeviceTable>()).first->second;
 }
 
 CachingAllocator& PluggableTable::allocator_locked(DeviceTable& table, int device,
@@ -170,7 +169,6 @@ CachingAllocator& PluggableTable::allocator_locked(DeviceTable& table, int devic
   config.debug = debug_;
   auto allocator = std::make_unique<CachingAllocator>(
       config, std::make_unique<SegmentCounter>(make_backend_(device), &table.stats));
-  ++table.stats.streams;
   return *table.streams.emplace(stream, std::move(allocator)).first->second;
 }
 
@@ -250,18 +248,17 @@ void PluggableTable::deallocate(void* ptr, size_t size, int device, std::string&
 PluggableDeviceStats PluggableTable::stats(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!config_loaded_) load_config_locked();
-  auto it = devices_.find(device);
-  if (it == devices_.end()) {
-    PluggableDeviceStats empty;
-    empty.budget_bytes = budget_bytes_;
-    return empty;
+  PluggableDeviceStats out;
+  if (auto it = devices_.find(device); it != devices_.end()) {
+    out = it->second->stats;
+    out.streams = it->second->streams.size();
+    for (const auto& [stream, allocator] : it->second->streams) {
+      const AllocatorStats s = allocator->stats();
+      out.num_device_alloc += s.num_device_alloc;
+      out.num_device_free += s.num_device_free;
+    }
   }
-  PluggableDeviceStats out = it->second->stats;
-  for (const auto& [stream, allocator] : it->second->streams) {
-    const AllocatorStats s = allocator->stats();
-    out.num_device_alloc += s.num_device_alloc;
-    out.num_device_free += s.num_device_free;
-  }
+  out.budget_bytes = budget_bytes_;
   return out;
 }
 
@@ -270,7 +267,9 @@ std::string PluggableTable::stats_json(int device) {
   if (!config_loaded_) load_config_locked();
   nlohmann::ordered_json out = AllocatorStats().to_json();  // every key, at 0
   PluggableDeviceStats device_stats;
+  uint64_t streams = 0;
   if (auto it = devices_.find(device); it != devices_.end()) {
+    streams = it->second->streams.size();
     for (const auto& [stream, allocator] : it->second->streams) {
       const nlohmann::ordered_json streams_stats = allocator->stats().to_json();
       for (auto entry = streams_stats.begin(); entry != streams_stats.end(); ++entry) {
@@ -289,7 +288,7 @@ std::string PluggableTable::stats_json(int device) {
   out["num_ooms"] = device_stats.num_ooms;
   out["dtr.budget_bytes"] = budget_bytes_ == UINT64_MAX ? nlohmann::ordered_json(nullptr)
                                                         : nlohmann::ordered_json(budget_bytes_);
-  out["dtr.streams"] = device_stats.streams;
+  out["dtr.streams"] = streams;
   out["dtr.cache_releases"] = device_stats.cache_releases;
   return out.dump();
 }
