@@ -1,6 +1,7 @@
 // status.cpp: names and human-readable messages for Status.
 #include "dtr/core/status.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <cstdio>
@@ -49,10 +50,13 @@ std::string Status::message() const {
   }
   return "dtr: out of memory: a request of " + format_bytes(oom.requested_bytes) +
          " does not fit the budget of " + format_bytes(oom.budget_bytes) + " (live " +
-         format_bytes(oom.live_bytes) + ", of which pinned " + format_bytes(oom.pinned_bytes) +
-         " and evictable " + format_bytes(oom.evictable_bytes) +
+         format_bytes(oom.live_bytes) + ", of which pinned " +
+         format_bytes(oom.pinned_bytes - std::min(oom.in_use_bytes, oom.pinned_bytes)) +
+         ", in use by the running op " + format_bytes(oom.in_use_bytes) + " and evictable " +
+         format_bytes(oom.evictable_bytes) +
          "); nothing more can be evicted. Raise the budget above the pinned bytes plus the "
-         "largest op's outputs, or reduce the batch size." + device;
+         "largest op's inputs and outputs, or reduce the batch size." +
+         device;
 }
 
 }  // namespace dtr

@@ -126,8 +126,9 @@ class Engine::AllocatorLink : public EvictionCallback {
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override {
     return engine_.free_for_allocator(bytes_needed, contiguous_request);
   }
-  uint64_t pinned_bytes() const override { return engine_.live_bytes_ - engine_.pool_bytes_; }
-  uint64_t evictable_bytes() const override { return engine_.pool_bytes_; }
+  uint64_t pinned_bytes() const override { return engine_.unevictable_bytes(); }
+  uint64_t evictable_bytes() const override { return engine_.evictable_bytes(); }
+  uint64_t in_use_bytes() const override { return engine_.in_use_bytes(); }
 
  private:
   Engine& engine_;
@@ -670,7 +671,8 @@ OomInfo Engine::oom_info(uint64_t requested) const {
       memory_.allocator ? memory_.allocator->config().budget_bytes : config_.budget_bytes;
   info.live_bytes = live_bytes_;
   info.evictable_bytes = pool_bytes_;
-  info.pinned_bytes = live_bytes_ - pool_bytes_;
+  info.pinned_bytes = unevictable_bytes();
+  info.in_use_bytes = in_use_bytes();
   info.requested_bytes = requested;
   return info;
 }

@@ -12,10 +12,9 @@ class ReplaySnapshot::EvictingLink : public EvictionCallback {
     MemoryHistory::ContextScope evicting(&history_, MemoryContext::evicting);
     return engine_.free_for_allocator(bytes_needed, contiguous_request);
   }
-  uint64_t pinned_bytes() const override {
-    return engine_.live_bytes() - engine_.evictable_bytes();
-  }
+  uint64_t pinned_bytes() const override { return engine_.unevictable_bytes(); }
   uint64_t evictable_bytes() const override { return engine_.evictable_bytes(); }
+  uint64_t in_use_bytes() const override { return engine_.in_use_bytes(); }
 
  private:
   Engine& engine_;

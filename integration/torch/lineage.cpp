@@ -1135,12 +1135,17 @@ void Lineage::print_storages() const {
 
 uint64_t Lineage::pinned_bytes() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  return engine_->live_bytes() - engine_->evictable_bytes();
+  return engine_->unevictable_bytes();
 }
 
 uint64_t Lineage::evictable_bytes() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   return engine_->evictable_bytes();
+}
+
+uint64_t Lineage::in_use_bytes() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return engine_->in_use_bytes();
 }
 
 Status Lineage::pin_tensor(TensorId t) {

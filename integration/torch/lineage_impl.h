@@ -187,6 +187,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t before_new_peak(uint64_t bytes_requested) override;
   uint64_t pinned_bytes() const override;
   uint64_t evictable_bytes() const override;
+  uint64_t in_use_bytes() const override;
 
  private:
   std::unique_lock<std::recursive_mutex> allocator_lock() const;

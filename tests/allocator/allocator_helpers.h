@@ -83,6 +83,7 @@ class Evictor : public EvictionCallback {
     return freed;
   }
   uint64_t pinned_bytes() const override { return pinned_bytes_value; }
+  uint64_t in_use_bytes() const override { return in_use_bytes_value; }
   uint64_t evictable_bytes() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t total = 0;
@@ -95,7 +96,8 @@ class Evictor : public EvictionCallback {
   }
 
   std::function<void(const Registered&)> before_free;  // e.g. check a pattern
-  uint64_t pinned_bytes_value = 0;
+  uint64_t pinned_bytes_value = 0;                     // what pinned_bytes() reports
+  uint64_t in_use_bytes_value = 0;  // what in_use_bytes() reports (a part of the above)
 
  private:
   CachingAllocator* allocator_;

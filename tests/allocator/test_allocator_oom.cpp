@@ -159,6 +159,37 @@ TEST_CASE("allocator oom chain: typed error exactly when nothing can be evicted"
   CHECK(s.num_cache_releases == 0);
 }
 
+// Note [Out-of-memory breakdown]: the message splits allocated bytes into pinned, in use,
+// evictable and untracked (what the callback does not account for).
+TEST_CASE("allocator oom: the message accounts for every allocated byte", "[allocator]") {
+  Evictor evictor;
+  CachingAllocator allocator(budget_config(10 * kMiB), std::make_unique<FakeBackend>(), &evictor);
+  evictor.attach(&allocator);
+  std::vector<void*> held;
+  for (int i = 0; i < 8; ++i) held.push_back(allocator.allocate(kMiB).ptr);
+  // 8 MiB allocated: 3 pinned, 2 of which a running op holds; 5 the evictor never hears of.
+  evictor.pinned_bytes_value = 3 * kMiB;
+  evictor.in_use_bytes_value = 2 * kMiB;
+  AllocResult r = allocator.allocate(4 * kMiB);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.oom.has_callback);
+  CHECK(r.oom.in_use_bytes == 2 * kMiB);
+  CHECK(r.oom.untracked_bytes() == 5 * kMiB);
+  const std::string message = r.oom.message();
+  CHECK(message.find("pinned 1.00 MiB, in use by the running op 2.00 MiB, evictable 0 B, "
+                     "untracked 5.00 MiB") != std::string::npos);
+  CHECK(message.find("workspace") != std::string::npos);
+
+  // Block rounding is not worth a word: under 1 MiB untracked, the message names none.
+  evictor.pinned_bytes_value = 8 * kMiB - 4096;
+  evictor.in_use_bytes_value = 0;
+  AllocResult rounded = allocator.allocate(4 * kMiB);
+  REQUIRE_FALSE(rounded.ok());
+  CHECK(rounded.oom.untracked_bytes() == 4096);
+  CHECK(rounded.oom.message().find("untracked") == std::string::npos);
+  for (void* p : held) allocator.free(p);
+}
+
 TEST_CASE("allocator oom: requests that can never fit fail at once", "[allocator]") {
   Evictor evictor;
   CachingAllocator allocator(budget_config(4 * kMiB), std::make_unique<FakeBackend>(), &evictor);
@@ -181,6 +212,9 @@ TEST_CASE("allocator oom: requests that can never fit fail at once", "[allocator
   REQUIRE_FALSE(none.ok());
   CHECK(none.oom.pinned_bytes == 0);
   CHECK(none.oom.evictable_bytes == 0);
+  CHECK_FALSE(none.oom.has_callback);
+  CHECK(none.oom.untracked_bytes() == 0);  // nothing to account against
+  CHECK(none.oom.message().find("untracked") == std::string::npos);
   CHECK(none.oom.allocated_bytes == 2 * kMiB);
   bare.free(a);
   CHECK(bare.allocate(512).ok());

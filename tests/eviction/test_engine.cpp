@@ -243,7 +243,10 @@ TEST_CASE("pinned storages are never evicted; an infeasible budget is a typed OO
   CHECK(s.oom.requested_bytes == 500);
   CHECK(s.oom.live_bytes == 900);
   CHECK(s.oom.pinned_bytes == 900);  // the constant, and `a` locked as the op's input
+  CHECK(s.oom.in_use_bytes == 300);  // `a` only (Note [Out-of-memory breakdown])
   CHECK(s.oom.evictable_bytes == 0);
+  CHECK(s.message().find("pinned 600 B, in use by the running op 300 B and evictable 0 B") !=
+        std::string::npos);
   CHECK(f.engine->evictable_bytes() == 300);  // the failed op let go of `a`
   CHECK(s.message().find("pinned") != std::string::npos);
   CHECK(f.engine->is_defined(k));

@@ -79,7 +79,13 @@ struct AllocatorOom {
   uint64_t reserved_bytes = 0;            // held from the backend, at the time of the failure
   uint64_t pinned_bytes = 0;              // from EvictionCallback::pinned_bytes (0: no callback)
   uint64_t evictable_bytes = 0;           // from EvictionCallback::evictable_bytes (0: no callback)
+  uint64_t in_use_bytes = 0;              // of pinned_bytes, what only running ops hold
+  bool has_callback = false;              // the three above came from an EvictionCallback
   uint64_t largest_free_block_bytes = 0;  // largest cached free block
+
+  // Allocated bytes the callback's owner does not account for (an op's own buffers, such
+  // as a convolution's workspace; tensors it does not track); 0 without a callback.
+  uint64_t untracked_bytes() const;
 
   // A sentence for a human: the numbers above and what to try.
   std::string message() const;
@@ -109,9 +115,11 @@ class EvictionCallback {
   // the program no longer holds but the callback's owner kept (a host's dead storages),
   // never what it still needs. Return the bytes freed. The default frees nothing.
   virtual uint64_t before_new_peak(uint64_t /*bytes_requested*/) { return 0; }
-  // For the AllocatorOom message: live bytes that cannot / could be evicted now.
+  // For the AllocatorOom message: live bytes that cannot / could be evicted now, and of
+  // the former, those only a running op holds (Note [Out-of-memory breakdown]).
   virtual uint64_t pinned_bytes() const { return 0; }
   virtual uint64_t evictable_bytes() const { return 0; }
+  virtual uint64_t in_use_bytes() const { return 0; }
 };
 
 // One block, for address-ordered scans (contiguity-aware eviction).

@@ -18,6 +18,7 @@ struct OomInfo {
   uint64_t live_bytes = 0;
   uint64_t pinned_bytes = 0;     // live and locked or pinned: cannot be evicted now
   uint64_t evictable_bytes = 0;  // live and in the eviction pool
+  uint64_t in_use_bytes = 0;     // of pinned_bytes, locked by running ops only (not pinned)
   uint64_t requested_bytes = 0;
   // From a caching allocator with a reserved limit (0: none): segments may hold free memory
   // in blocks too small for the request.

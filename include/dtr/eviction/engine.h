@@ -179,6 +179,11 @@ class Engine {
   uint64_t budget_bytes() const { return config_.budget_bytes; }
   uint64_t live_bytes() const { return live_bytes_; }
   uint64_t evictable_bytes() const { return pool_bytes_; }
+  // Live bytes that cannot be evicted now: pinned, or locked by a running op or remat.
+  uint64_t unevictable_bytes() const { return live_bytes_ - pool_bytes_; }
+  // Of those, the bytes only a running op or remat holds (locked, not pinned): they become
+  // evictable again when it returns (Note [Out-of-memory breakdown]).
+  uint64_t in_use_bytes() const { return unevictable_bytes() - stats_.pinned_current; }
   Tick now() const { return clock_.now(); }
   const Stats& stats() const { return stats_; }
   Stats& stats() { return stats_; }
