@@ -7,7 +7,8 @@
 // which one a heuristic picks. To materialize tensor t:
 //   1. every parent's storage is marked accessed now;
 //   2. every defined parent is locked; then each parent that was undefined at that moment
-//      is materialized (unless an earlier one's op already made it) and locked;
+//      is materialized (unless an earlier one's op already made it) and locked (where
+//      nothing is left to evict, Note [Relaxed remat locks] departs from this);
 //   3. room is made for *all* of t's op's outputs (an op recomputes every output);
 //   4. the op runs: the clock advances by its cost, all its outputs are charged, outputs
 //      that were still material are discarded again (their duplicate bytes freed);
@@ -58,6 +59,24 @@
 // full scan (Note [Tie-breaking]), under search=sample too: there are only those the remats
 // since the last eviction brought back, since each eviction takes from them first. Numbers:
 // docs/simulator.md, "Dead storages first".
+//
+// Note [Relaxed remat locks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A frame locks its material parents when it is entered and keeps them while it remakes
+// the others (Note [Explicit remat stack]), so a nested remat holds the parents of every
+// frame below it. Remaking a gradient through a backward chain holds one activation per
+// level: a 6-layer MLP (batch 1024, 2 MiB activations) whose gradients were evicted in the
+// backward pass (`zero_grad(set_to_none=True)`, then `clip_grad_norm_` reading them, as in
+// tests/torch/scripts/patterns.py --pattern clip) ran out of memory at 0.8 of its peak with
+// 10 MiB locked this way, 8 MiB pinned and a 2 MiB request. So when nothing is left to
+// evict during a nested remat, the frames below the top let go of their parents (the top
+// one keeps its own: its op is about to run or running), become evictable with everything
+// else, and on resuming check every parent again from the first, remaking what was evicted
+// meanwhile. It costs remats, never memory, and changes nothing in a run that had room: it
+// happens only where the run would have stopped with out-of-memory. A run can cycle (a
+// frame's parents evict each other's ancestors), so each outermost materialization may
+// relax kMaxRelaxations times; after that out-of-memory is reported as before. Option
+// `relax_locks` (default True; False is simrd's behaviour) turns it off.
 //
 // Note [Lazy release]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -117,6 +136,9 @@ std::string feature_names(uint32_t features) {
 }
 
 // The features an engine provides. Address order needs an allocator's view of blocks.
+// Note [Relaxed remat locks]: relaxations allowed per outermost materialization.
+constexpr uint32_t kMaxRelaxations = 64;
+
 static constexpr uint32_t kEngineFeatures =
     kFeatureStaleness | kFeatureNeighborhood | kFeatureEqClasses;
 
@@ -700,7 +722,7 @@ Status Engine::make_room(uint64_t bytes) {
   if (memory_.allocator) return Status::success();  // Note [Budget owner]
   if (live_bytes_ + bytes > config_.budget_bytes) evict_lazily_released();
   while (live_bytes_ + bytes > config_.budget_bytes) {
-    if (pool_.empty() || bytes > config_.budget_bytes) {
+    if (bytes > config_.budget_bytes || (pool_.empty() && !relax_remat_locks())) {
       ++stats_.num_ooms;
       return Status::out_of_memory(oom_info(bytes));
     }
@@ -732,7 +754,7 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
     stats_.fragmentation_free_bytes += budget - allocated;
   uint64_t freed = evict_lazily_released();  // Note [Lazy release]
   if (freed > 0 && (contiguous || freed >= bytes_needed)) return freed;
-  if (pool_.empty()) return freed;
+  if (pool_.empty() && !relax_remat_locks()) return freed;  // Note [Relaxed remat locks]
 
   auto evict_one = [&](StorageId s) {
     freed += round_block_size(storages_[s].size_bytes);
@@ -750,7 +772,8 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
   } else if (contiguous) {
     evict_one(choose_victim());
   } else {
-    while (freed < bytes_needed && !pool_.empty()) evict_one(choose_victim());
+    while (freed < bytes_needed && (!pool_.empty() || relax_remat_locks()))
+      evict_one(choose_victim());
   }
   if (config_.debug >= 3) check_invariants();
   return freed;
@@ -776,6 +799,41 @@ bool Engine::drop(StorageId s) {
 }
 
 // --- materialization ------------------------------------------------------------------------
+
+// Note [Relaxed remat locks]. Returns whether any storage became evictable.
+bool Engine::relax_remat_locks() {
+  const size_t base = materialize_base_;
+  if (frames_.size() < base + 2 || relaxations_left_ == 0) return false;
+  const size_t top = frames_.size() - 1;
+  const uint32_t held_low = frames_[base].held_begin;
+  const uint32_t held_top = frames_[top].held_begin;
+  if (held_top == held_low) return false;  // the frames below hold nothing
+  --relaxations_left_;
+  ++stats_.num_relaxed_remats;
+  const uint64_t pool_before = pool_bytes_;
+  for (uint32_t i = held_low; i < held_top; ++i) unlock(held_[i]);
+  held_.erase(held_.begin() + held_low, held_.begin() + held_top);
+  // Each lower frame checks all of its op's inputs again when it resumes, the ones it had
+  // locked at entry too; the top frame's slice (all defined and locked) moves up behind.
+  const uint32_t pending_low = frames_[base].pending_begin;
+  std::vector<TensorId> top_slice(pending_.begin() + frames_[top].pending_begin,
+                                  pending_.begin() + frames_[top].pending_end);
+  pending_.resize(pending_low);
+  for (size_t f = base; f < top; ++f) {
+    Frame& frame = frames_[f];
+    frame.held_begin = held_low;
+    frame.pending_begin = static_cast<uint32_t>(pending_.size());
+    for (TensorId p : ops_[tensors_[frame.tensor].op].inputs) pending_.push_back(p);
+    frame.pending_end = static_cast<uint32_t>(pending_.size());
+    frame.cursor = frame.pending_begin;
+  }
+  Frame& last = frames_[top];
+  last.held_begin = held_low;
+  last.pending_begin = static_cast<uint32_t>(pending_.size());
+  pending_.insert(pending_.end(), top_slice.begin(), top_slice.end());
+  last.pending_end = last.cursor = static_cast<uint32_t>(pending_.size());
+  return pool_bytes_ > pool_before;
+}
 
 void Engine::enter_frame(TensorId t, bool remat) {
   const Tick now = clock_.now();
@@ -805,6 +863,14 @@ Status Engine::run_materialize(TensorId target, bool remat) {
   const size_t base_depth = frames_.size();
   const size_t base_held = held_.size();
   const size_t base_pending = pending_.size();
+  const size_t outer_base = materialize_base_;
+  materialize_base_ = base_depth;
+  if (base_depth == 0) relaxations_left_ = config_.relax_locks ? kMaxRelaxations : 0;
+  struct RestoreBase {
+    size_t& base;
+    size_t saved;
+    ~RestoreBase() { base = saved; }
+  } restore_base{materialize_base_, outer_base};
   auto abandon = [&](Status status) {
     // Release every lock taken by the frames of this call, newest first.
     while (held_.size() > base_held) {
@@ -833,16 +899,16 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     // Every parent is defined and locked: make room for all outputs, then run the op.
     const TensorId t = frame.tensor;
     const bool is_remat = frame.remat;
-    const uint32_t held_begin = frame.held_begin;
-    const uint32_t pending_begin = frame.pending_begin;
     const OpRec& op = ops_[tensors_[t].op];
     Status status = make_room(op.total_bytes);
     if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t);
     if (!status.ok()) return abandon(status);
     compute(t, is_remat);
     for (TensorId p : op.inputs) unlock(tensors_[p].storage);
-    held_.resize(held_begin);
-    pending_.resize(pending_begin);
+    // Read after compute: making room may have relaxed the frames (Note [Relaxed remat
+    // locks]), which moves this frame's slices.
+    held_.resize(frames_.back().held_begin);
+    pending_.resize(frames_.back().pending_begin);
     frames_.pop_back();
     if (is_remat) hooks_->after_remat(tensors_[t].op);
     if (config_.max_remat_ns != 0 && stats_.remat_compute_ns > config_.max_remat_ns)

@@ -136,6 +136,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.sample = config.sample;
   o.dead_first = config.dead_first;
   o.lazy_release = config.lazy_release;
+  o.relax_locks = config.relax_locks;
   o.seed = config.seed;
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
@@ -380,6 +381,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.sample_size = options.sample;
   config.dead_first = options.dead_first;
   config.lazy_release = options.lazy_release;
+  config.relax_locks = options.relax_locks;
   config.seed = options.seed;
   config.debug = options.debug;
   if (options.max_overhead > 0) {

@@ -32,11 +32,12 @@ struct Fixture {
   std::unique_ptr<Engine> engine;
 
   explicit Fixture(uint64_t budget, const std::string& policy = "dtr_eq", bool dead_first = true,
-                   bool lazy_release = false) {
+                   bool lazy_release = false, bool relax_locks = true) {
     EngineConfig config;
     config.budget_bytes = budget;
     config.dead_first = dead_first;
     config.lazy_release = lazy_release;
+    config.relax_locks = relax_locks;
     config.debug = 3;
     engine = std::make_unique<Engine>(config, builtin_heuristics().make(policy, {}), clock, &hooks);
     hooks.engine = engine.get();
@@ -196,6 +197,49 @@ TEST_CASE("a nested rematerialization re-runs a chain bottom-up with an explicit
   CHECK(f.engine->is_defined(last));
   CHECK(f.engine->stats().max_remat_depth >= 4999);
   CHECK(f.engine->stats().num_remats == 5000);
+}
+
+// Note [Relaxed remat locks]: z = h(a3, m) with m material and a3 three evicted ops deep.
+// Frame z locks m on entry; remaking a2 then needs k + m + a1 + a2 = 700 > 650 with nothing
+// else evictable. Before, out of memory; now frame z lets go of m, which is evicted and
+// remade when z resumes.
+TEST_CASE("a nested remat lets go of its outer frames' parents rather than run out", "[eviction]") {
+  const bool relax = GENERATE(true, false);  // false: option relax_locks off, as simrd
+  Fixture f(650, "dtr_eq", true, false, relax);
+  TensorId k;
+  REQUIRE(f.engine->constant(50, k).ok());
+  TensorId a1 = f.op(1, {k}, 200);
+  TensorId a2 = f.op(1, {a1}, 200);
+  TensorId a3 = f.op(1, {a2}, 200);  // 650: exactly the budget
+  REQUIRE(f.engine->drop(f.engine->storage_of(a1)));
+  REQUIRE(f.engine->drop(f.engine->storage_of(a2)));
+  TensorId m = f.op(1, {k}, 250);
+  TensorId z = f.op(1, {a3, m}, 50);
+  REQUIRE(f.engine->drop(f.engine->storage_of(a3)));
+  REQUIRE(f.engine->drop(f.engine->storage_of(z)));
+  REQUIRE(f.engine->is_defined(m));
+  const uint64_t remats_before = f.engine->stats().num_remats;
+
+  if (!relax) {
+    const Status s = f.engine->materialize(z);
+    CHECK(s.code == StatusCode::oom);
+    CHECK(s.oom.in_use_bytes == 450);  // m, locked by frame z, and a1, a2's input
+    CHECK(f.engine->stats().num_relaxed_remats == 0);
+    CHECK(f.engine->drop(f.engine->storage_of(m)));  // the failed remat let go of its locks
+    return;
+  }
+  REQUIRE(f.engine->materialize(z).ok());
+  CHECK(f.engine->is_defined(z));
+  CHECK(f.engine->stats().num_relaxed_remats == 1);
+  CHECK(f.engine->stats().num_ooms == 0);
+  // a1, a2, a3, then m (evicted for a2) and z itself.
+  CHECK(f.engine->stats().num_remats - remats_before == 5);
+  CHECK(f.hooks.max_live <= 650);
+  // Every lock the frames took is gone: z, a3 and m can all be evicted again.
+  CHECK(f.engine->drop(f.engine->storage_of(z)));
+  CHECK(f.engine->drop(f.engine->storage_of(a3)));
+  CHECK(f.engine->drop(f.engine->storage_of(m)));
+  CHECK(f.engine->live_bytes() == 50);
 }
 
 TEST_CASE("multi-output ops are recomputed once and refill every evicted output", "[eviction]") {

@@ -50,12 +50,17 @@ SCRIPTS = {
     # Training-loop patterns on one MLP (patterns.py), at the lowest fractions of 0.8, 0.7,
     # 0.6 and 0.5 that passed three runs in three (accumulate: of 0.9 to 0.5 by 0.05);
     # docs/pytorch.md, "Training-loop patterns", says where each stops and why.
-    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8,)),
+    # grad_penalty and hooks at 0.7 and clip at 0.8 need Note [Relaxed remat locks]
+    # (eviction/engine.cpp): with relax_locks:False each failed 3 runs of 3 there.
+    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8, 0.7)),
     "jit": (("patterns.py", "--pattern", "jit", "--steps", "3"), (0.7, 0.6)),
-    "hooks": (("patterns.py", "--pattern", "hooks", "--steps", "3"), (0.8,)),
+    "hooks": (("patterns.py", "--pattern", "hooks", "--steps", "3"), (0.8, 0.7)),
     "checkpoint": (("patterns.py", "--pattern", "checkpoint", "--steps", "3"), (0.8, 0.7)),
     # Note [Dead constants]: 4 micro-batches per step.
     "accumulate": (("patterns.py", "--pattern", "accumulate", "--steps", "3"), (0.8, 0.75)),
+    # bfloat16 autocast on the CPU; clip_grad_norm_ after zero_grad(set_to_none=True).
+    "amp": (("patterns.py", "--pattern", "amp", "--steps", "3"), (0.8, 0.7)),
+    "clip": (("patterns.py", "--pattern", "clip", "--steps", "3"), (0.8,)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.

@@ -53,6 +53,10 @@ struct Budget {
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \
     "refuses it")                                                                                  \
+  X(relax_locks, bool, "relax_locks", "DTR_RELAX_LOCKS", "True",                                   \
+    "when a nested remat finds nothing to evict, the frames below it let go of their parents "     \
+    "and remake what is evicted meanwhile, instead of running out of memory (Note [Relaxed "       \
+    "remat locks]); False = as DTR's simulator (simrd) does")                                      \
   X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \

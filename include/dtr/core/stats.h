@@ -46,6 +46,9 @@ namespace dtr {
   X(candidates_scored, "dtr.candidates_scored", "heuristic evaluations during those searches")     \
   X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")   \
   X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")          \
+  X(num_relaxed_remats, "dtr.num_relaxed_remats",                                                  \
+    "times a nested remat let go of its outer frames' parents to find room (Note [Relaxed "        \
+    "remat locks])")                                                                               \
   X(allocator_requests, "dtr.allocator_requests", "times the allocator asked the engine for room") \
   X(contiguous_requests, "dtr.contiguous_requests",                                                \
     "of those, requests for a contiguous block while the budget had room (fragmentation)")         \

@@ -66,6 +66,7 @@ struct EngineConfig {
   uint32_t sample_size = 0;  // 0: ceil(sqrt(pool size))
   bool dead_first = false;   // Note [Dead storages first] in eviction/engine.cpp
   bool lazy_release = false;  // Note [Lazy release] in eviction/engine.cpp
+  bool relax_locks = true;    // Note [Relaxed remat locks] in eviction/engine.cpp
   uint64_t seed = 0;
   uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
   uint32_t debug = 0;         // 3: check invariants after every operation
@@ -303,6 +304,7 @@ class Engine {
 
   Status run_materialize(TensorId t, bool remat);
   void enter_frame(TensorId t, bool remat);
+  bool relax_remat_locks();  // Note [Relaxed remat locks]
   Status allocate_outputs(TensorId t);
   void compute(TensorId t, bool remat);
   void evict(StorageId s, bool eager);
@@ -366,6 +368,8 @@ class Engine {
   std::vector<Frame> frames_;
   std::vector<TensorId> pending_;
   std::vector<StorageId> held_;
+  size_t materialize_base_ = 0;  // frames_ of the innermost run_materialize start here
+  uint32_t relaxations_left_ = 0;  // Note [Relaxed remat locks], per outermost call
   std::mt19937_64 rng_;
   std::vector<std::pair<double, StorageId>> search_scratch_;
   Stats stats_;

@@ -41,6 +41,7 @@ struct ReplayOptions {
   uint32_t sample = 0;
   bool dead_first = false;  // option `dead_first`
   bool lazy_release = false;  // option `lazy_release`
+  bool relax_locks = true;    // option `relax_locks`
   uint64_t seed = 0;
   double max_overhead = 2.0;  // 0: never give up
   uint32_t debug = 0;

@@ -10,6 +10,10 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
                 eval mode after each step
   checkpoint    torch.utils.checkpoint (use_reentrant=False) around each layer
   accumulate    gradients accumulated over 4 micro-batches before the step
+  amp           mixed precision: the forward pass and the loss under
+                torch.autocast("cpu", dtype=torch.bfloat16)
+  clip          zero_grad(set_to_none=True), clip_grad_norm_ before each step and a
+                StepLR schedule
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
 eval<step> <bits> <value>` for the evaluation of hooks), and at the end `param <name> <sha256 of the parameter's raw
@@ -25,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
-PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate")
+PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip")
 
 
 class MLP(nn.Module):
@@ -65,13 +69,14 @@ def main():
         for p in model.parameters():
             p.register_hook(lambda g: g * 0.5)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
     def batch():
         return torch.randn(args.batch, 512), torch.randint(0, 10, (args.batch,))
 
     for step in range(args.steps):
         start = time.perf_counter()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=args.pattern == "clip")
         if args.pattern == "accumulate":
             loss = torch.zeros(())
             for _ in range(4):
@@ -89,10 +94,18 @@ def main():
                 out = model(x)
                 grad, = torch.autograd.grad(out.sum(), x, create_graph=True)
                 loss = F.cross_entropy(out, y) + 0.1 * (grad.norm(2, dim=1) - 1).pow(2).mean()
+            elif args.pattern == "amp":
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = F.cross_entropy(model(x), y)
             else:
                 loss = F.cross_entropy(model(x), y)
             loss.backward()
+        if args.pattern == "clip":
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            print(f"loss norm{step} {bits(norm)} {float(norm):.6f}", flush=True)
         opt.step()
+        if args.pattern == "clip":
+            schedule.step()
         print(f"loss {step} {bits(loss)} {float(loss):.6f}", flush=True)
         if args.pattern == "hooks":
             model.eval()
