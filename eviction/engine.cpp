@@ -78,8 +78,9 @@
 // relax kMaxRelaxations times; after that out-of-memory is reported as before. The cap
 // decides how long a run at a budget no schedule of this policy meets takes to fail: the
 // grad_penalty pattern at 0.6 of its peak (3 steps) failed after 4.6 s without relaxing,
-// 8.8 s with a cap of 4 and 55 s with 64, while 2 to 64 all passed it at 0.7 (1 did not),
-// and hooks at 0.7 and clip at 0.8 passed with every cap from 1. Where nothing converges,
+// 7.7 and 8.8 s (two runs) with a cap of 4 and 55 s with 64, while caps of 2 to 64 all
+// passed it at 0.7 (1 did not), and hooks at 0.7 and clip at 0.8 passed with every cap
+// from 1. Where nothing converges,
 // a replay may report `thrash` (max_overhead) where it reported `oom` before: 120 failed
 // cells of a sweep of DTR's three logs (7 policies, budgets 0.05 to 0.60 by 0.01 and 0.1 to
 // 0.9 by 0.1, byte accounting), while no replay that finished changed. Option
@@ -146,7 +147,6 @@ std::string feature_names(uint32_t features) {
 constexpr uint32_t kMaxRelaxations = 4;
 
 // The features an engine provides. Address order needs an allocator's view of blocks.
-
 static constexpr uint32_t kEngineFeatures =
     kFeatureStaleness | kFeatureNeighborhood | kFeatureEqClasses;
 
