@@ -59,9 +59,9 @@
 // (batch 64, 16 channels, 64x64) takes a 16 MiB workspace besides its output, so an
 // evaluation pass under torch.no_grad() at batch 64 ran out under a budget that left room
 // for input and output, with 16 MiB that neither pinned nor evictable bytes explained
-// before this split (tests/torch/test_infeasible_budget.py). Allocated
-// bytes are rounded to blocks, the engine's to the byte, so a few KiB of untracked bytes
-// are rounding; the message names them only from 1 MiB up.
+// before this split (tests/torch/test_infeasible_budget.py). Allocated bytes are rounded
+// to blocks, the engine's to the byte, so a few KiB of untracked bytes are rounding; the
+// message names them only from 1 MiB up.
 //
 // Note [New peaks]
 // ~~~~~~~~~~~~~~~~

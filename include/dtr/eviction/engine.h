@@ -184,7 +184,10 @@ class Engine {
   uint64_t unevictable_bytes() const { return live_bytes_ - pool_bytes_; }
   // Of those, the bytes only a running op or remat holds (locked, not pinned): they become
   // evictable again when it returns (Note [Out-of-memory breakdown]).
-  uint64_t in_use_bytes() const { return unevictable_bytes() - stats_.pinned_current; }
+  uint64_t in_use_bytes() const {
+    const uint64_t unevictable = unevictable_bytes();
+    return unevictable > stats_.pinned_current ? unevictable - stats_.pinned_current : 0;
+  }
   Tick now() const { return clock_.now(); }
   const Stats& stats() const { return stats_; }
   Stats& stats() { return stats_; }
