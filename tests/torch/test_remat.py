@@ -58,9 +58,12 @@ SCRIPTS = {
     "checkpoint": (("patterns.py", "--pattern", "checkpoint", "--steps", "3"), (0.8, 0.7)),
     # Note [Dead constants]: 4 micro-batches per step.
     "accumulate": (("patterns.py", "--pattern", "accumulate", "--steps", "3"), (0.8, 0.75)),
-    # bfloat16 autocast on the CPU; clip_grad_norm_ after zero_grad(set_to_none=True).
+    # bfloat16 autocast on the CPU; clip_grad_norm_ after zero_grad(set_to_none=True); a
+    # checkpoint (torch.save of model and optimizer state) after every step, whose sha256
+    # must match too.
     "amp": (("patterns.py", "--pattern", "amp", "--steps", "3"), (0.8, 0.7)),
     "clip": (("patterns.py", "--pattern", "clip", "--steps", "3"), (0.8,)),
+    "save": (("patterns.py", "--pattern", "save", "--steps", "3"), (0.8, 0.7)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.

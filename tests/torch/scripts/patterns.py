@@ -14,6 +14,8 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
                 torch.autocast("cpu", dtype=torch.bfloat16)
   clip          zero_grad(set_to_none=True), clip_grad_norm_ before each step and a
                 StepLR schedule
+  save          SGD with momentum, and a checkpoint (torch.save of the model's and the
+                optimizer's state_dict) after each step, whose sha256 is printed
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
 eval<step> <bits> <value>` for the evaluation of hooks), and at the end `param <name> <sha256 of the parameter's raw
@@ -21,6 +23,7 @@ bytes>`, so two runs can be compared bit for bit.
 """
 import argparse
 import hashlib
+import io
 import struct
 import time
 
@@ -29,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
-PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip")
+PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save")
 
 
 class MLP(nn.Module):
@@ -68,7 +71,8 @@ def main():
     if args.pattern == "hooks":
         for p in model.parameters():
             p.register_hook(lambda g: g * 0.5)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05,
+                          momentum=0.9 if args.pattern == "save" else 0.0)
     schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
     def batch():
@@ -106,6 +110,11 @@ def main():
         opt.step()
         if args.pattern == "clip":
             schedule.step()
+        if args.pattern == "save":
+            buffer = io.BytesIO()
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buffer)
+            digest = hashlib.sha256(buffer.getvalue()).hexdigest()[:16]
+            print(f"loss save{step} {digest} {len(buffer.getvalue())}", flush=True)
         print(f"loss {step} {bits(loss)} {float(loss):.6f}", flush=True)
         if args.pattern == "hooks":
             model.eval()
