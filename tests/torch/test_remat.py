@@ -50,9 +50,11 @@ SCRIPTS = {
     # Training-loop patterns on one MLP (patterns.py), at the lowest fractions of 0.8, 0.7,
     # 0.6 and 0.5 that passed three runs in three (accumulate: of 0.9 to 0.5 by 0.05);
     # docs/pytorch.md, "Training-loop patterns", says where each stops and why.
-    # grad_penalty and hooks at 0.7 and clip at 0.8 need Note [Relaxed remat locks]
-    # (eviction/engine.cpp): with relax_locks:False each failed 3 runs of 3 there.
-    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8, 0.7)),
+    # hooks at 0.7 and clip at 0.8 need Note [Relaxed remat locks] (eviction/engine.cpp):
+    # with relax_locks:False each failed 3 runs of 3 there. grad_penalty passes 0.7 with it
+    # too, but not always: 13 runs of 14 here, and one under make test's load ran out of
+    # memory at the optimizer step, so it stays at 0.8.
+    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8,)),
     "jit": (("patterns.py", "--pattern", "jit", "--steps", "3"), (0.7, 0.6)),
     "hooks": (("patterns.py", "--pattern", "hooks", "--steps", "3"), (0.8, 0.7)),
     "checkpoint": (("patterns.py", "--pattern", "checkpoint", "--steps", "3"), (0.8, 0.7)),

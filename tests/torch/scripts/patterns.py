@@ -18,7 +18,9 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
                 optimizer's state_dict) after each step, whose sha256 is printed
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
-eval<step> <bits> <value>` for the evaluation of hooks), and at the end `param <name> <sha256 of the parameter's raw
+eval<step> <bits> <value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for
+the gradient norm of clip, `loss save<step> <sha256 prefix> <bytes>` for the checkpoint of
+save), and at the end `param <name> <sha256 of the parameter's raw
 bytes>`, so two runs can be compared bit for bit.
 """
 import argparse
@@ -73,7 +75,8 @@ def main():
             p.register_hook(lambda g: g * 0.5)
     opt = torch.optim.SGD(model.parameters(), lr=0.05,
                           momentum=0.9 if args.pattern == "save" else 0.0)
-    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    if args.pattern == "clip":
+        schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
     def batch():
         return torch.randn(args.batch, 512), torch.randint(0, 10, (args.batch,))
