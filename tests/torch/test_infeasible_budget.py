@@ -1,6 +1,8 @@
 """A budget below what must stay in memory raises PyTorch's out-of-memory error, whose
 message gives the budget, the pinned and the evictable bytes and what to try; only when
 nothing more can be evicted."""
+import re
+
 from conftest import PYTHON, clean_env, run
 
 SCRIPT = r"""
@@ -57,7 +59,6 @@ except torch.cuda.OutOfMemoryError as e:
 
 def mib(message, label):
     """The size after `label` in an out-of-memory message, in MiB."""
-    import re
     match = re.search(re.escape(label) + r" ([0-9.]+) (B|KiB|MiB)", message)
     assert match, (label, message)
     scale = {"B": 1 / (1 << 20), "KiB": 1 / 1024, "MiB": 1}[match.group(2)]
