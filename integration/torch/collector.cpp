@@ -123,6 +123,7 @@ void Lineage::collect(bool full) {
   full_collect_ops_ = ops_recorded_;
   full_collect_deaths_ = deaths_;
   pinned_dead_bytes_ = 0;
+  pinned_dead_kept_bytes_ = 0;
   versions_since_collect_ = 0;
   ops_since_collect_ = 0;
   uint32_t needed_mark = mark_needed();
@@ -137,6 +138,7 @@ void Lineage::collect(bool full) {
       continue;
     }
     if (!rec.dead || needed(s) || (engine_->is_locked(s) && !engine_->is_pinned(s))) {
+      if (rec.dead && engine_->is_pinned(s)) pinned_dead_kept_bytes_ += engine_->storage_size(s);
       kept.push_back(s);
       continue;
     }

@@ -101,6 +101,25 @@
 // installed through the CPython API found in the process (no link to libpython), and the
 // Python code reports success through torch.ops.dtr.raw_access_guarded. C++ code that
 // reads data_ptr() of a tensor it did not get through the dispatcher is not covered.
+//
+// Note [Raw scopes]
+// ~~~~~~~~~~~~~~~~~
+// Pinning for good is right where memory is exported: numpy, `__dlpack__` and `data_ptr()`
+// hand out the address, which may be read at any time after. It is too much where the
+// read ends with a call: `.tolist()` copies out, `torch.save` pickles and then writes the
+// storages before it returns, `copy.deepcopy` clones. Before, each pinned what it read
+// until the tensor died, so a loop that saved live activations filled its budget with
+// pins and ran out of memory (tests/torch/test_raw_access.py). The guard now runs
+// Tensor.tolist, Tensor.__deepcopy__ and torch.serialization's _save and _legacy_save
+// inside a raw scope (torch.ops.dtr.begin_raw_scope / end_raw_scope; per thread, nested
+// scopes end with the outermost). In a scope, `storage()`, `untyped_storage()`,
+// `_typed_storage()`, `data_ptr()` (pickling a tensor compares it with 0) and `tolist()`
+// call torch.ops.dtr.hold_raw, which refills the storage and locks it, with a reference
+// so that it is not found dead, until the scope ends; numpy, `__array__` and `__dlpack__`
+// make objects that may outlive the scope and still pin for good. Outside a scope
+// hold_raw pins, as pin_raw does: the storage object or address it returns may be kept
+// and read later. Not scoped: pickle.dumps of a tensor, whose storage bytes are read after
+// `__reduce_ex__` has returned.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -267,24 +286,47 @@ def _dtr_guard_raw_access():
         return
     try:
         pin = torch.ops.dtr.pin_raw
+        hold = torch.ops.dtr.hold_raw
+        begin = torch.ops.dtr.begin_raw_scope
+        end = torch.ops.dtr.end_raw_scope
         done = torch.ops.dtr.raw_access_guarded
     except Exception:
         return
     T = torch.Tensor
     if not getattr(T, "_dtr_raw_access_guard", False):
         import functools
-        def guard(name):
+        def guard(name, refill):
             original = getattr(T, name, None)
             if original is None:
                 return
             @functools.wraps(original)
             def method(self, *args, **kwargs):
-                pin(self)
+                refill(self)
                 return original(self, *args, **kwargs)
             setattr(T, name, method)
-        for name in ("numpy", "__array__", "tolist", "data_ptr", "storage",
-                     "untyped_storage", "_typed_storage", "__dlpack__"):
-            guard(name)
+        for name in ("numpy", "__array__", "__dlpack__"):
+            guard(name, pin)
+        for name in ("tolist", "data_ptr", "storage", "untyped_storage", "_typed_storage"):
+            guard(name, hold)
+        # Note [Raw scopes]
+        def scoped(owner, name):
+            original = getattr(owner, name, None)
+            if original is None:
+                return
+            @functools.wraps(original)
+            def call(*args, **kwargs):
+                begin()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    end()
+            setattr(owner, name, call)
+        scoped(T, "tolist")
+        scoped(T, "__deepcopy__")
+        serialization = sys.modules.get("torch.serialization")
+        if serialization is not None:
+            scoped(serialization, "_save")
+            scoped(serialization, "_legacy_save")
         T._dtr_raw_access_guard = True
     # Note [Threads]: every thread the threading module starts records too.
     import threading
@@ -330,6 +372,29 @@ void pin_raw_kernel(const at::Tensor& self) {
   if (Lineage* lineage = the_lineage())
     if (self.defined() && self.device().type() == c10::DeviceType::CPU)
       lineage->pin_for_raw_access(self);
+}
+
+// Note [Raw scopes]
+struct RawScope {
+  int depth = 0;
+  RawHold held;
+};
+thread_local RawScope raw_scope;
+
+void hold_raw_kernel(const at::Tensor& self) {
+  Lineage* lineage = the_lineage();
+  if (!lineage || !self.defined() || self.device().type() != c10::DeviceType::CPU) return;
+  if (raw_scope.depth > 0)
+    lineage->lock_for_raw_access(self, raw_scope.held);
+  else
+    lineage->pin_for_raw_access(self);
+}
+
+void begin_raw_scope_kernel() { ++raw_scope.depth; }
+
+void end_raw_scope_kernel() {
+  if (raw_scope.depth == 0 || --raw_scope.depth > 0) return;
+  if (Lineage* lineage = the_lineage()) lineage->release_raw_access(raw_scope.held);
 }
 
 void raw_access_guarded_kernel() { raw_access_guarded.store(true, std::memory_order_relaxed); }
@@ -491,6 +556,9 @@ bool register_dispatch_hook() {
       auto* def = new torch::Library(torch::Library::DEF, "dtr", c10::nullopt, __FILE__,
                                      __LINE__);
       def->def("pin_raw(Tensor self) -> ()", &pin_raw_kernel);
+      def->def("hold_raw(Tensor self) -> ()", &hold_raw_kernel);
+      def->def("begin_raw_scope() -> ()", &begin_raw_scope_kernel);
+      def->def("end_raw_scope() -> ()", &end_raw_scope_kernel);
       def->def("raw_access_guarded() -> ()", &raw_access_guarded_kernel);
       def->def("record_on_this_thread() -> ()", &record_on_this_thread_kernel);
     }

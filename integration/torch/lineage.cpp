@@ -1109,13 +1109,28 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
 // released before the peak grows (Note [New peaks] in allocator/caching_allocator.cpp),
 // so the peak is what the program holds, not what the scans have not reached yet. Under a
 // budget dead storages stay as a free cache for make_room.
+//
+// Note [Dead pinned storages at a new peak]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pinned storage that died (a tensor read through .numpy(), an old parameter value) is
+// freed only by a full collect that finds no lineage needs it (Note [Discards in a
+// trace]); one a full collect kept can go once the storages that needed it die. With no
+// budget, full collects came only every so many ops, and a loop that called .numpy() on a
+// 256 KiB activation each step and read it once more peaked at 59 MiB against the 1 MiB
+// it held (tests/torch/test_raw_access.py). So before a new peak, a full collect runs when
+// pinned storages died since the last one, or it kept dead pinned ones and something died
+// since: of kMinEvictableBytes or more (batched, as while tracing). It needs a new death,
+// so it runs at most once per scan.
 uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
   if (!scan_newest_.load(std::memory_order_relaxed)) return 0;
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return 0;
-  if (dead_scan_ops_ == ops_recorded_) return 0;  // no op has run since the last scan
   evicted_bytes_in_call_ = 0;
-  scan_for_dead();
+  if (dead_scan_ops_ != ops_recorded_) scan_for_dead();  // else no op ran since the last
+  // Note [Dead pinned storages at a new peak]
+  const uint64_t dead_pinned =
+      pinned_dead_bytes_ + (deaths_ != full_collect_deaths_ ? pinned_dead_kept_bytes_ : 0);
+  if (dead_pinned >= kMinEvictableBytes) collect(/*full=*/true);
   return evicted_bytes_in_call_;
 }
 
@@ -1168,6 +1183,29 @@ void Lineage::pin_for_raw_access(const at::Tensor& tensor) {
   if (s == kNoId) return;  // never evicted
   const Status status = pin_tensor(storages_[s].current);
   if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+}
+
+void Lineage::lock_for_raw_access(const at::Tensor& tensor, RawHold& held) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
+  const StorageId s = lookup(impl);
+  if (s == kNoId) return;  // never evicted
+  const TensorId t = storages_[s].current;
+  const Status status = engine_->lock_tensors({t});
+  if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+  held.locked.push_back(t);
+  held.storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+}
+
+void Lineage::release_raw_access(RawHold& held) {
+  {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    engine_->unlock_tensors(held.locked);
+    held.locked.clear();
+  }
+  // Outside the lock, as when Python drops a tensor: a storage let go here may die now.
+  held.storages.clear();
 }
 
 // --- lineage.h ---------------------------------------------------------------------------------

@@ -85,6 +85,13 @@ struct OpInfo {
   bool packs_mask = false;
 };
 
+// What a raw scope (Note [Raw scopes] in dispatch_hook.cpp) holds until it ends: engine
+// locks, and a reference to each storage so that it is not found dead meanwhile.
+struct RawHold {
+  std::vector<TensorId> locked;
+  std::vector<c10::intrusive_ptr<c10::StorageImpl>> storages;
+};
+
 // One op the fallback is running: its inputs, found and locked before it runs, and what
 // recording needs afterwards. Built by Lineage::before_op, finished by after_op/abort_op.
 // The fallback keeps one per thread and reuses it, so its vectors keep their capacity
@@ -160,6 +167,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Raw access (torch.ops.dtr.pin_raw, Note [Raw access] in dispatch_hook.cpp): refills the
   // tensor's storage if evicted and pins it for good.
   void pin_for_raw_access(const at::Tensor& tensor);
+  // Raw access inside a raw scope (Note [Raw scopes] in dispatch_hook.cpp): refills the
+  // storage and locks it, and keeps it alive, until release_raw_access(held).
+  void lock_for_raw_access(const at::Tensor& tensor, RawHold& held);
+  void release_raw_access(RawHold& held);
 
   // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
   // need; called every so many ops and before evicting for the allocator.
@@ -257,6 +268,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t deaths_ = 0;                      // storages found dead so far
   uint64_t full_collect_deaths_ = UINT64_MAX;
   uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
+  uint64_t pinned_dead_kept_bytes_ = 0;  // ... and dead pinned ones it kept, still needed
   // Note [Discards in a trace]: new versions recorded since the last full collect, and
   // whether that collect's cut (Note [Dead constants]) found a dead constant still needed.
   uint64_t versions_since_collect_ = 0;
