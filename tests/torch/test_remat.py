@@ -66,6 +66,11 @@ SCRIPTS = {
     "amp": (("patterns.py", "--pattern", "amp", "--steps", "3"), (0.8, 0.7)),
     "clip": (("patterns.py", "--pattern", "clip", "--steps", "3"), (0.8,)),
     "save": (("patterns.py", "--pattern", "save", "--steps", "3"), (0.8, 0.7)),
+    # A weight average (deepcopy of the model, in-place updates) and deepcopies of the
+    # state_dict; a checkpoint loaded back mid-run (at 0.7 the old and the loaded state
+    # do not both fit).
+    "ema": (("patterns.py", "--pattern", "ema", "--steps", "3"), (0.8, 0.7)),
+    "reload": (("patterns.py", "--pattern", "reload", "--steps", "3"), (0.8,)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.

@@ -16,14 +16,23 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
                 StepLR schedule
   save          SGD with momentum, and a checkpoint (torch.save of the model's and the
                 optimizer's state_dict) after each step, whose sha256 is printed
+  ema           an exponential moving average of the weights (a copy.deepcopy of the
+                model, updated in place under torch.no_grad() after each step and
+                evaluated on the batch), and a "best weights" copy.deepcopy of the
+                state_dict after each step
+  reload        SGD with momentum; the model's and optimizer's state saved with torch.save
+                after step 0 and loaded back (load_state_dict) after step 1, as when a
+                run resumes from a checkpoint
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
 eval<step> <bits> <value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for
 the gradient norm of clip, `loss save<step> <sha256 prefix> <bytes>` for the checkpoint of
-save), and at the end `param <name> <sha256 of the parameter's raw
-bytes>`, so two runs can be compared bit for bit.
+save, `loss ema<step> <bits> <value>` for the average model of ema), and at the end `param
+<name> <sha256 of the parameter's raw bytes>` (ema: the average's and the last copy's
+too), so two runs can be compared bit for bit.
 """
 import argparse
+import copy
 import hashlib
 import io
 import struct
@@ -34,7 +43,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
-PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save")
+PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save",
+            "ema", "reload")
 
 
 class MLP(nn.Module):
@@ -74,7 +84,10 @@ def main():
         for p in model.parameters():
             p.register_hook(lambda g: g * 0.5)
     opt = torch.optim.SGD(model.parameters(), lr=0.05,
-                          momentum=0.9 if args.pattern == "save" else 0.0)
+                          momentum=0.9 if args.pattern in ("save", "reload") else 0.0)
+    average = copy.deepcopy(model) if args.pattern == "ema" else None
+    best = None
+    saved = None
     if args.pattern == "clip":
         schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
@@ -118,6 +131,21 @@ def main():
             torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buffer)
             digest = hashlib.sha256(buffer.getvalue()).hexdigest()[:16]
             print(f"loss save{step} {digest} {len(buffer.getvalue())}", flush=True)
+        if args.pattern == "ema":
+            with torch.no_grad():
+                for pa, pm in zip(average.parameters(), model.parameters()):
+                    pa.mul_(0.9).add_(pm, alpha=0.1)
+                value = F.cross_entropy(average(x), y)
+            print(f"loss ema{step} {bits(value)} {float(value):.6f}", flush=True)
+            best = copy.deepcopy(model.state_dict())
+        if args.pattern == "reload" and step == 0:
+            buffer = io.BytesIO()
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buffer)
+            saved = buffer.getvalue()
+        if args.pattern == "reload" and step == 1:
+            state = torch.load(io.BytesIO(saved))
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
         print(f"loss {step} {bits(loss)} {float(loss):.6f}", flush=True)
         if args.pattern == "hooks":
             model.eval()
@@ -127,7 +155,11 @@ def main():
                 print(f"loss eval{step} {bits(value)} {float(value):.6f}", flush=True)
             model.train()
         print(f"time {step} {time.perf_counter() - start:.4f}", flush=True)
-    for name, p in model.named_parameters():
+    tensors = list(model.named_parameters())
+    if average is not None:
+        tensors += [("average." + n, p) for n, p in average.named_parameters()]
+        tensors += [("best." + n, t) for n, t in best.items()]
+    for name, p in tensors:
         digest = hashlib.sha256(p.detach().contiguous().numpy().tobytes()).hexdigest()
         print(f"param {name} {digest}", flush=True)
 
