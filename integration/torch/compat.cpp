@@ -36,8 +36,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 
+#include <cstring>
 #include <limits>
 #include <mutex>
 
@@ -67,6 +69,19 @@ void set_cpu_allocator(c10::Allocator* allocator, uint8_t priority) {
 }
 
 c10::Allocator* cpu_allocator() { return c10::GetCPUAllocator(); }
+
+bool move_to_cpu_allocator(c10::StorageImpl& impl) {
+  c10::Allocator* installed = c10::GetCPUAllocator();
+  c10::Allocator* fallback = c10::GetDefaultCPUAllocator();
+  if (installed == fallback || !impl.data() || impl.nbytes() == 0 ||
+      impl.data_ptr().get_deleter() != fallback->raw_deleter())
+    return false;
+  const size_t nbytes = impl.nbytes();
+  c10::DataPtr moved = installed->allocate(nbytes);
+  std::memcpy(moved.get(), impl.data(), nbytes);
+  impl.set_data_ptr_noswap(std::move(moved));  // frees the old memory
+  return true;
+}
 
 void throw_out_of_memory(const std::string& message) {
 #if DTR_TORCH_HAS_OOM_ERROR

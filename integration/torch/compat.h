@@ -76,6 +76,7 @@
 
 namespace c10 {
 struct IValue;
+struct StorageImpl;
 }
 namespace at {
 class Tensor;
@@ -134,6 +135,11 @@ c10::DataPtr make_cpu_data_ptr(void* data, void* context, c10::DeleterFnPtr dele
 void set_cpu_allocator(c10::Allocator* allocator, uint8_t priority);
 // PyTorch's CPU allocator now (c10::GetCPUAllocator).
 c10::Allocator* cpu_allocator();
+// Note [Storages Python allocates] in dispatch_hook.cpp: if PyTorch's default CPU allocator
+// (c10::GetDefaultCPUAllocator, which torch.UntypedStorage(n) uses on 1.13) made `impl`'s
+// memory and another allocator is installed, moves the bytes into memory from that one
+// (which may throw out of memory); true if it moved. Nothing else may hold the address.
+bool move_to_cpu_allocator(c10::StorageImpl& impl);
 
 // Throws PyTorch's out-of-memory error (c10::OutOfMemoryError, torch.cuda.OutOfMemoryError
 // in Python; c10::Error before 1.13) with `message`.

@@ -120,6 +120,25 @@
 // hold_raw pins, as pin_raw does: the storage object or address it returns may be kept
 // and read later. Not scoped: pickle.dumps of a tensor, whose storage bytes are read after
 // `__reduce_ex__` has returned.
+//
+// Note [Storages Python allocates]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch.UntypedStorage(n), TypedStorage(n) and a storage's clone() allocate from
+// c10::GetDefaultCPUAllocator(), not from the allocator c10::SetCPUAllocator installed
+// (checked on 1.13: 0 bytes of a 1 MiB copy.deepcopy reached our allocator). So
+// copy.deepcopy of a plain tensor, which clones its storage, made memory outside the
+// budget and the allocator's stats: `best = copy.deepcopy(model.state_dict())` held a
+// second copy of the model that no budget capped, and lineage counted it as a pinned
+// constant, so the out-of-memory message gave more pinned bytes than allocated ones. The
+// guard hands each Tensor.__deepcopy__ result to torch.ops.dtr.adopt_storage, which moves
+// a storage PyTorch's default allocator made (told by its DataPtr's deleter) into ours:
+// one allocation under the budget (which may evict, or raise out of memory) and a copy;
+// the new storage was made inside deepcopy, so nothing else holds its address yet. A
+// Parameter's deepcopy clones through the dispatcher and is ours already. Storages made
+// directly with torch.UntypedStorage stay outside, as from_numpy memory does. With
+// remat:False (no lineage) the guard is installed too (install_storage_guard: the
+// fallback runs until the first op has installed it), so that a baseline run's peak, of
+// which budgets are fractions, counts the same copies as a run under a budget.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -289,6 +308,7 @@ def _dtr_guard_raw_access():
         hold = torch.ops.dtr.hold_raw
         begin = torch.ops.dtr.begin_raw_scope
         end = torch.ops.dtr.end_raw_scope
+        adopt = torch.ops.dtr.adopt_storage
         done = torch.ops.dtr.raw_access_guarded
     except Exception:
         return
@@ -309,7 +329,7 @@ def _dtr_guard_raw_access():
         for name in ("tolist", "data_ptr", "storage", "untyped_storage", "_typed_storage"):
             guard(name, hold)
         # Note [Raw scopes]
-        def scoped(owner, name):
+        def scoped(owner, name, after=None):
             original = getattr(owner, name, None)
             if original is None:
                 return
@@ -317,12 +337,19 @@ def _dtr_guard_raw_access():
             def call(*args, **kwargs):
                 begin()
                 try:
-                    return original(*args, **kwargs)
+                    result = original(*args, **kwargs)
                 finally:
                     end()
+                if after is not None:
+                    after(result)
+                return result
             setattr(owner, name, call)
+        def adopt_copy(result):
+            # Note [Storages Python allocates]
+            if isinstance(result, T):
+                adopt(result)
         scoped(T, "tolist")
-        scoped(T, "__deepcopy__")
+        scoped(T, "__deepcopy__", adopt_copy)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None:
             scoped(serialization, "_save")
@@ -395,6 +422,16 @@ void begin_raw_scope_kernel() { ++raw_scope.depth; }
 void end_raw_scope_kernel() {
   if (raw_scope.depth == 0 || --raw_scope.depth > 0) return;
   if (Lineage* lineage = the_lineage()) lineage->release_raw_access(raw_scope.held);
+}
+
+// Note [Storages Python allocates]
+void adopt_storage_kernel(const at::Tensor& self) {
+  if (!self.defined() || self.device().type() != c10::DeviceType::CPU || !self.has_storage())
+    return;
+  if (Lineage* lineage = the_lineage())
+    lineage->adopt_default_storage(self);
+  else  // remat:False
+    torch_compat::move_to_cpu_allocator(*self.storage().unsafeGetStorageImpl());
 }
 
 void raw_access_guarded_kernel() { raw_access_guarded.store(true, std::memory_order_relaxed); }
@@ -481,7 +518,15 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const OpInfo& info = classified.info.generator_arg >= 0 && !c10::GradMode::is_enabled()
                            ? classified.opaque_fill
                            : classified.info;
-  if (!lineage || info.kind == OpKind::view) {
+  if (!lineage) {
+    // remat:False (install_storage_guard): the guard, for Note [Storages Python allocates],
+    // and then this thread's ops bypass the fallback again.
+    guard_raw_access();
+    if (raw_access_guarded.load(std::memory_order_relaxed)) enable_hook_on_this_thread(false);
+    op.redispatchBoxed(below, stack);
+    return;
+  }
+  if (info.kind == OpKind::view) {
     op.redispatchBoxed(below, stack);
     return;
   }
@@ -535,9 +580,8 @@ void renew_in_child() {
   if (Lineage* lineage = the_lineage()) new (&lineage->mutex()) std::recursive_mutex();
 }
 
-}  // namespace
-
-bool register_dispatch_hook() {
+// The fallback on kDtrKey and the dtr:: ops; false if another library has the key.
+bool register_fallback() {
   static std::once_flag once;
   static bool registered = false;
   std::call_once(once, [] {
@@ -559,14 +603,34 @@ bool register_dispatch_hook() {
       def->def("hold_raw(Tensor self) -> ()", &hold_raw_kernel);
       def->def("begin_raw_scope() -> ()", &begin_raw_scope_kernel);
       def->def("end_raw_scope() -> ()", &end_raw_scope_kernel);
+      def->def("adopt_storage(Tensor self) -> ()", &adopt_storage_kernel);
       def->def("raw_access_guarded() -> ()", &raw_access_guarded_kernel);
       def->def("record_on_this_thread() -> ()", &record_on_this_thread_kernel);
     }
+    registered = true;
+  });
+  return registered;
+}
+
+}  // namespace
+
+bool register_dispatch_hook() {
+  static std::once_flag once;
+  static bool registered = false;
+  std::call_once(once, [] {
+    if (!register_fallback()) return;
     pthread_atfork(&lock_before_fork, &unlock_in_parent, &renew_in_child);
     watch_faults();  // Note [Reads of evicted storages]
     registered = true;
   });
   return registered;
+}
+
+void install_storage_guard() {
+  // Note [Storages Python allocates]: remat:False records nothing, but a deep copy must
+  // come from the allocator as it does with lineage, or its peak (the baseline budgets are
+  // fractions of) would leave it out. The fallback runs until the guard is in.
+  if (register_fallback()) enable_hook_on_this_thread(true);
 }
 
 void note_evicted_bytes(uint64_t nbytes) {

@@ -440,7 +440,12 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   const Status status = engine_->record_constant(t.storage().nbytes(), id);
   DTR_CHECK(status.ok(), "recording a constant cannot fail");
   sync_tables();
-  adopt(engine_->storage_of(id), t.storage().getWeakStorageImpl(), id);
+  const StorageId s = engine_->storage_of(id);
+  adopt(s, t.storage().getWeakStorageImpl(), id);
+  if (!is_ours(*t.storage().unsafeGetStorageImpl())) {  // Note [Memory outside the allocator]
+    storages_[s].outside = true;
+    outside_bytes_ += t.storage().nbytes();
+  }
   recording_->constant(id, t.storage().nbytes());
   // Note [Warm start in PyTorch]: the op's inputs are not locked yet.
   if (guide_) guide_->end_op(*engine_, engine_->op_of(id));
@@ -961,12 +966,10 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   if (pending.orphan != kNoId) {
     // Note [Overwrite]: the old value is unreachable (no lineage reads it); the user's
     // storage has moved to the op's output.
-    StorageRec& rec = storages_[pending.orphan];
-    rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
-    release_storage(pending.orphan);
-    recording_->discard(engine_->storage_tensors(pending.orphan)[0]);
-    engine_->discard(pending.orphan);
-    rec.discarded = true;
+    storages_[pending.orphan].impl =
+        c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
+    release_storage(pending.orphan);  // discards it already if pinned: Note [Freed pinned storages]
+    if (!storages_[pending.orphan].discarded) discard_storage(pending.orphan);
   }
   // Note [Warm start in PyTorch]: the op's inputs are unlocked now.
   if (guide_ && recorded != kNoId) guide_->end_op(*engine_, recorded);
@@ -1141,17 +1144,28 @@ void Lineage::print_storages() const {
   for (StorageId s : active_) {
     if (!engine_->is_material(s)) continue;
     const OpRec& r = ops_[engine_->op_of(engine_->storage_tensors(s)[0])];
-    std::fprintf(stderr, "  s%u %llu%s%s%s %s\n", s,
+    auto impl = storages_[s].impl.lock();
+    const char* where = !impl ? " freed" : is_ours(*impl) ? "" : " outside";
+    std::fprintf(stderr, "  s%u %llu%s%s%s%s %s\n", s,
                  static_cast<unsigned long long>(engine_->storage_size(s)),
                  engine_->is_pinned(s) ? " pinned" : "", engine_->is_locked(s) ? " locked" : "",
-                 storages_[s].dead ? " dead" : "",
+                 storages_[s].dead ? " dead" : "", where,
                  r.op ? r.op->schema().name().c_str() : "(constant)");
   }
 }
 
+// Note [Memory outside the allocator]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A constant whose memory our allocator did not make (from_numpy, a storage made before
+// the library was installed, one torch.UntypedStorage allocated: Note [Storages Python
+// allocates] in dispatch_hook.cpp) is pinned in the engine like any constant, but it is
+// not among the allocator's allocated bytes, which the out-of-memory message splits into
+// pinned, in use, evictable and untracked. So the allocator is told the unevictable bytes
+// less those (outside_bytes_); the engine's own stats (dtr.pinned_bytes) still count them.
 uint64_t Lineage::pinned_bytes() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  return engine_->unevictable_bytes();
+  const uint64_t unevictable = engine_->unevictable_bytes();
+  return unevictable - std::min(unevictable, outside_bytes_);
 }
 
 uint64_t Lineage::evictable_bytes() const {
@@ -1196,6 +1210,25 @@ void Lineage::lock_for_raw_access(const at::Tensor& tensor, RawHold& held) {
   if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
   held.locked.push_back(t);
   held.storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+}
+
+bool Lineage::adopt_default_storage(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return false;
+  c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  // May evict to make room, or throw out of memory.
+  if (!torch_compat::move_to_cpu_allocator(*impl)) return false;
+  const StorageId s = lookup(impl);
+  if (s != kNoId) {
+    if (storages_[s].outside) {  // Note [Memory outside the allocator]
+      storages_[s].outside = false;
+      outside_bytes_ -= engine_->storage_size(s);
+    }
+    set_block_owner(s);
+    if (history_)
+      history_->set_category(reinterpret_cast<uintptr_t>(impl->data()), MemoryCategory::parameter);
+  }
+  return true;
 }
 
 void Lineage::release_raw_access(RawHold& held) {

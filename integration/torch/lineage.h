@@ -30,6 +30,10 @@ namespace torch_integration {
 void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
                    std::shared_ptr<const PlanHints> plan = nullptr);
 bool lineage_started();
+// remat:False: no lineage, but the Python guard still moves deep copies into the allocator
+// (Note [Storages Python allocates] in dispatch_hook.cpp). The fallback, enabled on the
+// calling thread, installs it at the first op and steps aside.
+void install_storage_guard();
 
 // The engine's stats (dtr.* keys); zeros before start_lineage.
 Stats lineage_stats();

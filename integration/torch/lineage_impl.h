@@ -171,6 +171,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // storage and locks it, and keeps it alive, until release_raw_access(held).
   void lock_for_raw_access(const at::Tensor& tensor, RawHold& held);
   void release_raw_access(RawHold& held);
+  // Note [Storages Python allocates] in dispatch_hook.cpp: moves the tensor's storage into
+  // our allocator if PyTorch's default CPU allocator made it; true if it moved.
+  bool adopt_default_storage(const at::Tensor& tensor);
 
   // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
   // need; called every so many ops and before evicting for the allocator.
@@ -212,6 +215,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     bool dead = false;            // unreachable from the program: refs released
     bool discarded = false;       // Note [Collecting dead lineage]; also once retired
     bool death_traced = false;    // its RELEASEs are in the trace: Note [Tracing under a budget]
+    bool outside = false;  // a constant not in our allocator: Note [Memory outside the allocator]
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -251,6 +255,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint32_t begin_marks();
   bool is_ours(const c10::StorageImpl& impl) const;
   void release_storage(StorageId s);
+  void discard_storage(StorageId s);  // Note [Collecting dead lineage]
   bool found_dead(StorageId s) const;
   void trace_deaths();
   void drop_lineage(OpId op);
@@ -269,6 +274,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t full_collect_deaths_ = UINT64_MAX;
   uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
   uint64_t pinned_dead_kept_bytes_ = 0;  // ... and dead pinned ones it kept, still needed
+  uint64_t outside_bytes_ = 0;           // Note [Memory outside the allocator] in lineage.cpp
   // Note [Discards in a trace]: new versions recorded since the last full collect, and
   // whether that collect's cut (Note [Dead constants]) found a dead constant still needed.
   uint64_t versions_since_collect_ = 0;

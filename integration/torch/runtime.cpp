@@ -299,6 +299,8 @@ void load_runtime() {
   try {
     if (rt->config().remat)  // Note [Eviction hook-up]
       start_lineage(rt->config(), rt->allocator(), rt->history(), std::move(plan));
+    else
+      install_storage_guard();
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   }
