@@ -51,10 +51,6 @@ void Lineage::release_storage(StorageId s) {
 
 void Lineage::discard_storage(StorageId s) {
   StorageRec& rec = storages_[s];
-  if (rec.outside) {  // Note [Memory outside the allocator] in lineage.cpp
-    rec.outside = false;
-    outside_bytes_ -= engine_->storage_size(s);
-  }
   recording_->discard(engine_->storage_tensors(s)[0]);
   engine_->discard(s);
   rec.discarded = true;

@@ -440,12 +440,7 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   const Status status = engine_->record_constant(t.storage().nbytes(), id);
   DTR_CHECK(status.ok(), "recording a constant cannot fail");
   sync_tables();
-  const StorageId s = engine_->storage_of(id);
-  adopt(s, t.storage().getWeakStorageImpl(), id);
-  if (!is_ours(*t.storage().unsafeGetStorageImpl())) {  // Note [Memory outside the allocator]
-    storages_[s].outside = true;
-    outside_bytes_ += t.storage().nbytes();
-  }
+  adopt(engine_->storage_of(id), t.storage().getWeakStorageImpl(), id);
   recording_->constant(id, t.storage().nbytes());
   // Note [Warm start in PyTorch]: the op's inputs are not locked yet.
   if (guide_) guide_->end_op(*engine_, engine_->op_of(id));
@@ -1158,14 +1153,23 @@ void Lineage::print_storages() const {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A constant whose memory our allocator did not make (from_numpy, a storage made before
 // the library was installed, one torch.UntypedStorage allocated: Note [Storages Python
-// allocates] in dispatch_hook.cpp) is pinned in the engine like any constant, but it is
-// not among the allocator's allocated bytes, which the out-of-memory message splits into
-// pinned, in use, evictable and untracked. So the allocator is told the unevictable bytes
-// less those (outside_bytes_); the engine's own stats (dtr.pinned_bytes) still count them.
+// allocates] in dispatch_hook.cpp) is pinned in the engine like any constant, and so is a
+// dead pinned storage PyTorch freed that no scan has found yet (Note [Freed pinned
+// storages] in collector.cpp). Neither is among the allocator's allocated bytes, which the
+// out-of-memory message splits into pinned, in use, evictable and untracked. So the
+// allocator, which asks only when it is out of memory, is told the unevictable bytes less
+// those, found by a walk over the storages; the engine's own stats (dtr.pinned_bytes)
+// still count them.
 uint64_t Lineage::pinned_bytes() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  uint64_t outside = 0;
+  for (StorageId s : active_) {
+    if (!engine_->is_material(s) || !(engine_->is_pinned(s) || engine_->is_locked(s))) continue;
+    auto impl = storages_[s].impl.lock();
+    if (!impl || !is_ours(*impl)) outside += engine_->storage_size(s);
+  }
   const uint64_t unevictable = engine_->unevictable_bytes();
-  return unevictable - std::min(unevictable, outside_bytes_);
+  return unevictable - std::min(unevictable, outside);
 }
 
 uint64_t Lineage::evictable_bytes() const {
@@ -1220,10 +1224,6 @@ bool Lineage::adopt_default_storage(const at::Tensor& tensor) {
   if (!torch_compat::move_to_cpu_allocator(*impl)) return false;
   const StorageId s = lookup(impl);
   if (s != kNoId) {
-    if (storages_[s].outside) {  // Note [Memory outside the allocator]
-      storages_[s].outside = false;
-      outside_bytes_ -= engine_->storage_size(s);
-    }
     set_block_owner(s);
     if (history_)
       history_->set_category(reinterpret_cast<uintptr_t>(impl->data()), MemoryCategory::parameter);

@@ -215,7 +215,6 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     bool dead = false;            // unreachable from the program: refs released
     bool discarded = false;       // Note [Collecting dead lineage]; also once retired
     bool death_traced = false;    // its RELEASEs are in the trace: Note [Tracing under a budget]
-    bool outside = false;  // a constant not in our allocator: Note [Memory outside the allocator]
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -274,7 +273,6 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t full_collect_deaths_ = UINT64_MAX;
   uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
   uint64_t pinned_dead_kept_bytes_ = 0;  // ... and dead pinned ones it kept, still needed
-  uint64_t outside_bytes_ = 0;           // Note [Memory outside the allocator] in lineage.cpp
   // Note [Discards in a trace]: new versions recorded since the last full collect, and
   // whether that collect's cut (Note [Dead constants]) found a dead constant still needed.
   uint64_t versions_since_collect_ = 0;

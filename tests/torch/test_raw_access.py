@@ -218,3 +218,27 @@ def test_pinned_bytes_are_allocated_bytes(lib):
         mib(message, "evictable")
     # Within the rounding of the message's two decimals.
     assert parts <= mib(message, "allocated") + 0.01 * (1 << 20), message
+
+
+# Note [Memory outside the allocator]: a from_numpy input is pinned in the lineage, but its
+# memory is not among the allocated bytes the message splits; it said pinned 16 MiB of 16.
+OUTSIDE = r"""
+import json
+import numpy as np
+import torch
+x = torch.from_numpy(np.ones(1 << 22, dtype=np.float32))  # 16 MiB, numpy's memory
+y = x * 2
+try:
+    z = y * 2
+    print(json.dumps({"oom": ""}))
+except torch.cuda.OutOfMemoryError as e:
+    print(json.dumps({"oom": str(e)}))
+"""
+
+
+def test_memory_outside_the_allocator_is_not_pinned_bytes(lib):
+    message = stats_of(OUTSIDE, lib, conf="budget:24M")["oom"]
+    assert "allocator out of memory" in message
+    assert mib(message, "allocated") == 16 << 20, message
+    assert mib(message, "pinned") == 0, message
+    assert mib(message, "in use by the running op") == 16 << 20, message
