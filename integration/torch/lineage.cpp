@@ -361,6 +361,8 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
       allocator_(allocator),
       history_(history),
       median_costs_(parse_op_cost(config.op_cost) == OpCostMode::median),
+      thrash_watch_(config.max_overhead),
+      thrash_action_(parse_thrash_action(config.on_thrash)),
       plan_(std::move(plan)) {
   EngineConfig ec;
   ec.search = parse_search_mode(config.search);
@@ -519,6 +521,11 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!thrash_error_.empty()) {  // on_thrash:raise, Note [Thrashing in a live run]
+    const std::string message = std::move(thrash_error_);
+    thrash_error_.clear();
+    torch_compat::throw_out_of_memory(message);
+  }
   if (!other_layouts.empty()) {
     pending.record = false;
     for (const auto& [t, written] : other_layouts) hold_inner_tensors(t, written);
@@ -968,6 +975,15 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   }
   // Note [Warm start in PyTorch]: the op's inputs are unlocked now.
   if (guide_ && recorded != kNoId) guide_->end_op(*engine_, recorded);
+  if (std::optional<std::string> thrash = thrash_watch_.check(engine_->stats())) {
+    ++engine_->stats().num_thrash_alerts;  // Note [Thrashing in a live run]
+    if (thrash_action_ == ThrashAction::raise) {
+      thrash_error_ = std::move(*thrash);
+    } else {
+      std::fprintf(stderr, "%s\n", thrash->c_str());
+      std::fflush(stderr);
+    }
+  }
   ++ops_recorded_;
   // What the last full collect kept, not active_ now: active_ grows with every op until
   // the next full collect, so comparing with it would put that off for good.
@@ -977,6 +993,13 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     scan_for_dead(kNewestScanned);  // Note [Temporaries]
   else if (ops_since_collect_ % kOpsBetweenDeadScans == 0)
     collect(/*full=*/false);
+}
+
+void Lineage::budget_changed(uint64_t budget_bytes) {
+  scan_newest_.store(budget_bytes == kUnlimitedBytes, std::memory_order_relaxed);
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  thrash_watch_.rearm(engine_ ? engine_->stats() : Stats{}, budget_bytes);
+  thrash_error_.clear();  // a raise still due was for the old budget
 }
 
 void Lineage::abort_op(PendingOp& pending) {

@@ -41,6 +41,7 @@
 #include "dtr/eviction/engine.h"
 #include "dtr/eviction/op_costs.h"
 #include "dtr/eviction/plan_guide.h"
+#include "dtr/eviction/thrash_watch.h"
 #include "integration/torch/compat.h"
 
 namespace dtr::torch_integration {
@@ -178,11 +179,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Note [Collecting dead lineage]: releases dead storages, discards what nothing can
   // need; called every so many ops and before evicting for the allocator.
   void collect(bool full);
-  // Note [Temporaries]: the newest storages are scanned after every op when there is no
-  // budget (at start and after dtr.set_budget).
-  void budget_changed(uint64_t budget_bytes) {
-    scan_newest_.store(budget_bytes == kUnlimitedBytes, std::memory_order_relaxed);
-  }
+  // At start and after dtr.set_budget: Note [Temporaries] (the newest storages are scanned
+  // after every op when there is no budget), and the thrash watch counts from now.
+  void budget_changed(uint64_t budget_bytes);
 
   // The first half of a collect: releases storages found dead since the last scan, among
   // the `newest` storages adopted last (all by default: Note [Temporaries]).
@@ -281,6 +280,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Note [Noisy op times] in eviction/op_costs.cpp: op_cost "median" (else each op's own time)
   const bool median_costs_;
   OpCosts op_costs_;
+  // Note [Thrashing in a live run] in eviction/thrash_watch.cpp
+  ThrashWatch thrash_watch_;
+  const ThrashAction thrash_action_;
+  std::string thrash_error_;               // on_thrash:raise: raised at the start of the next op
   std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
   std::unique_ptr<Engine> engine_;

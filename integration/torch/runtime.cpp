@@ -62,6 +62,7 @@
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
 #include "dtr/eviction/op_costs.h"
+#include "dtr/eviction/thrash_watch.h"
 #include "dtr/planner/warm_start.h"
 #include "integration/torch/cpu_allocator.h"
 #include "integration/torch/lineage.h"
@@ -244,6 +245,7 @@ void report_at_exit() {
   summary["dtr.remat_compute_ns"] = engine.remat_compute_ns;
   summary["dtr.remat_measured_ns"] = engine.remat_measured_ns;
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
+  summary["dtr.num_thrash_alerts"] = engine.num_thrash_alerts;  // Note [Thrashing in a live run]
   if (!plan_source().empty()) {  // DTR_PLAN: Note [Warm start in PyTorch] in lineage.cpp
     summary["dtr.plan"] = plan_source();
     summary["dtr.num_plan_drops"] = engine.num_plan_drops;
@@ -267,6 +269,7 @@ void load_runtime() {
           "until the next eviction request, as this runtime always does; it has "
           "no meaning here: drop it from DTR_CONF / DTR_LAZY_RELEASE");
     parse_op_cost(config.op_cost);                  // a bad value fails now
+    parse_thrash_action(config.on_thrash);          // a bad value fails now
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());

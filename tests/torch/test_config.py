@@ -58,3 +58,9 @@ def test_good_config_starts(lib):
     proc = run([PYTHON, "-c", "print('STARTED')"],
                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,policy:dtr_eq"))
     assert "STARTED" in proc.stdout
+
+
+def test_bad_on_thrash_fails_at_start(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,on_thrash:stop"), check=False)
+    assert_fails_at_start(proc, "on_thrash", "warn, raise")

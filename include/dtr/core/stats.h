@@ -38,6 +38,8 @@ namespace dtr {
   X(remat_measured_ns, "dtr.remat_measured_ns",                                                    \
     "torch host: the wall time its remats took, measured (remat_compute_ns sums the costs "        \
     "charged for them: Note [Noisy op times])")                                                    \
+  X(num_thrash_alerts, "dtr.num_thrash_alerts",                                                    \
+    "torch host: times remats passed option max_overhead (Note [Thrashing in a live run])")        \
   X(num_packed_masks, "dtr.num_packed_masks",                                                      \
     "dropout masks kept packed to bits, one per element (torch host: Note [Packed masks])")        \
   X(num_mask_unpacks, "dtr.num_mask_unpacks",                                                      \

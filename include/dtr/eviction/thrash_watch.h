@@ -1,0 +1,53 @@
+// thrash_watch.h: tells a live run that its remats have come to cost more than its own ops.
+//
+// Near the least memory a program can run in, every eviction can force another remat: the
+// run still finishes, but many times slower than without a budget, and nothing says why. A
+// replay gives up once its compute passes option max_overhead times the program's (status
+// `thrash`); a live run cannot give up, so the torch host asks this watch after each op and,
+// the first time remats since the budget was set cost more than (max_overhead - 1) times
+// the program's own ops, warns once or raises out-of-memory at the next op (option
+// on_thrash). Note [Thrashing in a live run] in eviction/thrash_watch.cpp.
+//
+// Thread safety: none; the host calls it under its lock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dtr/core/stats.h"
+
+namespace dtr {
+
+// Option on_thrash: what the torch host does when the watch fires.
+enum class ThrashAction : uint8_t {
+  warn,   // one line on stderr, the run goes on
+  raise,  // out-of-memory (catchable) at the next op, once
+};
+ThrashAction parse_thrash_action(const std::string& text);  // throws ConfigError
+
+class ThrashWatch {
+ public:
+  // Remats shorter than this in all are never called thrashing, whatever the ratio.
+  static constexpr uint64_t kMinRematNs = 1'000'000'000;
+
+  // max_overhead: option max_overhead (0 = never fire).
+  explicit ThrashWatch(double max_overhead) : max_overhead_(max_overhead) {}
+
+  // Counts from these totals on, and may fire again (at start and when the budget changes).
+  void rearm(const Stats& now, uint64_t budget_bytes);
+
+  // After an op: the message, the first time since rearm() that the remats' measured time
+  // passes (max_overhead - 1) times the program's compute; nullopt otherwise.
+  std::optional<std::string> check(const Stats& now);
+
+ private:
+  double max_overhead_;
+  uint64_t model_start_ns_ = 0;  // Stats::model_compute_ns at rearm()
+  uint64_t remat_start_ns_ = 0;  // Stats::remat_measured_ns at rearm()
+  uint64_t remat_seen_ns_ = 0;   // remat_measured_ns at the last check()
+  uint64_t budget_bytes_ = 0;
+  bool fired_ = false;
+};
+
+}  // namespace dtr

@@ -1,0 +1,100 @@
+"""A run whose remats cost more than max_overhead times its own ops says so once (Note
+[Thrashing in a live run] in eviction/thrash_watch.cpp): a warning by default, PyTorch's
+out-of-memory error with on_thrash:raise, which the script can catch and go on; nothing
+with max_overhead:0 or a budget with room. What the run computes never changes."""
+import re
+
+from conftest import PYTHON, clean_env, run
+
+# A chain of 1 MiB matrix products, all kept, read back to front under a budget that holds
+# a few: each read re-makes its matrix from the nearest one still in memory. The remats
+# (about 2.5 s here) cost many times the program's own ops (about 0.2 s).
+SCRIPT = r"""
+import struct, zlib, torch
+torch.manual_seed(0)
+w = torch.randn(512, 512) / 512 ** 0.5
+chain = [torch.randn(512, 512)]
+for _ in range(30):
+    chain.append(chain[-1] @ w)
+sums = []
+try:
+    for _ in range(6):
+        for t in reversed(chain):
+            sums.append(float(t.sum()))
+except torch.cuda.OutOfMemoryError as e:
+    print("OOM", str(e).replace("\n", " "))
+    print("AFTER", float(chain[-1].sum()) == sums[0])
+else:
+    print("DIGEST", zlib.crc32(struct.pack(f"{len(sums)}d", *sums)))
+try:
+    import dtr
+    print("ALERTS", dtr.memory_stats().get("dtr.num_thrash_alerts"))
+except Exception as e:
+    print("ALERTS none", e)
+"""
+
+BUDGET = "6M"
+
+
+def alerts(proc):
+    return re.search(r"^ALERTS (\S+)", proc.stdout, re.M).group(1)
+
+
+def plain_digest():
+    proc = run([PYTHON, "-c", SCRIPT], clean_env())
+    return re.search(r"^DIGEST \d+", proc.stdout, re.M).group(0)
+
+
+def test_thrashing_is_a_warning_by_default(lib):
+    proc = run([PYTHON, "-c", SCRIPT],
+               clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{BUDGET},report:True"))
+    assert '"dtr.num_thrash_alerts":1' in proc.stderr, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if "thrashing" in l]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("dtr: thrashing: remats took "), lines[0]
+    assert "max_overhead 2" in lines[0] and "budget was set (6.00 MiB)" in lines[0], lines[0]
+    assert "policy:msps" in lines[0] and "on_thrash:raise" in lines[0]
+    assert alerts(proc) == "1", proc.stdout
+    assert re.search(r"^DIGEST \d+", proc.stdout, re.M).group(0) == plain_digest()
+
+
+def test_thrashing_raises_out_of_memory_once_with_on_thrash_raise(lib):
+    proc = run([PYTHON, "-c", SCRIPT],
+               clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{BUDGET},on_thrash:raise"))
+    oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
+    assert oom is not None, proc.stdout + proc.stderr
+    assert "dtr: thrashing: remats took " in oom
+    assert "thrashing" not in proc.stderr  # raised, not printed
+    assert "AFTER True" in proc.stdout  # the run goes on after catching it
+    assert alerts(proc) == "1", proc.stdout
+
+
+def test_no_alert_with_max_overhead_0_or_room(lib):
+    for conf in (f"budget:{BUDGET},max_overhead:0", "budget:400M"):
+        proc = run([PYTHON, "-c", SCRIPT], clean_env(LD_PRELOAD=lib, DTR_CONF=conf))
+        assert "thrashing" not in proc.stderr, (conf, proc.stderr)
+        assert alerts(proc) == "0", (conf, proc.stdout)
+        assert "DIGEST" in proc.stdout
+
+
+def test_set_budget_rearms_the_watch(lib):
+    """Once per budget: after the raise, the same budget set again by dtr.set_budget counts
+    from then and raises again on the next walks."""
+    script = SCRIPT.replace(
+        'print("AFTER", float(chain[-1].sum()) == sums[0])',
+        'print("AFTER", float(chain[-1].sum()) == sums[0])\n'
+        '    import dtr\n'
+        '    dtr.set_budget("6M")\n'
+        '    try:\n'
+        '        for _ in range(6):\n'
+        '            for t in reversed(chain):\n'
+        '                t.sum()\n'
+        '    except torch.cuda.OutOfMemoryError as e2:\n'
+        '        print("OOM2", str(e2).replace("\\n", " "))')
+    assert "OOM2" in script
+    proc = run([PYTHON, "-c", script],
+               clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{BUDGET},on_thrash:raise"))
+    assert "AFTER True" in proc.stdout, proc.stdout + proc.stderr
+    oom2 = next((l for l in proc.stdout.splitlines() if l.startswith("OOM2 ")), None)
+    assert oom2 is not None and "dtr: thrashing: " in oom2, proc.stdout + proc.stderr
+    assert alerts(proc) == "2", proc.stdout
