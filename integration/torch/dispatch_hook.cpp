@@ -398,7 +398,7 @@ void guard_raw_access() {
 void pin_raw_kernel(const at::Tensor& self) {
   if (Lineage* lineage = the_lineage())
     if (self.defined() && self.device().type() == c10::DeviceType::CPU)
-      lineage->pin_for_raw_access(self);
+      lineage->hold_for_raw_access(self, nullptr);
 }
 
 // Note [Raw scopes]
@@ -411,10 +411,7 @@ thread_local RawScope raw_scope;
 void hold_raw_kernel(const at::Tensor& self) {
   Lineage* lineage = the_lineage();
   if (!lineage || !self.defined() || self.device().type() != c10::DeviceType::CPU) return;
-  if (raw_scope.depth > 0)
-    lineage->lock_for_raw_access(self, raw_scope.held);
-  else
-    lineage->pin_for_raw_access(self);
+  lineage->hold_for_raw_access(self, raw_scope.depth > 0 ? &raw_scope.held : nullptr);
 }
 
 void begin_raw_scope_kernel() { ++raw_scope.depth; }

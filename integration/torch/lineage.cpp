@@ -1217,26 +1217,18 @@ void Lineage::write_recordings() {
   recording_->write_files();
 }
 
-void Lineage::pin_for_raw_access(const at::Tensor& tensor) {
-  if (!tensor.defined() || !tensor.has_storage()) return;
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  const StorageId s = lookup(tensor.storage().unsafeGetStorageImpl());
-  if (s == kNoId) return;  // never evicted
-  const Status status = pin_tensor(storages_[s].current);
-  if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
-}
-
-void Lineage::lock_for_raw_access(const at::Tensor& tensor, RawHold& held) {
+void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
   if (!tensor.defined() || !tensor.has_storage()) return;
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
   const StorageId s = lookup(impl);
   if (s == kNoId) return;  // never evicted
   const TensorId t = storages_[s].current;
-  const Status status = engine_->lock_tensors({t});
+  const Status status = held ? engine_->lock_tensors({t}) : pin_tensor(t);
   if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
-  held.locked.push_back(t);
-  held.storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+  if (!held) return;
+  held->locked.push_back(t);
+  held->storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
 }
 
 bool Lineage::adopt_default_storage(const at::Tensor& tensor) {

@@ -165,12 +165,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // The op threw: unlocks what before_op locked.
   void abort_op(PendingOp& pending);
 
-  // Raw access (torch.ops.dtr.pin_raw, Note [Raw access] in dispatch_hook.cpp): refills the
-  // tensor's storage if evicted and pins it for good.
-  void pin_for_raw_access(const at::Tensor& tensor);
-  // Raw access inside a raw scope (Note [Raw scopes] in dispatch_hook.cpp): refills the
-  // storage and locks it, and keeps it alive, until release_raw_access(held).
-  void lock_for_raw_access(const at::Tensor& tensor, RawHold& held);
+  // Raw access (Note [Raw access] in dispatch_hook.cpp): refills the tensor's storage if
+  // evicted and, with held null, pins it for good (torch.ops.dtr.pin_raw); inside a raw
+  // scope (Note [Raw scopes]) locks it and keeps it alive until release_raw_access(*held).
+  void hold_for_raw_access(const at::Tensor& tensor, RawHold* held);
   void release_raw_access(RawHold& held);
   // Note [Storages Python allocates] in dispatch_hook.cpp: moves the tensor's storage into
   // our allocator if PyTorch's default CPU allocator made it; true if it moved.
