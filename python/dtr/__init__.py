@@ -150,7 +150,8 @@ def memory_stats():
 def set_budget(budget):
     """Sets the hard budget on live CPU tensor bytes: an int (bytes) or a string as the
     `budget` option takes it ("300M", "4G"); 0, None or "unlimited" remove it. Raises
-    DtrError when more than the new budget is allocated now."""
+    DtrError when more than the new budget is allocated now. The thrash check (option
+    max_overhead, docs/pytorch.md "Thrashing") counts from here and may fire again."""
     if budget is None:
         text = "unlimited"
     elif isinstance(budget, bool):
