@@ -11,7 +11,10 @@ the run without the library, and its peak stays within the budget. A fraction pa
 all its --repeat tries pass (the costs the policy scores are measured op times, so two
 runs may evict differently: test_remat.py keeps fractions that passed three in three); the
 search stops at the first fraction with a failed try, after finishing its tries, and
-prints how many of them passed.
+prints how many of them passed. A try that passed after the library warned of thrashing
+(Note [Thrashing in a live run]: its remats took more than max_overhead times its ops)
+reads `ok, thrashed`; the last line also gives the lowest fraction none of whose tries
+thrashed, down to there.
 """
 import argparse
 import sys
@@ -23,7 +26,8 @@ from dtr import runs  # noqa: E402
 
 
 def try_budget(script, args, conf, budget, ref, fraction):
-    """One run under `conf`: prints its line, returns whether it passed."""
+    """One run under `conf`: prints its line, returns (passed, passed after a thrash
+    warning)."""
     run = runs.run(script, args, conf=conf)
     if run.returncode != 0:
         errors = [l for l in run.stderr.splitlines() if "Error" in l] or ["?"]
@@ -32,6 +36,8 @@ def try_budget(script, args, conf, budget, ref, fraction):
         outcome = "DIFFERENT RESULTS"
     elif run.peak_bytes > budget:
         outcome = "OVER BUDGET"
+    elif run.report.get("dtr.num_thrash_alerts", 0) > 0:
+        outcome = "ok, thrashed"
     else:
         outcome = "ok"
     print(f"{fraction:.2f} {budget / 2**20:8.1f} MiB {outcome:30.30s} evictions "
@@ -39,7 +45,7 @@ def try_budget(script, args, conf, budget, ref, fraction):
           f"{run.report.get('dtr.num_remats', '-')} {run.wall_s:.1f} s", flush=True)
     if outcome.startswith("fail"):
         print("   ", outcome)
-    return outcome == "ok"
+    return outcome.startswith("ok"), outcome == "ok, thrashed"
 
 
 def main():
@@ -59,19 +65,23 @@ def main():
     free = runs.run(script, argv[1:], conf="remat:False")
     print(f"baseline: peak {free.peak_bytes / 2**20:.1f} MiB, {ref.wall_s:.1f} s without the "
           "library")
-    fraction, lowest = args.start, None
+    fraction, lowest, lowest_calm, calm = args.start, None, None, True
     while fraction >= args.low - 1e-9:
         budget = int(free.peak_bytes * fraction)
         conf = f"budget:{budget}" + (f",{args.conf}" if args.conf else "")
-        passed = sum(try_budget(script, argv[1:], conf, budget, ref, fraction)
-                     for _ in range(args.repeat))
+        tries = [try_budget(script, argv[1:], conf, budget, ref, fraction)
+                 for _ in range(args.repeat)]
+        passed = sum(ok for ok, _ in tries)
         if passed < args.repeat:
             if args.repeat > 1:
                 print(f"{fraction:.2f}: {passed} of {args.repeat} tries passed")
             break
         lowest = fraction
+        calm = calm and not any(thrashed for _, thrashed in tries)
+        if calm:
+            lowest_calm = fraction
         fraction = round(fraction - args.step, 4)
-    print(f"lowest feasible fraction: {lowest}")
+    print(f"lowest feasible fraction: {lowest} (without a thrash warning: {lowest_calm})")
 
 
 if __name__ == "__main__":
