@@ -71,10 +71,15 @@ SCRIPTS = {
     # checkpoint loaded back mid-run (at 0.7 the old and the loaded state do not both fit).
     "ema": (("patterns.py", "--pattern", "ema", "--steps", "3"), (0.8,)),
     "reload": (("patterns.py", "--pattern", "reload", "--steps", "3"), (0.8,)),
+    # Two backward passes summed into .grad (the first with retain_graph=True): dtr_eq
+    # passes 0.9 and 0.85 but remats cost about 2.5 times the ops there, and runs out of
+    # memory at 0.8; msps passes 0.8 (docs/pytorch.md, "Training-loop patterns").
+    "two_losses": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.9,)),
+    "two_losses_msps": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.8,)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.
-CONF = {"lstm_lm_chunked": "policy:msps"}
+CONF = {"lstm_lm_chunked": "policy:msps", "two_losses_msps": "policy:msps"}
 
 CASES = [(name, fraction) for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
 

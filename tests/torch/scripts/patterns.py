@@ -23,6 +23,9 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
   reload        SGD with momentum; the model's and optimizer's state saved with torch.save
                 after step 0 and loaded back (load_state_dict) after step 1, as when a
                 run resumes from a checkpoint
+  two_losses    two losses on one forward pass, each with its own backward (the first
+                with retain_graph=True), their gradients summed in .grad, as multi-task
+                training and auxiliary losses do
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
 eval<step> <bits> <value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for
@@ -44,7 +47,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
 PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save",
-            "ema", "reload")
+            "ema", "reload", "two_losses")
 
 
 class MLP(nn.Module):
@@ -114,12 +117,20 @@ def main():
                 out = model(x)
                 grad, = torch.autograd.grad(out.sum(), x, create_graph=True)
                 loss = F.cross_entropy(out, y) + 0.1 * (grad.norm(2, dim=1) - 1).pow(2).mean()
+            elif args.pattern == "two_losses":
+                out = model(x)
+                loss = F.cross_entropy(out, y)
+                loss.backward(retain_graph=True)
+                aux = 0.01 * out.pow(2).mean()
+                aux.backward()
+                print(f"loss aux{step} {bits(aux)} {float(aux):.6f}", flush=True)
             elif args.pattern == "amp":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = F.cross_entropy(model(x), y)
             else:
                 loss = F.cross_entropy(model(x), y)
-            loss.backward()
+            if args.pattern != "two_losses":
+                loss.backward()
         if args.pattern == "clip":
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             print(f"loss norm{step} {bits(norm)} {float(norm):.6f}", flush=True)
