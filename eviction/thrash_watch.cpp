@@ -39,6 +39,14 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // (to save a checkpoint, or to lower its batch size and go on) must be able to run ops
 // afterwards. dtr.set_budget() re-arms it.
 //
+// What the message suggests besides a larger budget comes from runs that thrashed here:
+// policy msps passed the chunked LSTM LM at 0.5 of its peak in 42 runs of 42, where dtr_eq
+// thrashed in some (docs/pytorch.md, "Where dtr_eq thrashes"); dead_first:True took the
+// gradient-chain patterns (patterns.py two_losses, grad_penalty, hooks) lower, without
+// warnings where dtr_eq warned. Neither is the default: msps is no better elsewhere, and
+// dead_first doubled the remats of densenet121 at 0.5 (docs/pytorch.md, "Training-loop
+// patterns").
+//
 // It never changes what the run computes: `warn` prints one line, `raise` throws
 // PyTorch's out-of-memory error before the next op starts (nothing is then locked or half
 // recorded), as an infeasible budget does.
@@ -70,7 +78,8 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
   return std::string("dtr: thrashing: ") + numbers + " since the budget was set (" + budget +
          "). The budget is near the least this program needs at once, so each eviction "
          "forces another remat. Raise the budget, or try policy:msps (it scores by bytes "
-         "freed per second of remat); on_thrash:raise makes this an out-of-memory error, "
+         "freed per second of remat) or dead_first:True (it evicts what remats brought back "
+         "first); on_thrash:raise makes this an out-of-memory error, "
          "max_overhead:0 turns the check off (Note [Thrashing in a live run])";
 }
 

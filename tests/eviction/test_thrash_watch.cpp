@@ -33,6 +33,7 @@ TEST_CASE("the watch fires once remats pass (max_overhead - 1) times the ops",
   CHECK(message->find("max_overhead 2") != std::string::npos);
   CHECK(message->find("64.00 MiB") != std::string::npos);
   CHECK(message->find("policy:msps") != std::string::npos);
+  CHECK(message->find("dead_first:True") != std::string::npos);
   CHECK(message->find("on_thrash:raise") != std::string::npos);
   // Once per budget: a run that caught the error must be able to go on.
   CHECK_FALSE(watch.check(totals(4 * kSecond, 50 * kSecond)));
