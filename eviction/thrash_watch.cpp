@@ -31,8 +31,9 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // max_overhead times as slow as its ops alone. Counting from the budget, not from the
 // start of the process, keeps a long prologue without remats (loading data, a first
 // epoch without a budget) from hiding a later collapse. A collapse after a long stretch
-// under the same budget is still diluted by it: after an hour at 1.2x, remats must cost
-// about another 0.8 hours of ops before the ratio passes 2. That is the price of a ratio
+// under the same budget is still diluted by it: after an hour at 1.2x (50 minutes of ops,
+// 10 of remats), a thrashing phase must spend about 40 minutes more on remats than on ops
+// before the ratio passes 2. That is the price of a ratio
 // over the whole run, which is what the run's total time depends on; a script that
 // changes phase can call dtr.set_budget() to count from there.
 //
