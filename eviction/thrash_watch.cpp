@@ -33,9 +33,9 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // epoch without a budget) from hiding a later collapse. A collapse after a long stretch
 // under the same budget is still diluted by it: after an hour at 1.2x (50 minutes of ops,
 // 10 of remats), a thrashing phase must spend about 40 minutes more on remats than on ops
-// before the ratio passes 2. That is the price of a ratio
-// over the whole run, which is what the run's total time depends on; a script that
-// changes phase can call dtr.set_budget() to count from there.
+// before the ratio passes 2. That is the price of a ratio over the whole run, which is
+// what the run's total time depends on; a script that changes phase can call
+// dtr.set_budget() to count from there.
 //
 // Two limits keep it quiet where nothing is wrong. Remats must have taken kMinRematNs (1
 // s) in all: early on, one remat of a large op can be most of the run so far, and a
@@ -76,7 +76,7 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
   char numbers[256];
   std::snprintf(numbers, sizeof numbers,
                 "remats took %.1f s against %.1f s of the program's own ops (the run took "
-                "%.2fx the time of its ops alone, over max_overhead %.2g)",
+                "%.2fx the time of its ops alone, over max_overhead %g)",
                 double(remat_ns) * 1e-9, double(model_ns) * 1e-9, overhead, max_overhead_);
   const std::string budget =
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
