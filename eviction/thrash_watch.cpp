@@ -58,15 +58,12 @@ ThrashAction parse_thrash_action(const std::string& text) {
 void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
   model_start_ns_ = now.model_compute_ns;
   remat_start_ns_ = now.remat_measured_ns;
-  remat_seen_ns_ = now.remat_measured_ns;
   budget_bytes_ = budget_bytes;
   fired_ = false;
 }
 
 std::optional<std::string> ThrashWatch::check(const Stats& now) {
-  if (fired_ || max_overhead_ <= 0.0 || now.remat_measured_ns == remat_seen_ns_)
-    return std::nullopt;  // the common case: no remat since the last op
-  remat_seen_ns_ = now.remat_measured_ns;
+  if (fired_ || max_overhead_ <= 0.0) return std::nullopt;
   const uint64_t remat_ns = now.remat_measured_ns - remat_start_ns_;
   const uint64_t model_ns = now.model_compute_ns - model_start_ns_;
   if (remat_ns < kMinRematNs || double(remat_ns) <= (max_overhead_ - 1.0) * double(model_ns))

@@ -45,7 +45,6 @@ class ThrashWatch {
   double max_overhead_;
   uint64_t model_start_ns_ = 0;  // Stats::model_compute_ns at rearm()
   uint64_t remat_start_ns_ = 0;  // Stats::remat_measured_ns at rearm()
-  uint64_t remat_seen_ns_ = 0;   // remat_measured_ns at the last check()
   uint64_t budget_bytes_ = 0;
   bool fired_ = false;
 };
