@@ -38,6 +38,7 @@ StorageId CandidateSearch::full_scan(const std::vector<StorageId>& pool, uint64_
   if (!heuristic_.has_lower_bound()) {
     for (StorageId s : pool) best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
     scored += pool.size();
+    chosen_cost_ = best.cost;
     return best.id;
   }
   bounded_.clear();
@@ -49,6 +50,7 @@ StorageId CandidateSearch::full_scan(const std::vector<StorageId>& pool, uint64_
     best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
     ++scored;
   }
+  chosen_cost_ = best.cost;
   return best.id;
 }
 
@@ -67,6 +69,7 @@ StorageId CandidateSearch::sample(uint32_t sample_size, uint64_t& scored) {
     best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
   }
   scored += k;
+  chosen_cost_ = best.cost;
   return best.id;
 }
 

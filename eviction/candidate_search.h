@@ -29,6 +29,8 @@ class CandidateSearch {
   // first] in engine.cpp), which must not be empty.
   StorageId full_scan(const std::vector<StorageId>& candidates, uint64_t& scored);
   StorageId sample(uint32_t sample_size, uint64_t& scored);
+  // The score of the storage the last full_scan or sample returned.
+  double chosen_cost() const { return chosen_cost_; }
   // The evictable storages of the cheapest window over `blocks` (address order) that frees
   // `bytes_needed` budget bytes, or, when `contiguous`, spans `bytes_needed` bytes of one
   // segment; empty if no window qualifies.
@@ -53,6 +55,7 @@ class CandidateSearch {
   Heuristic& heuristic_;
   std::mt19937_64& rng_;
   std::vector<std::pair<double, StorageId>>& bounded_;  // reused between searches
+  double chosen_cost_ = 0;
 };
 
 }  // namespace dtr

@@ -59,6 +59,14 @@
 // full scan (Note [Tie-breaking]), under search=sample too: there are only those the remats
 // since the last eviction brought back, since each eviction takes from them first. Numbers:
 // docs/simulator.md, "Dead storages first".
+// `dead_first_ratio` K > 0 bounds it: the usual search over the whole pool runs as well,
+// and the best dead storage is taken only while its score is at most K times that search's
+// best; otherwise the search's choice is. A dead storage far dearer than the best live one
+// then stays, while the stale gradients and chain intermediates that dead_first is for,
+// scored near the best, still go first. K = 16 kept densenet121's remats where they are
+// without dead_first and most of dead_first's gains elsewhere, in replays and live
+// (docs/pytorch.md, "Bounded dead-first"). It costs the usual search at every eviction,
+// which dead_first alone skips while dead storages are there.
 //
 // Note [Relaxed remat locks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -790,11 +798,19 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
 StorageId Engine::choose_victim() {
   ++stats_.eviction_searches;
   CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};
-  if (config_.dead_first && !dead_pool_.empty())  // Note [Dead storages first]
-    return search.full_scan(dead_pool_, stats_.candidates_scored);
-  return config_.search == SearchMode::full
-             ? search.full_scan(pool_, stats_.candidates_scored)
-             : search.sample(config_.sample_size, stats_.candidates_scored);
+  const bool dead = config_.dead_first && !dead_pool_.empty();  // Note [Dead storages first]
+  StorageId dead_best = kNoId;
+  double dead_cost = 0;
+  if (dead) {
+    dead_best = search.full_scan(dead_pool_, stats_.candidates_scored);
+    if (config_.dead_first_ratio == 0) return dead_best;
+    dead_cost = search.chosen_cost();
+  }
+  const StorageId best = config_.search == SearchMode::full
+                             ? search.full_scan(pool_, stats_.candidates_scored)
+                             : search.sample(config_.sample_size, stats_.candidates_scored);
+  if (dead && dead_cost <= config_.dead_first_ratio * search.chosen_cost()) return dead_best;
+  return best;
 }
 
 bool Engine::drop(StorageId s) {

@@ -135,6 +135,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.search = parse_search_mode(config.search);
   o.sample = config.sample;
   o.dead_first = config.dead_first;
+  o.dead_first_ratio = config.dead_first_ratio;
   o.lazy_release = config.lazy_release;
   o.relax_locks = config.relax_locks;
   o.seed = config.seed;
@@ -380,6 +381,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.search = options.search;
   config.sample_size = options.sample;
   config.dead_first = options.dead_first;
+  config.dead_first_ratio = options.dead_first_ratio;
   config.lazy_release = options.lazy_release;
   config.relax_locks = options.relax_locks;
   config.seed = options.seed;

@@ -368,6 +368,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   ec.search = parse_search_mode(config.search);
   ec.sample_size = config.sample;
   ec.dead_first = config.dead_first;
+  ec.dead_first_ratio = config.dead_first_ratio;
   ec.relax_locks = config.relax_locks;
   ec.seed = config.seed;
   ec.debug = config.debug;

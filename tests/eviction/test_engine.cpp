@@ -148,6 +148,43 @@ TEST_CASE("a rematerialized dead intermediate is evicted before live storages", 
   }
 }
 
+TEST_CASE("dead_first_ratio takes a dead storage only while its score is near the pool's best",
+          "[eviction]") {
+  // Note [Dead storages first]. With `size` (score 1/size) the dead m (100 bytes) scores 10
+  // times the live x (1000 bytes): a ratio of 0 or 16 takes m, a ratio of 4 takes x.
+  for (const double ratio : {0.0, 16.0, 4.0}) {
+    CAPTURE(ratio);
+    LogicalClock clock{1};
+    RecordingHooks hooks;
+    EngineConfig config;
+    config.budget_bytes = 1300;
+    config.dead_first = true;
+    config.dead_first_ratio = ratio;
+    config.debug = 3;
+    Engine engine(config, builtin_heuristics().make("size", {}), clock, &hooks);
+    hooks.engine = &engine;
+    auto op = [&](std::vector<TensorId> in, uint64_t bytes) {
+      std::vector<TensorId> out;
+      REQUIRE(engine.call(1, in, {{bytes, -1}}, out).ok());
+      return out[0];
+    };
+    const TensorId x = op({}, 1000);
+    const TensorId a = op({}, 100);
+    REQUIRE(engine.pin(a).ok());
+    const TensorId m = op({a}, 100);
+    const TensorId b = op({m}, 100);
+    engine.release(m);  // eager eviction: m is dead
+    REQUIRE(engine.drop(engine.storage_of(b)));
+    REQUIRE(engine.materialize(b).ok());  // m first, then b: m is material and dead
+    REQUIRE(engine.is_defined(m));
+    REQUIRE(engine.live_bytes() == 1300);
+    REQUIRE(engine.make_room(100).ok());
+    CHECK(engine.is_defined(m) == (ratio == 4.0));
+    CHECK(engine.is_defined(x) == (ratio != 4.0));
+    CHECK(engine.is_defined(b));
+  }
+}
+
 TEST_CASE("lazy_release keeps a dead storage until the next eviction request", "[eviction]") {
   // Note [Lazy release]: m dies while b, computed from it, is evicted. Kept material (as
   // the PyTorch host keeps what its scans have not found), m serves b's remat as a parent;

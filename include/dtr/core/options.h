@@ -46,9 +46,13 @@ struct Budget {
   X(sample, uint32_t, "sample", "DTR_SAMPLE", "0",                                                 \
     "candidates scored per eviction when search=sample; 0 = ceil(sqrt(pool size))")                \
   X(dead_first, bool, "dead_first", "DTR_DEAD_FIRST", "False",                                     \
-    "evict storages only lineage still holds (rematerialized intermediates) before live ones "     \
-    "(Note [Dead storages first]: better on chains, worse on densenet); False = as DTR's "         \
-    "simulator (simrd) does")                                                                      \
+    "evict storages only lineage still holds (rematerialized intermediates) before live ones, "    \
+    "within dead_first_ratio (Note [Dead storages first]: better on chains and summed "            \
+    "gradients); False = as DTR's simulator (simrd) does")                                         \
+  X(dead_first_ratio, double, "dead_first_ratio", "DTR_DEAD_FIRST_RATIO", "16",                    \
+    "with dead_first: take the best dead storage only while its score is at most this many "       \
+    "times the best score of the usual search over the whole pool (Note [Dead storages first]); "  \
+    "0 = always")                                                                                  \
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \

@@ -65,6 +65,7 @@ struct EngineConfig {
   SearchMode search = SearchMode::full;
   uint32_t sample_size = 0;  // 0: ceil(sqrt(pool size))
   bool dead_first = false;   // Note [Dead storages first] in eviction/engine.cpp
+  double dead_first_ratio = 16;  // 0: a dead storage always first; else bounded (same Note)
   bool lazy_release = false;  // Note [Lazy release] in eviction/engine.cpp
   bool relax_locks = true;    // Note [Relaxed remat locks] in eviction/engine.cpp
   uint64_t seed = 0;
