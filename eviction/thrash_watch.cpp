@@ -24,21 +24,26 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // in some runs against 8.7 s without the library (docs/pytorch.md, "How low the budget
 // goes"), and the run said nothing. A replay stops such a run (status `thrash`) once its
 // compute passes max_overhead times the program's, which a replay knows in advance. A live
-// run knows only what it has run, so the watch compares, since the budget was last set,
-// the wall time of the remats (Stats::remat_measured_ns) with the program's own ops
-// (Stats::model_compute_ns, what they took when the program ran them): it fires when the
-// remats pass (max_overhead - 1) times the ops, that is when the run so far is more than
-// max_overhead times as slow as its ops alone. Counting from the budget, not from the
-// start of the process, keeps a long prologue without remats (loading data, a first
-// epoch without a budget) from hiding a later collapse. A collapse after a long stretch
-// under the same budget is still diluted by it: after an hour at 1.2x (50 minutes of ops,
-// 10 of remats), a thrashing phase must spend about 40 minutes more on remats than on ops
-// before the ratio passes 2. That is the price of a ratio over the whole run, which is
-// what the run's total time depends on; a script that changes phase can call
-// dtr.set_budget() to count from there.
+// run knows only what it has run, so the watch compares the wall time of the remats
+// (Stats::remat_measured_ns) with the program's own ops (Stats::model_compute_ns, what they
+// took when the program ran them) over the run's recent past: it fires when the remats
+// pass (max_overhead - 1) times the ops there, that is when that part of the run was more
+// than max_overhead times as slow as its ops alone.
+// The recent past starts where the budget was last set, so a long prologue without remats
+// (loading data, a first epoch without a budget) cannot hide a later collapse. Under one
+// budget it is at most the last two windows: a window closes after kWindowNs (60 s) of the
+// program's ops, and the ratio is taken from the start of the window before the current
+// one, over 60 to 120 s of ops and their remats. A ratio over the whole run, as this watch
+// first took, is diluted by a long healthy stretch: after an hour at 1.2x (50 minutes of
+// ops, 10 of remats), a thrashing phase had to spend about 40 minutes more on remats than
+// on ops before it passed 2; with the windows it fires after 54-81 s of such remats (at
+// 10 s of remats to 1 s of ops; tests/eviction/test_thrash_watch.cpp, where the collapse
+// comes at three points of a window). A minute of ops is many steps of the
+// models this library is for, so one step's backward pass, where remats gather, does not
+// fill a window alone; a run shorter than one window is judged over all of it, as before.
 //
 // Two limits keep it quiet where nothing is wrong. Remats must have taken kMinRematNs (1
-// s) in all: early on, one remat of a large op can be most of the run so far, and a
+// s) over the span it looks at: early on, one remat of a large op can be most of the run so far, and a
 // script whose remats cost under a second has lost nothing worth a warning. And it fires
 // once per budget: the message says what to try, and a run that catches the raised error
 // (to save a checkpoint, or to lower its batch size and go on) must be able to run ops
@@ -56,29 +61,36 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // PyTorch's out-of-memory error before the next op starts (nothing is then locked or half
 // recorded), as an infeasible budget does.
 void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
-  model_start_ns_ = now.model_compute_ns;
-  remat_start_ns_ = now.remat_measured_ns;
+  from_ = current_ = Mark{now.model_compute_ns, now.remat_measured_ns};
   budget_bytes_ = budget_bytes;
+  windowed_ = false;
   fired_ = false;
 }
 
 std::optional<std::string> ThrashWatch::check(const Stats& now) {
   if (fired_ || max_overhead_ <= 0.0) return std::nullopt;
-  const uint64_t remat_ns = now.remat_measured_ns - remat_start_ns_;
-  const uint64_t model_ns = now.model_compute_ns - model_start_ns_;
+  if (now.model_compute_ns - current_.model_ns >= kWindowNs) {  // a window closes
+    from_ = current_;
+    current_ = Mark{now.model_compute_ns, now.remat_measured_ns};
+    windowed_ = true;
+  }
+  const uint64_t remat_ns = now.remat_measured_ns - from_.remat_ns;
+  const uint64_t model_ns = now.model_compute_ns - from_.model_ns;
   if (remat_ns < kMinRematNs || double(remat_ns) <= (max_overhead_ - 1.0) * double(model_ns))
     return std::nullopt;
   fired_ = true;
   const double overhead = model_ns ? double(model_ns + remat_ns) / double(model_ns) : 0.0;
-  char numbers[256];
-  std::snprintf(numbers, sizeof numbers,
-                "remats took %.1f s against %.1f s of the program's own ops (the run took "
-                "%.2fx the time of its ops alone, over max_overhead %g)",
-                double(remat_ns) * 1e-9, double(model_ns) * 1e-9, overhead, max_overhead_);
+  char numbers[384];
   const std::string budget =
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
-  return std::string("dtr: thrashing: ") + numbers + " since the budget was set (" + budget +
-         "). The budget is near the least this program needs at once, so each eviction "
+  std::snprintf(numbers, sizeof numbers,
+                "remats took %.1f s against %.1f s of the program's own ops %s (%s took "
+                "%.2fx the time of its ops alone, over max_overhead %g; budget %s)",
+                double(remat_ns) * 1e-9, double(model_ns) * 1e-9,
+                windowed_ ? "in the last stretch of the run" : "since the budget was set",
+                windowed_ ? "that stretch" : "the run", overhead, max_overhead_, budget.c_str());
+  return std::string("dtr: thrashing: ") + numbers +
+         ". The budget is near the least this program needs at once, so each eviction "
          "forces another remat. Raise the budget, or try policy:msps (it scores by bytes "
          "freed per second of remat) or dead_first:True (it evicts what remats brought back "
          "first); on_thrash:raise makes this an out-of-memory error, "

@@ -64,8 +64,9 @@ struct Budget {
   X(seed, uint64_t, "seed", "DTR_SEED", "0", "seed for sampling and the random heuristic")         \
   X(max_overhead, double, "max_overhead", "DTR_MAX_OVERHEAD", "2.0",                               \
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \
-    "PyTorch: act (on_thrash) once remats since the budget was set took more than "                \
-    "(max_overhead - 1) times the program's own ops (Note [Thrashing in a live run]); 0 = never")  \
+    "PyTorch: act (on_thrash) once remats since the budget was set (at most the last one to two "  \
+    "minutes of ops) took more than (max_overhead - 1) times the program's own ops (Note "         \
+    "[Thrashing in a live run]); 0 = never")                                                       \
   X(on_thrash, std::string, "on_thrash", "DTR_ON_THRASH", "warn",                                  \
     "PyTorch: what a run does once max_overhead is passed: `warn` prints one line saying what "    \
     "to try; `raise` raises PyTorch's out-of-memory error at the next op (once per budget)")       \

@@ -4,9 +4,10 @@
 // run still finishes, but many times slower than without a budget, and nothing says why. A
 // replay gives up once its compute passes option max_overhead times the program's (status
 // `thrash`); a live run cannot give up, so the torch host asks this watch after each op and,
-// the first time remats since the budget was set cost more than (max_overhead - 1) times
-// the program's own ops, warns once or raises out-of-memory at the next op (option
-// on_thrash). Note [Thrashing in a live run] in eviction/thrash_watch.cpp.
+// the first time remats cost more than (max_overhead - 1) times the program's own ops over
+// the run's recent past (since the budget was set, at most the last one to two windows of
+// kWindowNs of ops), warns once or raises out-of-memory at the next op (option on_thrash).
+// Note [Thrashing in a live run] in eviction/thrash_watch.cpp.
 //
 // Thread safety: none; the host calls it under its lock.
 #pragma once
@@ -30,6 +31,9 @@ class ThrashWatch {
  public:
   // Remats shorter than this in all are never called thrashing, whatever the ratio.
   static constexpr uint64_t kMinRematNs = 1'000'000'000;
+  // The ratio is taken over the current window and the one before it; a window closes
+  // after this much of the program's own ops (Note [Thrashing in a live run]).
+  static constexpr uint64_t kWindowNs = 60'000'000'000;
 
   // max_overhead: option max_overhead (0 = never fire).
   explicit ThrashWatch(double max_overhead) : max_overhead_(max_overhead) {}
@@ -38,14 +42,20 @@ class ThrashWatch {
   void rearm(const Stats& now, uint64_t budget_bytes);
 
   // After an op: the message, the first time since rearm() that the remats' measured time
-  // passes (max_overhead - 1) times the program's compute; nullopt otherwise.
+  // over the last windows passes (max_overhead - 1) times the program's compute there;
+  // nullopt otherwise.
   std::optional<std::string> check(const Stats& now);
 
  private:
+  struct Mark {
+    uint64_t model_ns = 0;  // Stats::model_compute_ns then
+    uint64_t remat_ns = 0;  // Stats::remat_measured_ns then
+  };
   double max_overhead_;
-  uint64_t model_start_ns_ = 0;  // Stats::model_compute_ns at rearm()
-  uint64_t remat_start_ns_ = 0;  // Stats::remat_measured_ns at rearm()
+  Mark from_;     // the ratio is taken from here: the previous window's start, or rearm()
+  Mark current_;  // the current window's start
   uint64_t budget_bytes_ = 0;
+  bool windowed_ = false;  // from_ is past rearm(): a window has closed since
   bool fired_ = false;
 };
 
