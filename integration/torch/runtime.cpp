@@ -385,6 +385,11 @@ void dtr_torch_reset_peak_stats(void) {
   if (dtr::torch_integration::TorchRuntime* rt = runtime()) rt->allocator().reset_peaks();
 }
 
+uint64_t dtr_torch_empty_cache(void) {
+  dtr::torch_integration::TorchRuntime* rt = runtime();
+  return rt ? rt->allocator().empty_cache() : 0;
+}
+
 const char* dtr_torch_last_error(void) {
   return dtr::torch_integration::keep_text(dtr::torch_integration::last_error);
 }

@@ -9,6 +9,10 @@ torch.ops.load_library(path)); this module only reads and adjusts it:
     dtr.set_budget("300M")  # or bytes as an int; 0 / None / "unlimited" = no budget
     dtr.get_budget()        # bytes, or None when unlimited
     dtr.reset_peak_stats()
+    dtr.memory_allocated(), dtr.max_memory_allocated(), dtr.memory_reserved(),
+    dtr.max_memory_reserved()  # bytes, as torch.cuda's functions of those names
+    dtr.empty_cache()       # gives cached free segments back to the system; bytes released
+    print(dtr.memory_summary())  # a table, as torch.cuda.memory_summary()
     with dtr.disable(): ...  # no lineage recorded on this thread inside (dtr.enable())
     dtr.dump_snapshot("mem.pickle")  # a memory snapshot PyTorch's memory tools read
 
@@ -27,6 +31,7 @@ __all__ = [
     "DtrError",
     "disable",
     "dump_snapshot",
+    "empty_cache",
     "enable",
     "get_budget",
     "is_enabled",
@@ -34,7 +39,12 @@ __all__ = [
     "is_recording",
     "library_path",
     "load",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
     "memory_stats",
+    "memory_summary",
     "reset_peak_stats",
     "set_budget",
 ]
@@ -87,6 +97,7 @@ def _bind(lib):
     lib.dtr_torch_set_budget.restype = ctypes.c_int
     lib.dtr_torch_budget_bytes.restype = ctypes.c_uint64
     lib.dtr_torch_reset_peak_stats.restype = None
+    lib.dtr_torch_empty_cache.restype = ctypes.c_uint64
     lib.dtr_torch_last_error.restype = ctypes.c_char_p
     lib.dtr_torch_compiled_torch_version.restype = ctypes.c_char_p
     lib.dtr_torch_set_recording.argtypes = [ctypes.c_int]
@@ -178,6 +189,81 @@ def get_budget():
 def reset_peak_stats():
     """Peaks restart from the current values, as torch.cuda.reset_peak_memory_stats()."""
     _library().dtr_torch_reset_peak_stats()
+
+
+def memory_allocated():
+    """Bytes of live CPU tensors now (allocated_bytes.all.current), what the budget caps;
+    as torch.cuda.memory_allocated()."""
+    return memory_stats()["allocated_bytes.all.current"]
+
+
+def max_memory_allocated():
+    """Peak of memory_allocated() since the start or reset_peak_stats()."""
+    return memory_stats()["allocated_bytes.all.peak"]
+
+
+def memory_reserved():
+    """Bytes the allocator holds from the system now, cached free blocks included
+    (reserved_bytes.all.current); empty_cache() gives the free segments back."""
+    return memory_stats()["reserved_bytes.all.current"]
+
+
+def max_memory_reserved():
+    """Peak of memory_reserved() since the start or reset_peak_stats()."""
+    return memory_stats()["reserved_bytes.all.peak"]
+
+
+def empty_cache():
+    """Gives every cached segment with no live block back to the system, as
+    torch.cuda.empty_cache(); returns the bytes released. Live and evicted tensors stay as
+    they are; the budget caps allocated bytes, not reserved ones, so this is how a script
+    lowers its resident memory after a peak."""
+    lib = _library()
+    if not lib.dtr_torch_is_enabled():
+        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
+    return int(lib.dtr_torch_empty_cache())
+
+
+def _format_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+
+
+def memory_summary():
+    """A readable table of the allocator's and the runtime's counters, in the spirit of
+    torch.cuda.memory_summary(): memory now and at peak, the budget, and what dtr did to
+    keep under it (evictions, remats, their time)."""
+    s = memory_stats()
+    budget = get_budget()
+    rows = [
+        ("Allocated memory", _format_bytes(s["allocated_bytes.all.current"]),
+         _format_bytes(s["allocated_bytes.all.peak"])),
+        ("Reserved memory", _format_bytes(s["reserved_bytes.all.current"]),
+         _format_bytes(s["reserved_bytes.all.peak"])),
+        ("Allocations", str(s["allocation.all.current"]), str(s["allocation.all.peak"])),
+        ("Segments", str(s["segment.all.current"]), str(s["segment.all.peak"])),
+    ]
+    totals = [
+        ("Budget", "unlimited" if budget is None else _format_bytes(budget)),
+        ("Ops recorded", str(s.get("dtr.num_ops", 0))),
+        ("Evictions", f'{s.get("dtr.num_evictions", 0)}, and '
+                      f'{s.get("dtr.num_eager_evictions", 0)} freed as they died'),
+        ("Remats", f'{s.get("dtr.num_remats", 0)} taking '
+                   f'{s.get("dtr.remat_measured_ns", 0) / 1e9:.3f} s'),
+        ("Program ops' compute", f'{s.get("dtr.model_compute_ns", 0) / 1e9:.3f} s'),
+        ("Out-of-memory errors", str(s["num_ooms"])),
+        ("Thrash alerts", str(s.get("dtr.num_thrash_alerts", 0))),
+    ]
+    width = 75
+    lines = ["=" * width, " dtr memory summary (CPU)".ljust(width), "-" * width,
+             f' {"Metric":<28}|{"Current":>22} |{"Peak":>21} ', "-" * width]
+    lines += [f" {name:<28}|{cur:>22} |{peak:>21} " for name, cur, peak in rows]
+    lines.append("-" * width)
+    lines += [f" {name:<28}|{value:>45} " for name, value in totals]
+    lines.append("=" * width)
+    return "\n".join(lines)
 
 
 def dump_snapshot(path, format=None):

@@ -1,4 +1,6 @@
-"""python/dtr: memory_stats, set_budget, get_budget, reset_peak_stats, is_enabled."""
+"""python/dtr: memory_stats, set_budget, get_budget, reset_peak_stats, is_enabled, the
+torch.cuda-named readers (memory_allocated, max_memory_allocated, memory_reserved,
+max_memory_reserved), empty_cache and memory_summary."""
 from conftest import PYTHON, clean_env, run
 
 API = r"""
@@ -18,8 +20,30 @@ dtr.reset_peak_stats()
 s = dtr.memory_stats()
 assert s["allocated_bytes.all.peak"] == s["allocated_bytes.all.current"] >= 4 * 2**20
 
+s = dtr.memory_stats()
+assert dtr.memory_allocated() == s["allocated_bytes.all.current"]
+assert dtr.max_memory_allocated() == s["allocated_bytes.all.peak"]
+assert dtr.memory_reserved() == s["reserved_bytes.all.current"]
+assert dtr.max_memory_reserved() == s["reserved_bytes.all.peak"]
+
+# empty_cache: a freed 32 MiB tensor leaves its exact segment cached until then.
+huge = torch.ones(8 * 1024 * 1024)
+before = dtr.memory_reserved()
+del huge
+assert dtr.memory_reserved() == before                 # cached, not given back
+released = dtr.empty_cache()
+assert released >= 32 * 2**20, released
+assert dtr.memory_reserved() == before - released
+assert dtr.memory_allocated() >= 4 * 2**20             # `keep` stays allocated
+assert dtr.empty_cache() == 0                          # nothing left to give back
+
+summary = dtr.memory_summary()
+for text in ("Allocated memory", "Reserved memory", "Budget", "unlimited", "Remats"):
+    assert text in summary, summary
+
 dtr.set_budget("6M")
 assert dtr.get_budget() == 6 * 2**20
+assert "6.00 MiB" in dtr.memory_summary()
 try:
     torch.empty(1024 * 1024)                          # 4 + 4 MiB > 6 MiB
 except torch.cuda.OutOfMemoryError as e:
