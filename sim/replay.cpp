@@ -129,6 +129,11 @@ ReplayOptions::Memory parse_memory_model(const std::string& text) {
 }
 
 ReplayOptions ReplayOptions::from_config(const Config& config) {
+  if (config.reserved_limit.kind != Budget::Kind::unlimited)
+    throw ConfigError(
+        "dtr: option reserved_limit caps what the PyTorch host's allocator holds from the "
+        "system; a replay has no such memory (with --allocator fake its device has exactly "
+        "the budget's size): drop it from DTR_CONF / DTR_RESERVED_LIMIT");
   ReplayOptions o;
   o.budget = config.budget;
   o.policy = config.policy;

@@ -71,6 +71,22 @@ namespace dtr::torch_integration {
 
 namespace {
 
+// A limit the live runtime enforces (option `key`: budget, reserved_limit), in bytes
+// (kUnlimitedBytes: none).
+uint64_t live_limit_bytes(const Budget& limit, const char* key) {
+  switch (limit.kind) {
+    case Budget::Kind::unlimited: return kUnlimitedBytes;
+    case Budget::Kind::bytes: return limit.bytes;
+    case Budget::Kind::ratio: break;
+  }
+  throw ConfigError(std::string("dtr: ") + key + " " + limit.to_string() +
+                    " is a ratio of the baseline peak, which only the simulator knows; give "
+                    "bytes, e.g. DTR_CONF=" +
+                    key + ":300M");
+}
+
+uint64_t live_budget_bytes(const Budget& budget) { return live_limit_bytes(budget, "budget"); }
+
 // The process-wide runtime: the options and the allocator behind PyTorch's CPU allocator.
 class TorchRuntime {
  public:
@@ -95,6 +111,7 @@ class TorchRuntime {
   static AllocatorConfig allocator_config(const Config& config, uint64_t budget_bytes) {
     AllocatorConfig out;
     out.budget_bytes = budget_bytes;
+    out.reserved_limit_bytes = live_limit_bytes(config.reserved_limit, "reserved_limit");
     out.debug = config.debug;
     return out;
   }
@@ -167,21 +184,6 @@ void drop_self_from_ld_preload() {
                "dtr: libdtr_torch.so not started: fix DTR_CONF / DTR_* and run again\n");
   std::fflush(stderr);
   std::exit(2);
-}
-
-// The budget the live runtime enforces, in bytes (kUnlimitedBytes: none).
-uint64_t live_budget_bytes(const Budget& budget) {
-  switch (budget.kind) {
-    case Budget::Kind::unlimited:
-      return kUnlimitedBytes;
-    case Budget::Kind::bytes:
-      return budget.bytes;
-    case Budget::Kind::ratio:
-      break;
-  }
-  throw ConfigError("dtr: budget " + budget.to_string() +
-                    " is a ratio of the baseline peak, which only the simulator knows; give "
-                    "bytes, e.g. DTR_CONF=budget:300M");
 }
 
 // Note [Snapshot history]
@@ -263,6 +265,7 @@ void load_runtime() {
   try {
     config.apply_environment();
     budget_bytes = live_budget_bytes(config.budget);
+    live_limit_bytes(config.reserved_limit, "reserved_limit");  // a ratio fails now
     if (config.lazy_release)  // Note [Lazy release] in eviction/engine.cpp
       throw ConfigError(
           "dtr: option lazy_release makes a replay in dtr-sim keep dead storages "

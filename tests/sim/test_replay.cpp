@@ -417,3 +417,16 @@ TEST_CASE("PIN WHEN_MATERIAL pins where material, else when next material (trace
       "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"x\",\"WHEN_MATERIAL\":\"yes\"}\n");
   CHECK_THROWS_WITH(read_trace(bad, "bad.trace"), Catch::Contains("WHEN_MATERIAL"));
 }
+
+TEST_CASE("a replay refuses reserved_limit, which only the PyTorch host has", "[sim]") {
+  Config config;
+  CHECK_NOTHROW(ReplayOptions::from_config(config));
+  config.set("reserved_limit", "80M");
+  try {
+    ReplayOptions::from_config(config);
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("option reserved_limit") != std::string::npos);
+    CHECK(std::string(e.what()).find("drop it from DTR_CONF") != std::string::npos);
+  }
+}

@@ -70,6 +70,11 @@ struct Budget {
   X(on_thrash, std::string, "on_thrash", "DTR_ON_THRASH", "warn",                                  \
     "PyTorch: what a run does once max_overhead is passed: `warn` prints one line saying what "    \
     "to try; `raise` raises PyTorch's out-of-memory error at the next op (once per budget)")       \
+  X(reserved_limit, Budget, "reserved_limit", "DTR_RESERVED_LIMIT", "0",                           \
+    "PyTorch: cap on reserved bytes, what the allocator holds from the system (live blocks, "      \
+    "cached free ones, small allocations): bytes with K/M/G suffix; 0 = unlimited. A request "     \
+    "that would pass it releases cached segments, then evicts to free a contiguous block "         \
+    "(the simulator's fake device has the budget's size instead)")                                 \
   X(allocator, std::string, "allocator", "DTR_ALLOCATOR", "fake",                                  \
     "simulator's memory model: `fake` replays through the caching allocator over a fake "          \
     "device of exactly the budget (blocks, segments, fragmentation); `none` counts bytes only, "   \
