@@ -38,24 +38,25 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // ops, 10 of remats), a thrashing phase had to spend about 40 minutes more on remats than
 // on ops before it passed 2; with the windows it fires after 54-81 s of such remats (at
 // 10 s of remats to 1 s of ops; tests/eviction/test_thrash_watch.cpp, where the collapse
-// comes at three points of a window). A minute of ops is many steps of the
-// models this library is for, so one step's backward pass, where remats gather, does not
-// fill a window alone; a run shorter than one window is judged over all of it, as before.
+// comes at three points of a window). A minute of ops is many steps of the models this
+// library is for, so one step's backward pass, where remats gather, does not fill a
+// window alone; a run shorter than one window is judged over all of it, as before.
 //
 // Two limits keep it quiet where nothing is wrong. Remats must have taken kMinRematNs (1
-// s) over the span it looks at: early on, one remat of a large op can be most of the run so far, and a
-// script whose remats cost under a second has lost nothing worth a warning. And it fires
-// once per budget: the message says what to try, and a run that catches the raised error
-// (to save a checkpoint, or to lower its batch size and go on) must be able to run ops
-// afterwards. dtr.set_budget() re-arms it.
+// s) over the span it looks at: early on, one remat of a large op can be most of the run
+// so far, and a script whose remats cost under a second has lost nothing worth a warning.
+// And it fires once per budget: the message says what to try, and a run that catches the
+// raised error (to save a checkpoint, or to lower its batch size and go on) must be able
+// to run ops afterwards. dtr.set_budget() re-arms it.
 //
 // What the message suggests besides a larger budget comes from runs that thrashed here:
 // policy msps passed the chunked LSTM LM at 0.5 of its peak in 42 runs of 42, where dtr_eq
 // thrashed in some (docs/pytorch.md, "Where dtr_eq thrashes"); dead_first:True took the
 // gradient-chain patterns (patterns.py two_losses, grad_penalty, hooks) lower, without
 // warnings where dtr_eq warned. Neither is the default: msps is no better elsewhere, and
-// dead_first doubled the remats of densenet121 at 0.5 (docs/pytorch.md, "Training-loop
-// patterns").
+// dead_first departs from DTR's simulator; unbounded (dead_first_ratio:0) it doubled the
+// remats of densenet121 at 0.5, bounded by the default ratio it does not (docs/pytorch.md,
+// "Bounded dead-first").
 //
 // It never changes what the run computes: `warn` prints one line, `raise` throws
 // PyTorch's out-of-memory error before the next op starts (nothing is then locked or half
