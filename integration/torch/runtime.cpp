@@ -384,6 +384,11 @@ uint64_t dtr_torch_budget_bytes(void) {
   return rt ? rt->allocator().config().budget_bytes : dtr::kUnlimitedBytes;
 }
 
+uint64_t dtr_torch_reserved_limit_bytes(void) {
+  dtr::torch_integration::TorchRuntime* rt = runtime();
+  return rt ? rt->allocator().config().reserved_limit_bytes : dtr::kUnlimitedBytes;
+}
+
 void dtr_torch_reset_peak_stats(void) {
   if (dtr::torch_integration::TorchRuntime* rt = runtime()) rt->allocator().reset_peaks();
 }

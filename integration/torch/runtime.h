@@ -38,6 +38,8 @@ DTR_TORCH_API const char* dtr_torch_memory_stats_json(void);
 DTR_TORCH_API int dtr_torch_set_budget(const char* text);
 // The budget in bytes; UINT64_MAX when unlimited or not enabled.
 DTR_TORCH_API uint64_t dtr_torch_budget_bytes(void);
+// Option reserved_limit in bytes; UINT64_MAX when unlimited or not enabled.
+DTR_TORCH_API uint64_t dtr_torch_reserved_limit_bytes(void);
 // Peaks restart from the current values (torch.cuda.reset_peak_memory_stats()).
 DTR_TORCH_API void dtr_torch_reset_peak_stats(void);
 // Gives every fully free cached segment back to the system (torch.cuda.empty_cache());

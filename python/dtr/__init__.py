@@ -96,6 +96,7 @@ def _bind(lib):
     lib.dtr_torch_set_budget.argtypes = [ctypes.c_char_p]
     lib.dtr_torch_set_budget.restype = ctypes.c_int
     lib.dtr_torch_budget_bytes.restype = ctypes.c_uint64
+    lib.dtr_torch_reserved_limit_bytes.restype = ctypes.c_uint64
     lib.dtr_torch_reset_peak_stats.restype = None
     lib.dtr_torch_empty_cache.restype = ctypes.c_uint64
     lib.dtr_torch_last_error.restype = ctypes.c_char_p
@@ -237,6 +238,7 @@ def memory_summary():
     keep under it (evictions, remats, their time)."""
     s = memory_stats()
     budget = get_budget()
+    limit = _library().dtr_torch_reserved_limit_bytes()
     rows = [
         ("Allocated memory", _format_bytes(s["allocated_bytes.all.current"]),
          _format_bytes(s["allocated_bytes.all.peak"])),
@@ -246,7 +248,8 @@ def memory_summary():
         ("Segments", str(s["segment.all.current"]), str(s["segment.all.peak"])),
     ]
     totals = [
-        ("Budget", "unlimited" if budget is None else _format_bytes(budget)),
+        ("Budget (allocated)", "unlimited" if budget is None else _format_bytes(budget)),
+        ("Reserved limit", "unlimited" if limit == _UNLIMITED else _format_bytes(limit)),
         ("Ops recorded", str(s.get("dtr.num_ops", 0))),
         ("Evictions", f'{s.get("dtr.num_evictions", 0)}, and '
                       f'{s.get("dtr.num_eager_evictions", 0)} freed as they died'),

@@ -38,7 +38,8 @@ assert dtr.memory_allocated() >= 4 * 2**20             # `keep` stays allocated
 assert dtr.empty_cache() == 0                          # nothing left to give back
 
 summary = dtr.memory_summary()
-for text in ("Allocated memory", "Reserved memory", "Budget", "unlimited", "Remats"):
+for text in ("Allocated memory", "Reserved memory", "Budget", "unlimited", "Reserved limit",
+             "Remats"):
     assert text in summary, summary
 
 dtr.set_budget("6M")

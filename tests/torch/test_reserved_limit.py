@@ -52,6 +52,14 @@ def test_a_limit_too_small_is_an_out_of_memory_error_naming_it(lib):
     assert "reserved limit of 8.00 MiB" in proc.stdout, proc.stdout
 
 
+def test_memory_summary_shows_the_limit(lib):
+    code = "import torch, dtr\nprint(dtr.memory_summary())\n"
+    proc = run([PYTHON, "-c", code],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:64M,reserved_limit:80M"))
+    line = next(l for l in proc.stdout.splitlines() if "Reserved limit" in l)
+    assert "80.00 MiB" in line, proc.stdout
+
+
 def test_a_ratio_fails_at_start(lib):
     proc = run([PYTHON, "-c", "print('STARTED')"],
                clean_env(LD_PRELOAD=lib, DTR_CONF="reserved_limit:0.5"), check=False)
