@@ -48,6 +48,12 @@ def main():
 
     rows = [("", "no budget", f"budget {fraction}x"),
             ("peak live tensor bytes", mib(free.peak_bytes), mib(under.peak_bytes)),
+            # what the caching allocator held, cached free segments included: the budget
+            # caps live bytes only (option reserved_limit caps this; docs/pytorch.md)
+            ("peak reserved bytes", mib(free.report["reserved_bytes.all.peak"]),
+             mib(under.report["reserved_bytes.all.peak"])),
+            ("peak RSS of the process", mib(free.max_rss_kib * 1024),
+             mib(under.max_rss_kib * 1024)),
             # the first step also builds the model's caches: the median of the others
             ("median step time", f"{runs.median(free.step_times()[1:]):.3f} s",
              f"{runs.median(under.step_times()[1:]):.3f} s"),
