@@ -26,6 +26,13 @@ def test_dtr_run_budget_is_enforced(lib, dtr_run):
     assert "OOM True" in proc.stdout
 
 
+def test_dtr_run_reserved_limit_is_enforced(lib, dtr_run):
+    script = ("import torch\ntry:\n    torch.empty(4 * 2**20)\nexcept RuntimeError as e:\n"
+              "    print('OOM', 'reserved limit of 8.00 MiB' in str(e))\n")
+    proc = run([dtr_run, "--reserved-limit", "8M", "--", PYTHON, "-c", script], clean_env())
+    assert "OOM True" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_dtr_run_exit_status_is_the_commands(dtr_run):
     proc = run([dtr_run, "--", PYTHON, "-c", "raise SystemExit(7)"], clean_env(), check=False)
     assert proc.returncode == 7
@@ -33,6 +40,7 @@ def test_dtr_run_exit_status_is_the_commands(dtr_run):
 
 def test_dtr_run_bad_flags_exit_2(dtr_run):
     for args in (["--budget", "lots", "--", "true"], ["--no-such-flag", "--", "true"],
-                 ["--conf", "bogus:1", "--", "true"], ["--budget", "0.5", "--", "true"], []):
+                 ["--conf", "bogus:1", "--", "true"], ["--budget", "0.5", "--", "true"],
+                 ["--reserved-limit", "0.5", "--", "true"], []):
         proc = run([dtr_run, *args], clean_env(), check=False)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)

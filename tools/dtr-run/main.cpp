@@ -1,6 +1,7 @@
 // dtr-run: run a command (a training script) with libdtr_torch.so preloaded.
 //
-//   dtr-run --budget 300M [--policy dtr_eq] [--report] [--conf k:v,...] -- python3 train.py
+//   dtr-run --budget 300M [--reserved-limit 400M] [--policy dtr_eq] [--report] [--conf k:v,...]
+//           -- python3 train.py
 //
 // Sets LD_PRELOAD to the library next to this tool (<dir of dtr-run>/../lib/
 // libdtr_torch.so, or --library), appends the flags to DTR_CONF (after any DTR_CONF
@@ -73,7 +74,7 @@ int run_child(std::vector<std::string> command, const std::string& conf) {
 }
 
 // --svg: the baseline run, the budgeted run, the picture. Note that the baseline keeps
-// every other option (policy, ...): only its budget is lifted.
+// every other option (policy, ...): only its budget and reserved limit are lifted.
 int run_for_picture(const std::vector<std::string>& command, const std::string& conf,
                     const std::string& svg) {
   namespace fs = std::filesystem;
@@ -82,7 +83,8 @@ int run_for_picture(const std::vector<std::string>& command, const std::string& 
   const std::string base_json = (dir / "baseline.json").string();
   const std::string run_json = (dir / "run.json").string();
   std::fprintf(stderr, "dtr-run: baseline run (no budget) for the picture\n");
-  const int base_status = run_child(command, conf + ",budget:0,timeline:" + base_json);
+  const int base_status =
+      run_child(command, conf + ",budget:0,reserved_limit:0,timeline:" + base_json);
   std::fprintf(stderr, "dtr-run: run under the budget\n");
   const int status = run_child(command, conf + ",timeline:" + run_json);
   int result = status;
@@ -110,10 +112,13 @@ int run_for_picture(const std::vector<std::string>& command, const std::string& 
 int main(int argc, char** argv) {
   CLI::App app{"dtr-run: run a command with libdtr_torch.so preloaded (docs/pytorch.md)"};
   app.footer("Example: dtr-run --budget 300M --report -- /usr/bin/python3 train.py --epochs 1");
-  std::string budget, policy, conf, library, svg;
+  std::string budget, reserved_limit, policy, conf, library, svg;
   bool report = false;
   std::vector<std::string> command;
   app.add_option("--budget", budget, "hard cap on live CPU tensor bytes: 300M, 4G, 0 = unlimited");
+  app.add_option("--reserved-limit", reserved_limit,
+                 "cap on what the allocator holds from the system, cached segments included "
+                 "(option reserved_limit): 400M, 5G, 0 = unlimited");
   app.add_option("--policy", policy, "eviction heuristic, by registry name (see `dtr-sim policies`)");
   app.add_flag("--report", report, "print a summary of the allocator's stats at exit");
   app.add_option("--conf", conf, "more DTR_CONF entries, e.g. debug:1");
@@ -135,6 +140,7 @@ int main(int argc, char** argv) {
   if (const char* inherited = std::getenv("DTR_CONF")) full_conf = inherited;
   if (!conf.empty()) append_entry(full_conf, conf);
   if (!budget.empty()) append_entry(full_conf, "budget:" + budget);
+  if (!reserved_limit.empty()) append_entry(full_conf, "reserved_limit:" + reserved_limit);
   if (!policy.empty()) append_entry(full_conf, "policy:" + policy);
   if (report) append_entry(full_conf, "report:True");
   try {
@@ -143,6 +149,9 @@ int main(int argc, char** argv) {
     if (check.budget.kind == dtr::Budget::Kind::ratio)
       throw dtr::ConfigError("dtr-run: --budget " + budget + " is a ratio; a live run needs bytes, "
                              "e.g. --budget 300M");
+    if (check.reserved_limit.kind == dtr::Budget::Kind::ratio)
+      throw dtr::ConfigError("dtr-run: --reserved-limit " + reserved_limit +
+                             " is a ratio; a live run needs bytes, e.g. --reserved-limit 400M");
   } catch (const dtr::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return kExitBadInput;
