@@ -64,7 +64,7 @@ TEST_CASE("a collapse after a long healthy stretch is found within minutes of re
           "[eviction][thrash]") {
   // Note [Thrashing in a live run]: an hour at 1.2x (one step: 1 s of ops, 0.2 s of remats),
   // then every step takes 0.1 s of ops and 1 s of remats. A ratio over the whole run
-  // would pass 2 only after about 2 400 s of such remats.
+  // would pass 2 only after about 3 200 s of such remats (720 + r > 3600 + r / 10).
   for (const uint64_t offset_steps : {0u, 30u, 59u}) {  // where in a window the collapse comes
     CAPTURE(offset_steps);
     ThrashWatch watch(2.0);
