@@ -234,8 +234,8 @@ def _format_bytes(n):
 
 def memory_summary():
     """A readable table of the allocator's and the runtime's counters, in the spirit of
-    torch.cuda.memory_summary(): memory now and at peak, the budget, and what dtr did to
-    keep under it (evictions, remats, their time)."""
+    torch.cuda.memory_summary(): memory now and at peak, the budget and reserved limit, the
+    pinned bytes, and what dtr did to keep under it (evictions, remats, their time)."""
     s = memory_stats()
     budget = get_budget()
     limit = _library().dtr_torch_reserved_limit_bytes()
@@ -250,6 +250,8 @@ def memory_summary():
     totals = [
         ("Budget (allocated)", "unlimited" if budget is None else _format_bytes(budget)),
         ("Reserved limit", "unlimited" if limit == _UNLIMITED else _format_bytes(limit)),
+        ("Pinned now (never evicted)", _format_bytes(s.get("dtr.pinned_bytes.current", 0))),
+        ("Largest cached free block", _format_bytes(s.get("dtr.largest_free_block_bytes", 0))),
         ("Ops recorded", str(s.get("dtr.num_ops", 0))),
         ("Evictions", f'{s.get("dtr.num_evictions", 0)}, and '
                       f'{s.get("dtr.num_eager_evictions", 0)} freed as they died'),

@@ -91,10 +91,7 @@ TEST_CASE("option table lists every option in order", "[core][options]") {
   CHECK(std::string(table.back().key) == "report");
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, dead_first_ratio, lazy_release, relax_locks, "
-        "seed, "
-        "max_overhead, "
-        "on_thrash, reserved_limit, allocator, "
-        "debug, trace, plan, "
+        "seed, max_overhead, on_thrash, reserved_limit, allocator, debug, trace, plan, "
         "plan_trace, remat, pack_masks, op_cost, snapshot, snapshot_format, snapshot_entries, "
         "timeline, "
         "report");

@@ -39,7 +39,7 @@ assert dtr.empty_cache() == 0                          # nothing left to give ba
 
 summary = dtr.memory_summary()
 for text in ("Allocated memory", "Reserved memory", "Budget", "unlimited", "Reserved limit",
-             "Remats"):
+             "Pinned now", "Remats"):
     assert text in summary, summary
 
 dtr.set_budget("6M")
