@@ -336,6 +336,7 @@ class CachingAllocator::Impl {
   uint64_t empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
     const uint64_t released = release_cached_segments_locked();
+    backend_.trim();  // what the backend kept after frees (host: Note [Trimming the small path])
     debug_check_locked("empty_cache");
     return released;
   }

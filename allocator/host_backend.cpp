@@ -12,6 +12,16 @@
 // shared by every HostBackend of that thread: it holds only mimalloc's pages, no state of
 // ours. This is the one thread_local in the libraries; it exists because of mimalloc's
 // contract, not to hold configuration.
+//
+// Note [Trimming the small path]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A freed small block leaves the allocator's reserved bytes at once, but mimalloc keeps
+// the page it lay in for the heap's next allocations: after 1000 tensors of 256 KiB were
+// freed, reserved bytes read 0 and the process's resident memory stayed 250 MB up
+// (tests/torch/test_python_api.py). trim() (empty_cache) collects the calling thread's
+// small-path heap and mimalloc's own with force, which returns emptied pages and segments
+// to the system. Only the calling thread's: mimalloc lets a heap be collected only by its
+// owner, and other threads' heaps keep their pages until those threads free or exit.
 #include "dtr/allocator/host_backend.h"
 
 #include <mimalloc.h>
@@ -54,6 +64,11 @@ void HostBackend::free_small(void* ptr, size_t bytes) {
   DTR_ASSERT(bytes <= live_small_bytes_, "host backend: small bytes underflow");
   live_small_bytes_ -= bytes;
   mi_free(ptr);
+}
+
+void HostBackend::trim() {  // Note [Trimming the small path]
+  mi_heap_collect(small_path_heap(), /*force=*/true);
+  mi_collect(/*force=*/true);
 }
 
 }  // namespace dtr

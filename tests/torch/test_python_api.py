@@ -37,6 +37,18 @@ assert dtr.memory_reserved() == before - released
 assert dtr.memory_allocated() >= 4 * 2**20             # `keep` stays allocated
 assert dtr.empty_cache() == 0                          # nothing left to give back
 
+# Note [Trimming the small path]: freed small tensors leave reserved bytes at once, and
+# empty_cache gives mimalloc's emptied pages back to the system.
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+small = [torch.ones(64 * 1024) for _ in range(1000)]  # 1000 x 256 KiB
+reserved = dtr.memory_reserved()
+del small
+assert dtr.memory_reserved() <= reserved - 250 * 2**20
+before = rss()
+dtr.empty_cache()
+assert before - rss() >= 100 * 2**20, (before, rss())
+
 summary = dtr.memory_summary()
 for text in ("Allocated memory", "Reserved memory", "Budget", "unlimited", "Reserved limit",
              "Pinned now", "Remats"):

@@ -29,6 +29,9 @@ class Backend {
   virtual bool serves_small() const { return false; }
   virtual void* allocate_small(size_t bytes) { return nullptr; }
   virtual void free_small(void* ptr, size_t bytes) {}
+  // Gives memory the backend keeps after frees back to the system, where it keeps any
+  // (host: mimalloc's emptied pages of the calling thread). CachingAllocator::empty_cache.
+  virtual void trim() {}
   // False for the fake backend: its pointers must never be dereferenced.
   virtual bool memory_is_real() const { return true; }
 };

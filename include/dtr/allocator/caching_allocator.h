@@ -194,7 +194,8 @@ class CachingAllocator {
   bool set_owner(void* ptr, uint64_t owner);
   bool set_evictable(void* ptr, bool evictable);
 
-  // Gives every fully free cached segment back to the backend; returns the bytes released.
+  // Gives every fully free cached segment back to the backend and lets the backend trim
+  // what it keeps after frees (Backend::trim); returns the segment bytes released.
   uint64_t empty_cache();
   // Every block of every segment, in address order (small-path allocations are not in
   // segments and not listed: Note [Small path]).

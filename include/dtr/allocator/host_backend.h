@@ -26,6 +26,7 @@ class HostBackend : public Backend {
   bool serves_small() const override { return true; }
   void* allocate_small(size_t bytes) override;
   void free_small(void* ptr, size_t bytes) override;
+  void trim() override;  // Note [Trimming the small path] in allocator/host_backend.cpp
 
   uint64_t live_segment_bytes() const { return live_segment_bytes_; }
   uint64_t live_small_bytes() const { return live_small_bytes_; }
