@@ -90,9 +90,12 @@ uint64_t live_budget_bytes(const Budget& budget) { return live_limit_bytes(budge
 // The process-wide runtime: the options and the allocator behind PyTorch's CPU allocator.
 class TorchRuntime {
  public:
-  TorchRuntime(Config config, uint64_t budget_bytes)
+  // budget_bytes, reserved_limit_bytes: options budget and reserved_limit, checked by
+  // load_runtime (live_limit_bytes).
+  TorchRuntime(Config config, uint64_t budget_bytes, uint64_t reserved_limit_bytes)
       : config_(std::move(config)),
-        allocator_(allocator_config(config_, budget_bytes), std::make_unique<HostBackend>()),
+        allocator_(allocator_config(config_, budget_bytes, reserved_limit_bytes),
+                   std::make_unique<HostBackend>()),
         pid_(getpid()) {
     // Note [Snapshot history]
     if (!config_.snapshot.empty()) {
@@ -108,10 +111,11 @@ class TorchRuntime {
   pid_t pid() const { return pid_; }
 
  private:
-  static AllocatorConfig allocator_config(const Config& config, uint64_t budget_bytes) {
+  static AllocatorConfig allocator_config(const Config& config, uint64_t budget_bytes,
+                                          uint64_t reserved_limit_bytes) {
     AllocatorConfig out;
     out.budget_bytes = budget_bytes;
-    out.reserved_limit_bytes = live_limit_bytes(config.reserved_limit, "reserved_limit");
+    out.reserved_limit_bytes = reserved_limit_bytes;
     out.debug = config.debug;
     return out;
   }
@@ -262,10 +266,11 @@ void load_runtime() {
   if (runtime()) return;  // this copy is already up
   Config config;
   uint64_t budget_bytes = kUnlimitedBytes;
+  uint64_t reserved_limit_bytes = kUnlimitedBytes;
   try {
     config.apply_environment();
     budget_bytes = live_budget_bytes(config.budget);
-    live_limit_bytes(config.reserved_limit, "reserved_limit");  // a ratio fails now
+    reserved_limit_bytes = live_limit_bytes(config.reserved_limit, "reserved_limit");
     if (config.lazy_release)  // Note [Lazy release] in eviction/engine.cpp
       throw ConfigError(
           "dtr: option lazy_release makes a replay in dtr-sim keep dead storages "
@@ -290,7 +295,8 @@ void load_runtime() {
                  "evicted or recomputed)\n", config.plan.c_str());
   }
   const bool report = config.report;
-  auto* rt = new TorchRuntime(std::move(config), budget_bytes);  // never deleted
+  auto* rt =
+      new TorchRuntime(std::move(config), budget_bytes, reserved_limit_bytes);  // never deleted
   switch (install_cpu_allocator(rt->allocator())) {
     case InstallResult::installed:
     case InstallResult::already_installed:

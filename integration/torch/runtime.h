@@ -42,9 +42,10 @@ DTR_TORCH_API uint64_t dtr_torch_budget_bytes(void);
 DTR_TORCH_API uint64_t dtr_torch_reserved_limit_bytes(void);
 // Peaks restart from the current values (torch.cuda.reset_peak_memory_stats()).
 DTR_TORCH_API void dtr_torch_reset_peak_stats(void);
-// Gives every fully free cached segment back to the system (torch.cuda.empty_cache());
-// returns the bytes released, 0 when not enabled. Live tensors and the budget are not
-// touched; evicted tensors stay evicted.
+// Gives every fully free cached segment back to the system (torch.cuda.empty_cache()),
+// and the pages mimalloc kept for the calling thread's freed small blocks (Note [Trimming
+// the small path]); returns the segment bytes released, 0 when not enabled. Live tensors
+// and the budget are not touched; evicted tensors stay evicted.
 DTR_TORCH_API uint64_t dtr_torch_empty_cache(void);
 // The message of this thread's last failed call.
 DTR_TORCH_API const char* dtr_torch_last_error(void);

@@ -149,14 +149,18 @@ def is_enabled():
     return bool(_library().dtr_torch_is_enabled())
 
 
+def _enabled_library():
+    lib = _library()
+    if not lib.dtr_torch_is_enabled():
+        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
+    return lib
+
+
 def memory_stats():
     """The allocator's counters, named as torch.cuda.memory_stats() names them
     (allocated_bytes.all.current / .peak / .allocated / .freed, reserved_bytes.*,
     allocation.*, segment.*, num_alloc_retries, num_ooms) plus dtr.* ones."""
-    lib = _library()
-    if not lib.dtr_torch_is_enabled():
-        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
-    return json.loads(lib.dtr_torch_memory_stats_json().decode())
+    return json.loads(_enabled_library().dtr_torch_memory_stats_json().decode())
 
 
 def set_budget(budget):
@@ -220,10 +224,7 @@ def empty_cache():
     tensors; returns the segment bytes released. Live and evicted tensors stay as they are;
     the budget caps allocated bytes, not reserved ones, so this is how a script lowers its
     resident memory after a peak."""
-    lib = _library()
-    if not lib.dtr_torch_is_enabled():
-        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
-    return int(lib.dtr_torch_empty_cache())
+    return int(_enabled_library().dtr_torch_empty_cache())
 
 
 def _format_bytes(n):

@@ -146,12 +146,12 @@ int main(int argc, char** argv) {
   try {
     dtr::Config check;
     check.apply_conf(full_conf);
-    if (check.budget.kind == dtr::Budget::Kind::ratio)
-      throw dtr::ConfigError("dtr-run: --budget " + budget + " is a ratio; a live run needs bytes, "
-                             "e.g. --budget 300M");
-    if (check.reserved_limit.kind == dtr::Budget::Kind::ratio)
-      throw dtr::ConfigError("dtr-run: --reserved-limit " + reserved_limit +
-                             " is a ratio; a live run needs bytes, e.g. --reserved-limit 400M");
+    for (const auto& [limit, flag] : {std::pair{&check.budget, "--budget"},
+                                      std::pair{&check.reserved_limit, "--reserved-limit"}}) {
+      if (limit->kind == dtr::Budget::Kind::ratio)
+        throw dtr::ConfigError(std::string("dtr-run: ") + flag + " " + limit->to_string() +
+                               " is a ratio; a live run needs bytes, e.g. " + flag + " 300M");
+    }
   } catch (const dtr::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return kExitBadInput;
