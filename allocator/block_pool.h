@@ -26,6 +26,7 @@ struct Block {
   size_t requested_size = 0;  // the caller's request while allocated, else 0
   bool allocated = false;
   bool evictable = false;
+  bool unmovable = false;  // CachingAllocator::set_unmovable: Note [Compaction]
   uint64_t owner = 0;
   Block* prev = nullptr;  // neighbours in the same segment, address order
   Block* next = nullptr;

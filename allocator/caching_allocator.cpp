@@ -41,6 +41,11 @@
 //      recomputation, and recomputation was the dearer by far when measured (ResNet-32
 //      log, dtr_eq, budget 0.6 of the baseline, fake device of the budget's size: overhead
 //      1.405 with eviction first, 1.074 with the cache released first).
+//  (3b) compact: when contiguity is the shortfall and (3) released nothing,
+//      EvictionCallback::compact, with the mutex released; its owner may move live blocks
+//      so that whole segments go back (Note [Compaction]). A copy is cheaper than a
+//      recomputation, so it runs before (2); after a call that released a segment, (1)
+//      runs again.
 //  (4) out_of_memory: an AllocatorOom with the numbers. It is returned exactly when the
 //      callback freed nothing and no cached segment could be released.
 // A request larger than the budget or the reserved limit goes straight to (4): nothing
@@ -73,6 +78,37 @@
 // starts again (Shortfall::new_peak). The checks are a few loads under the mutex; the call
 // runs only while a peak grows (a first step, the region after reset_peaks), and at most
 // once per allocate(). A peak the program really reaches is reached all the same.
+//
+// Note [Compaction]
+// ~~~~~~~~~~~~~~~~~
+// Under a reserved limit a request can fail for want of a segment while much of what is
+// reserved is free, in pieces: a long-lived block that landed in a large segment keeps the
+// whole segment. In resnet18 at 0.5x (tests/torch/scripts/vision.py --batch 32, budget
+// 163M, reserved_limit 180M) the run ran out of memory in its first backward pass asking
+// for 32 MiB with 159.4 MiB reserved, 88.8 MiB allocated and a largest free block of 24
+// MiB: two of its three 32 MiB segments held one block each, the 6 MiB input batch and a
+// 4 MiB activation, while a parameter segment had 11 MiB free. Evicting cannot help with
+// a pinned input; moving it can. compact(request, mover) does, under the mutex:
+//  1. Target: the segment bytes to give back so that the request's fresh segment (or its
+//     small-path block) fits under the reserved limit; with no limit (the backend refused
+//     the segment) one such segment's worth.
+//  2. Candidates: segments with live blocks, all of which the mover says are movable now,
+//     fewest live bytes first. Each is tried in turn on a model of the other segments'
+//     free blocks (best fit, largest block first, splitting as allocate() would); one that
+//     fits is chosen and its blocks' destinations leave the model. Segments that receive
+//     blocks are not candidates (no block moves twice), and a chosen segment's own free
+//     blocks are never destinations.
+//  3. Only when the chosen segments reach the target are the blocks moved: best fit among
+//     the free blocks outside the chosen segments, Backend::copy of the requested bytes,
+//     the destination takes the block's request, owner and evictable flag, the source is
+//     freed, and BlockMover::moved tells the owner. allocated_bytes do not change (the
+//     budget holds at every moment, as the copy is never counted twice); active_bytes
+//     change by the two blocks' unsplit tails. Then the emptied segments are released.
+// The mover decides what may move: the torch host moves storages its lineage knows that
+// no running op holds and whose address nobody was given (Note [Moving storages] in
+// integration/torch/lineage.cpp); the simulator's engine does not compact (its replays
+// stay comparable with the published ones); the CUDA backend cannot copy yet, so a CUDA
+// allocator never moves a block.
 //
 // Note [Allocated vs active]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -261,6 +297,18 @@ class CachingAllocator::Impl {
         ++stats_.num_alloc_retries;
         continue;
       }
+      // (3b) compact, with the mutex released (Note [Compaction])
+      if (attempt.shortfall != Shortfall::budget && callback_) {
+        EvictionCallback* callback = callback_;
+        const uint64_t releases_before = stats_.num_device_free;
+        lock.unlock();
+        callback->compact(need);
+        lock.lock();
+        if (stats_.num_device_free != releases_before) {
+          ++stats_.num_alloc_retries;
+          continue;
+        }
+      }
       // (2) evict, with the mutex released (Note [Lock rules])
       if (callback_) {
         const bool contiguous = attempt.shortfall != Shortfall::budget;
@@ -333,11 +381,113 @@ class CachingAllocator::Impl {
     return block != nullptr;
   }
 
+  bool set_unmovable(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Block* block = find_allocated_locked(ptr);
+    if (block) block->unmovable = true;
+    return block != nullptr;
+  }
+
   uint64_t empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
     const uint64_t released = release_cached_segments_locked();
     backend_.trim();  // what the backend kept after frees (host: Note [Trimming the small path])
     debug_check_locked("empty_cache");
+    return released;
+  }
+
+  // Note [Compaction]
+  uint64_t compact(size_t bytes_requested, BlockMover& mover) {
+    const size_t need = round_block_size(bytes_requested);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!backend_.can_copy()) return 0;
+    // 1. the target
+    const bool small_path = is_small_request(need) && small_path_;
+    const uint64_t grows = small_path ? need : segment_size_for(need);
+    const uint64_t reserved = stats_.reserved_bytes.all.current;
+    uint64_t target = grows;
+    if (config_.reserved_limit_bytes != kUnlimitedBytes) {
+      if (reserved + grows <= config_.reserved_limit_bytes) return 0;  // not the limit's doing
+      target = reserved + grows - config_.reserved_limit_bytes;
+    }
+    // 2. candidates, and a model of the free blocks per pool: size -> segment
+    struct Candidate {
+      Segment* segment;
+      uint64_t live;
+    };
+    std::vector<Candidate> candidates;
+    for (const auto& entry : segments_) {
+      Segment* segment = entry.second.get();
+      uint64_t live = 0;
+      bool all_movable = true;
+      for (const Block* b = segment->first; b && all_movable; b = b->next) {
+        if (!b->allocated) continue;
+        live += b->size;
+        all_movable = !b->unmovable && mover.movable(b->owner, reinterpret_cast<void*>(b->ptr));
+      }
+      if (live > 0 && all_movable) candidates.push_back({segment, live});
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.live < b.live; });
+    using Model = std::multimap<size_t, const Segment*>;
+    Model model[2];  // small, large
+    for (StatPool pool : {StatPool::small_pool, StatPool::large_pool})
+      for (const Block* b : pool_for(pool).blocks())
+        model[pool == StatPool::small_pool ? 0 : 1].emplace(b->size, b->segment);
+    std::vector<const Segment*> chosen, receiving;
+    auto among = [](const std::vector<const Segment*>& set, const Segment* s) {
+      return std::find(set.begin(), set.end(), s) != set.end();
+    };
+    uint64_t planned = 0;
+    for (const Candidate& c : candidates) {
+      if (planned >= target) break;
+      if (among(receiving, c.segment)) continue;
+      Model trial = model[c.segment->pool == StatPool::small_pool ? 0 : 1];
+      for (auto it = trial.begin(); it != trial.end();)
+        it = it->second == c.segment ? trial.erase(it) : std::next(it);
+      std::vector<size_t> sizes;
+      for (const Block* b = c.segment->first; b; b = b->next)
+        if (b->allocated) sizes.push_back(round_block_size(b->requested_size));
+      std::sort(sizes.rbegin(), sizes.rend());
+      std::vector<const Segment*> receivers;
+      bool fits = true;
+      for (size_t size : sizes) {
+        auto it = trial.lower_bound(size);
+        if (it == trial.end()) {
+          fits = false;
+          break;
+        }
+        Block shape;
+        shape.size = it->first;
+        shape.pool = c.segment->pool;
+        const Segment* into = it->second;
+        trial.erase(it);
+        if (should_split(shape, size)) trial.emplace(shape.size - size, into);
+        receivers.push_back(into);
+      }
+      if (!fits) continue;
+      model[c.segment->pool == StatPool::small_pool ? 0 : 1] = std::move(trial);
+      chosen.push_back(c.segment);
+      receiving.insert(receiving.end(), receivers.begin(), receivers.end());
+      planned += c.segment->size;
+    }
+    if (planned < target) return 0;
+    // 3. the moves, then the release
+    for (const Segment* segment : chosen) {
+      std::vector<Block*> live;
+      for (Block* b = segment->first; b; b = b->next)
+        if (b->allocated) live.push_back(b);
+      std::stable_sort(live.begin(), live.end(), [](const Block* a, const Block* b) {
+        return a->requested_size > b->requested_size;
+      });
+      for (Block* from : live) {
+        Block* to = best_fit_outside_locked(*from, chosen);
+        if (!to) return release_cached_segments_locked();  // the model said it fits
+        move_block_locked(from, to, mover);
+      }
+    }
+    const uint64_t released = release_cached_segments_locked();
+    debug_check_locked("compact");
     return released;
   }
 
@@ -560,12 +710,51 @@ class CachingAllocator::Impl {
     block->requested_size = requested;
     block->owner = owner;
     block->evictable = false;
+    block->unmovable = false;
     allocated_.emplace(block->ptr, block);
     stats_.allocated_bytes.increase(block->pool, round_block_size(requested));
     stats_.active_bytes.increase(block->pool, block->size);
     stats_.allocation.increase(block->pool, 1);
     notify_locked(AllocatorAction::alloc, *block, block->size);
     return block;
+  }
+
+  // Note [Compaction]: the smallest free block of `from`'s pool that holds its request and
+  // lies in none of `excluded`, lowest address among equals.
+  Block* best_fit_outside_locked(const Block& from, const std::vector<const Segment*>& excluded) {
+    const size_t need = round_block_size(from.requested_size);
+    const BlockPool::Set& free_blocks = pool_for(from.pool).blocks();
+    Block key;
+    key.size = need;
+    for (auto it = free_blocks.lower_bound(&key); it != free_blocks.end(); ++it)
+      if (std::find(excluded.begin(), excluded.end(), (*it)->segment) == excluded.end()) return *it;
+    return nullptr;
+  }
+
+  // Note [Compaction]: `to` (free, same pool) takes `from`'s bytes and place; `from` is freed.
+  void move_block_locked(Block* from, Block* to, BlockMover& mover) {
+    const size_t need = round_block_size(from->requested_size);
+    pool_for(to->pool).erase(to);
+    if (should_split(*to, need)) split_locked(to, need);
+    backend_.copy(reinterpret_cast<void*>(to->ptr), reinterpret_cast<const void*>(from->ptr),
+                  from->requested_size);
+    to->allocated = true;
+    to->requested_size = from->requested_size;
+    to->owner = from->owner;
+    to->evictable = from->evictable;
+    allocated_.erase(from->ptr);
+    allocated_.emplace(to->ptr, to);
+    stats_.active_bytes.decrease(from->pool, from->size);
+    stats_.active_bytes.increase(to->pool, to->size);
+    ++stats_.num_block_moves;
+    stats_.moved_bytes += from->requested_size;
+    notify_locked(AllocatorAction::alloc, *to, to->size);
+    notify_locked(AllocatorAction::free_requested, *from, from->size);
+    notify_locked(AllocatorAction::free_completed, *from, from->size);
+    const uint64_t owner = from->owner;
+    void* old_ptr = reinterpret_cast<void*>(from->ptr);
+    release_block_locked(from);
+    mover.moved(owner, old_ptr, reinterpret_cast<void*>(to->ptr));
   }
 
   // `block` is already out of allocated_.
@@ -583,10 +772,16 @@ class CachingAllocator::Impl {
       arena_.recycle(block);
       return;
     }
+    release_block_locked(block);
+  }
+
+  // A segment's block becomes free, merged with free neighbours, in its pool; no stats.
+  void release_block_locked(Block* block) {
     block->allocated = false;
     block->requested_size = 0;
     block->owner = 0;
     block->evictable = false;
+    block->unmovable = false;
     merge_locked(block, block->prev);
     merge_locked(block, block->next);
     pool_for(block->pool).insert(block);
@@ -682,7 +877,7 @@ class CachingAllocator::Impl {
           if (b->next && !b->next->allocated) return fail(where + ": two neighbouring free blocks");
           if (!pool_for(b->pool).contains(const_cast<Block*>(b)))
             return fail(where + ": free block missing from its pool");
-          if (b->owner || b->evictable || b->requested_size)
+          if (b->owner || b->evictable || b->unmovable || b->requested_size)
             return fail(where + ": free block carries allocation data");
           ++free_seen[b->pool == StatPool::small_pool ? 0 : 1];
         }
@@ -775,9 +970,15 @@ AllocResult CachingAllocator::allocate(size_t bytes, uint64_t owner) {
 }
 void CachingAllocator::free(void* ptr) { impl_->free(ptr); }
 bool CachingAllocator::set_owner(void* ptr, uint64_t owner) { return impl_->set_owner(ptr, owner); }
+bool CachingAllocator::set_unmovable(void* ptr) { return impl_->set_unmovable(ptr); }
+
 bool CachingAllocator::set_evictable(void* ptr, bool evictable) {
   return impl_->set_evictable(ptr, evictable);
 }
+uint64_t CachingAllocator::compact(size_t bytes_requested, BlockMover& mover) {
+  return impl_->compact(bytes_requested, mover);
+}
+
 uint64_t CachingAllocator::empty_cache() { return impl_->empty_cache(); }
 std::vector<BlockView> CachingAllocator::blocks_in_address_order() const {
   return impl_->blocks_in_address_order();

@@ -24,6 +24,8 @@
 // owner, and other threads' heaps keep their pages until those threads free or exit.
 #include "dtr/allocator/host_backend.h"
 
+#include <cstring>
+
 #include <mimalloc.h>
 
 #include "dtr/core/check.h"
@@ -69,6 +71,10 @@ void HostBackend::free_small(void* ptr, size_t bytes) {
 void HostBackend::trim() {  // Note [Trimming the small path]
   mi_heap_collect(small_path_heap(), /*force=*/true);
   mi_collect(/*force=*/true);
+}
+
+void HostBackend::copy(void* to, const void* from, size_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
 }  // namespace dtr

@@ -39,10 +39,13 @@ namespace dtr {
   SCALAR(num_device_alloc, "num_device_alloc", "segments taken from the backend")                  \
   SCALAR(num_device_free, "num_device_free", "segments given back to the backend")                 \
   SCALAR(num_eviction_calls, "dtr.num_eviction_calls", "EvictionCallback::make_room calls")        \
-  SCALAR(num_new_peak_calls, "dtr.num_new_peak_calls",                                           \
+  SCALAR(num_new_peak_calls, "dtr.num_new_peak_calls",                                             \
          "EvictionCallback::before_new_peak calls (Note [New peaks])")                             \
   SCALAR(num_cache_releases, "dtr.num_cache_releases",                                             \
          "times cached free segments were released to satisfy a request")                          \
+  SCALAR(num_block_moves, "dtr.num_block_moves",                                                   \
+         "live blocks copied elsewhere to give a segment back (Note [Compaction])")                \
+  SCALAR(moved_bytes, "dtr.moved_bytes", "bytes those copies moved")                               \
   SCALAR(largest_free_block_bytes, "dtr.largest_free_block_bytes",                                 \
          "largest cached free block (gauge, taken when the stats are read)")                       \
   SCALAR(fragmentation_free_bytes, "dtr.fragmentation_free_bytes",                                 \

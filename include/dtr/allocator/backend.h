@@ -32,6 +32,11 @@ class Backend {
   // Gives memory the backend keeps after frees back to the system, where it keeps any
   // (host: mimalloc's emptied pages of the calling thread). CachingAllocator::empty_cache.
   virtual void trim() {}
+  // Whether copy() works (CachingAllocator::compact moves nothing otherwise), and the copy
+  // of `bytes` from one block to another. The fake backend copies nothing (its blocks hold
+  // no data) and says true; the default, and the CUDA backend for now, says false.
+  virtual bool can_copy() const { return false; }
+  virtual void copy(void* /*to*/, const void* /*from*/, size_t /*bytes*/) {}
   // False for the fake backend: its pointers must never be dereferenced.
   virtual bool memory_is_real() const { return true; }
 };

@@ -15,8 +15,8 @@
 // config.budget_bytes, and reserved_bytes never exceeds config.reserved_limit_bytes.
 // A request that does not fit runs the out-of-memory chain (Note [Out-of-memory chain]):
 // (1) a cached free block or a fresh segment, (2) the EvictionCallback, (3) releasing
-// cached segments (before (2) when the budget is fine but no block fits), (4) an
-// AllocatorOom.
+// cached segments and then compacting (both before (2) when the budget is fine but no
+// block fits: Note [Compaction]), (4) an AllocatorOom.
 //
 // Invariants (is_valid checks all of them; at config.debug >= 3 after every allocate and
 // free): blocks tile each segment exactly, in address order, with consistent prev/next
@@ -115,11 +115,30 @@ class EvictionCallback {
   // the program no longer holds but the callback's owner kept (a host's dead storages),
   // never what it still needs. Return the bytes freed. The default frees nothing.
   virtual uint64_t before_new_peak(uint64_t /*bytes_requested*/) { return 0; }
+  // Called when contiguity is the shortfall (a request of `bytes_requested` needs a
+  // segment that the reserved limit or the backend refuses) and releasing cached segments
+  // did not help, before make_room: the owner may call CachingAllocator::compact with the
+  // BlockMover of what it can move (Note [Compaction] in allocator/caching_allocator.cpp).
+  // Return the segment bytes released. The default moves nothing.
+  virtual uint64_t compact(uint64_t /*bytes_requested*/) { return 0; }
   // For the AllocatorOom message: live bytes that cannot / could be evicted now, and of
   // the former, those only a running op holds (Note [Out-of-memory breakdown]).
   virtual uint64_t pinned_bytes() const { return 0; }
   virtual uint64_t evictable_bytes() const { return 0; }
   virtual uint64_t in_use_bytes() const { return 0; }
+};
+
+// The owner's side of CachingAllocator::compact. Both are called with the allocator's
+// mutex held (like an AllocatorObserver): quick, and never calling the allocator.
+class BlockMover {
+ public:
+  virtual ~BlockMover() = default;
+  // Whether the live block at `ptr` (allocated with `owner`) may be copied elsewhere now:
+  // nothing reads or writes it until moved() has told its owner the new address.
+  virtual bool movable(uint64_t owner, void* ptr) = 0;
+  // Its bytes are at `to` now and `from` is free: point the owner at `to` without
+  // freeing `from` (the allocator has freed it).
+  virtual void moved(uint64_t owner, void* from, void* to) = 0;
 };
 
 // One block, for address-ordered scans (contiguity-aware eviction).
@@ -193,7 +212,16 @@ class CachingAllocator {
   // Set on a live block; false (and nothing changed) when `ptr` is not one.
   bool set_owner(void* ptr, uint64_t owner);
   bool set_evictable(void* ptr, bool evictable);
+  // The live block's address was handed out (numpy, another thread): compact() never moves
+  // it. Until it is freed. False (nothing changed) when `ptr` is not a live block.
+  bool set_unmovable(void* ptr);
 
+  // Note [Compaction]: moves every live block out of the segments that hold the fewest
+  // live bytes, all of them movable, into free blocks of other segments, and gives the
+  // emptied segments back, until a request of `bytes_requested` could get a fresh segment
+  // (under the reserved limit); moves nothing when that cannot be reached, or when the
+  // backend cannot copy. Returns the segment bytes released.
+  uint64_t compact(size_t bytes_requested, BlockMover& mover);
   // Gives every fully free cached segment back to the backend and lets the backend trim
   // what it keeps after frees (Backend::trim); returns the segment bytes released.
   uint64_t empty_cache();

@@ -28,6 +28,7 @@ class FakeBackend : public Backend {
   void* allocate_segment(size_t bytes) override;
   void free_segment(void* ptr, size_t bytes) override;
   bool memory_is_real() const override { return false; }
+  bool can_copy() const override { return true; }  // copy() has nothing to copy
 
   uint64_t live_bytes() const { return live_bytes_; }
   uint64_t num_segment_allocs() const { return num_segment_allocs_; }

@@ -27,6 +27,8 @@ class HostBackend : public Backend {
   void* allocate_small(size_t bytes) override;
   void free_small(void* ptr, size_t bytes) override;
   void trim() override;  // Note [Trimming the small path] in allocator/host_backend.cpp
+  bool can_copy() const override { return true; }
+  void copy(void* to, const void* from, size_t bytes) override;  // memcpy
 
   uint64_t live_segment_bytes() const { return live_segment_bytes_; }
   uint64_t live_small_bytes() const { return live_small_bytes_; }

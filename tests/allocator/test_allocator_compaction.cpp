@@ -1,0 +1,169 @@
+// test_allocator_compaction.cpp: Note [Compaction]: under a reserved limit, live blocks
+// that keep a segment are moved into free blocks of other segments, and the segment goes
+// back, before anything is evicted.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <set>
+
+#include "allocator_helpers.h"
+#include "dtr/allocator/caching_allocator.h"
+#include "dtr/allocator/fake_backend.h"
+#include "dtr/allocator/host_backend.h"
+
+using namespace dtr;
+using namespace dtr::test;
+
+namespace {
+
+struct Move {
+  uint64_t owner;
+  void* from;
+  void* to;
+};
+
+// The owner's side: moves the blocks of the owners in `movable_owners`; when asked by the
+// chain (EvictionCallback::compact) it calls CachingAllocator::compact, as the torch host
+// does, and records every move. make_room has nothing to evict.
+class Mover : public Evictor, public BlockMover {
+ public:
+  std::set<uint64_t> movable_owners;
+  std::vector<Move> moves;
+  int compact_calls = 0;
+
+  uint64_t compact(uint64_t bytes_requested) override {
+    ++compact_calls;
+    return allocator->compact(bytes_requested, *this);
+  }
+  bool movable(uint64_t owner, void*) override { return movable_owners.count(owner) != 0; }
+  void moved(uint64_t owner, void* from, void* to) override { moves.push_back({owner, from, to}); }
+
+  CachingAllocator* allocator = nullptr;
+};
+
+AllocatorConfig limited(uint64_t reserved_limit) {
+  AllocatorConfig config;
+  config.reserved_limit_bytes = reserved_limit;
+  config.use_backend_small_path = false;
+  config.debug = 3;
+  return config;
+}
+
+bool inside(void* ptr, void* segment, size_t size) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr), s = reinterpret_cast<uintptr_t>(segment);
+  return p >= s && p < s + size;
+}
+
+}  // namespace
+
+TEST_CASE("compaction moves a block that keeps a segment and gives the segment back",
+          "[allocator][compaction]") {
+  // Real memory, so the copy is seen. X: a 16 MiB segment (made for a 16 MiB request) that
+  // then got a 3 MiB block; Y: a 20 MiB segment with one 2 MiB block. A 30 MiB request
+  // needs a fresh segment: 36 + 30 MiB is over the 64 MiB limit, nothing is fully free.
+  // Y holds the fewest live bytes and its block fits in X's 13 free MiB: it moves, Y goes
+  // back, and the request gets its segment, with nothing evicted.
+  Mover mover;
+  CachingAllocator allocator(limited(64 * kMiB), std::make_unique<HostBackend>(), &mover);
+  mover.attach(&allocator);
+  mover.allocator = &allocator;
+  void* a = allocator.allocate(16 * kMiB, 1).ptr;
+  void* b = allocator.allocate(2 * kMiB, 2).ptr;
+  REQUIRE(a);
+  REQUIRE(b);
+  allocator.free(a);  // X is cached, fully free
+  void* c = allocator.allocate(3 * kMiB, 3).ptr;
+  REQUIRE(c == a);  // best fit: X's 16 MiB block, not Y's 18 MiB one
+  std::memset(b, 0x5a, 2 * kMiB);
+  static_cast<unsigned char*>(b)[12345] = 0x17;
+  mover.movable_owners = {2, 3};
+  const AllocatorStats before = allocator.stats();
+  REQUIRE(before.reserved_bytes.all.current == 36 * kMiB);
+
+  AllocResult d = allocator.allocate(30 * kMiB, 4);
+  REQUIRE(d.ok());
+  CHECK(mover.calls().empty());  // make_room was never asked
+  CHECK(mover.compact_calls == 1);
+  REQUIRE(mover.moves.size() == 1);
+  const Move m = mover.moves[0];
+  CHECK(m.owner == 2);
+  CHECK(m.from == b);
+  CHECK(inside(m.to, a, 16 * kMiB));  // into X's free tail
+  const unsigned char* moved = static_cast<const unsigned char*>(m.to);
+  CHECK(moved[0] == 0x5a);
+  CHECK(moved[12345] == 0x17);
+  CHECK(moved[2 * kMiB - 1] == 0x5a);
+  const AllocatorStats s = allocator.stats();
+  CHECK(s.num_block_moves == 1);
+  CHECK(s.moved_bytes == 2 * kMiB);
+  CHECK(s.num_device_free == 1);                     // Y
+  CHECK(s.reserved_bytes.all.current == 46 * kMiB);  // X and the new 30 MiB segment
+  CHECK(s.allocated_bytes.all.current == before.allocated_bytes.all.current + 30 * kMiB);
+  CHECK(s.allocated_bytes.all.peak == s.allocated_bytes.all.current);  // never counted twice
+  CHECK(s.num_ooms == 0);
+  CHECK(allocator.is_valid());
+  allocator.free(m.to);  // the block lives at its new address now
+  allocator.free(c);
+  allocator.free(d.ptr);
+  CHECK(allocator.stats().allocated_bytes.all.current == 0);
+}
+
+TEST_CASE("compaction moves nothing when the segments it may empty are not enough",
+          "[allocator][compaction]") {
+  // The same layout on the fake device; the request is 46 MiB, so 18 MiB must go back.
+  // Only X's block may move (Y's owner says no), and X is 16 MiB: nothing is moved, the
+  // chain goes on to make_room, which has nothing, and the request fails.
+  const bool x_movable = GENERATE(true, false);
+  INFO((x_movable ? "X movable" : "nothing movable"));
+  Mover mover;
+  CachingAllocator allocator(limited(64 * kMiB), std::make_unique<FakeBackend>(), &mover);
+  mover.attach(&allocator);
+  mover.allocator = &allocator;
+  void* a = allocator.allocate(16 * kMiB, 1).ptr;
+  void* b = allocator.allocate(2 * kMiB, 2).ptr;
+  allocator.free(a);
+  void* c = allocator.allocate(3 * kMiB, 3).ptr;
+  REQUIRE(c == a);
+  if (x_movable) mover.movable_owners = {3};
+
+  AllocResult d = allocator.allocate(46 * kMiB, 4);
+  CHECK_FALSE(d.ok());
+  CHECK(mover.compact_calls >= 1);
+  CHECK(mover.moves.empty());
+  CHECK(mover.calls().size() == 1);  // make_room, asked for a contiguous range
+  CHECK(mover.calls()[0].contiguous);
+  const AllocatorStats s = allocator.stats();
+  CHECK(s.num_block_moves == 0);
+  CHECK(s.reserved_bytes.all.current == 36 * kMiB);
+  CHECK(allocator.is_valid());
+
+  // A 30 MiB request needs only 2 MiB back: X alone is enough when it may move.
+  AllocResult e = allocator.allocate(30 * kMiB, 5);
+  CHECK(e.ok() == x_movable);
+  if (x_movable) {
+    REQUIRE(mover.moves.size() == 1);
+    CHECK(mover.moves[0].owner == 3);
+    CHECK_FALSE(inside(mover.moves[0].to, a, 16 * kMiB));  // out of X, into Y
+    allocator.free(mover.moves[0].to);
+    allocator.free(e.ptr);
+  } else {
+    allocator.free(c);
+  }
+  allocator.free(b);
+  CHECK(allocator.is_valid());
+}
+
+TEST_CASE("without a callback that compacts, the chain is as before", "[allocator][compaction]") {
+  // Evictor does not override compact(): the same layout ends in make_room and an OOM.
+  Evictor evictor;
+  CachingAllocator allocator(limited(64 * kMiB), std::make_unique<FakeBackend>(), &evictor);
+  evictor.attach(&allocator);
+  void* a = allocator.allocate(16 * kMiB, 1).ptr;
+  void* b = allocator.allocate(2 * kMiB, 2).ptr;
+  allocator.free(a);
+  void* c = allocator.allocate(3 * kMiB, 3).ptr;
+  CHECK_FALSE(allocator.allocate(30 * kMiB, 4).ok());
+  CHECK(allocator.stats().num_block_moves == 0);
+  allocator.free(b);
+  allocator.free(c);
+}
