@@ -83,6 +83,11 @@ bool move_to_cpu_allocator(c10::StorageImpl& impl) {
   return true;
 }
 
+void repoint_storage(c10::StorageImpl& impl, void* to, c10::DeleterFnPtr deleter) {
+  c10::DataPtr old = impl.set_data_ptr(make_cpu_data_ptr(to, to, deleter));
+  old.release_context();
+}
+
 void throw_out_of_memory(const std::string& message) {
 #if DTR_TORCH_HAS_OOM_ERROR
   C10_THROW_ERROR(OutOfMemoryError, message);

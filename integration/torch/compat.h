@@ -140,6 +140,10 @@ c10::Allocator* cpu_allocator();
 // memory and another allocator is installed, moves the bytes into memory from that one
 // (which may throw out of memory); true if it moved. Nothing else may hold the address.
 bool move_to_cpu_allocator(c10::StorageImpl& impl);
+// Note [Moving storages] in lineage.cpp: `impl`'s bytes are at `to` now (a block of our
+// allocator, freed by `deleter`); its old block was freed by the allocator that moved it,
+// so the old DataPtr is dropped without its deleter.
+void repoint_storage(c10::StorageImpl& impl, void* to, c10::DeleterFnPtr deleter);
 
 // Throws PyTorch's out-of-memory error (c10::OutOfMemoryError, torch.cuda.OutOfMemoryError
 // in Python; c10::Error before 1.13) with `message`.

@@ -219,7 +219,10 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
     returns_tensor |= is_tensor_type(ret.type());
   }
   const std::string& name = schema.name();
-  if (name.rfind("aten::", 0) != 0) return info;  // opaque
+  if (name.rfind("aten::", 0) != 0) {
+    info.foreign = true;  // Note [Moving storages] in lineage.cpp
+    return info;          // opaque
+  }
   if (op.hasTag(at::Tag::inplace_view) || (info.write_args.empty() && returns_alias)) {
     info.kind = OpKind::view;
     return info;

@@ -570,6 +570,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     to_lock.clear();  // lock_tensors undid its locks
     torch_compat::throw_out_of_memory("dtr: " + status.message());
   }
+  if (info.foreign)  // Note [Moving storages]
+    for (const at::Tensor& t : tensors)
+      if (t.has_storage() && t.storage().data()) allocator_.set_unmovable(t.storage().data());
   if (overwritten >= 0) {
     c10::StorageImpl* impl = tensors[overwritten].storage().unsafeGetStorageImpl();
     if (!impl->data() && impl->nbytes() > 0)
@@ -578,6 +581,8 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     pending.target_nbytes = impl->nbytes();
     pending.overwrite = true;
     pending.orphan = lookup(impl);
+    pending.unlocked_target = impl;  // Note [Moving storages]
+    unlocked_targets_.push_back(impl);
   }
 
   // Note [Mutation]; Note [Batch norm] in dispatch_hook.cpp.
@@ -809,6 +814,7 @@ void Lineage::hold_inner_tensors(const at::Tensor& t, bool written) {
     if (s == kNoId) continue;
     const Status status = pin_tensor(storages_[s].current);
     if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+    allocator_.set_unmovable(x.storage().data());  // read past the dispatcher
     if (written && has_live_readers(s)) copy_on_write(s);
   }
 }
@@ -1007,6 +1013,12 @@ void Lineage::abort_op(PendingOp& pending) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   engine_->unlock_tensors(pending.locked);
   pending.locked.clear();
+  if (pending.unlocked_target) {
+    auto it =
+        std::find(unlocked_targets_.begin(), unlocked_targets_.end(), pending.unlocked_target);
+    if (it != unlocked_targets_.end()) unlocked_targets_.erase(it);
+    pending.unlocked_target = nullptr;
+  }
   pending.release();
   cow_.clear();
 }
@@ -1105,6 +1117,16 @@ std::unique_lock<std::recursive_mutex> Lineage::allocator_lock() const {
   return lock;
 }
 
+// Note [Evictions that free nothing]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine's pool can hold storages whose StorageImpl is gone (found dead, their memory
+// already back in the allocator): evicting one frees no block. The allocator retries only
+// after a call that freed something (it counts its own frees), and a contiguous request
+// gets one eviction per call, so such an eviction ended the chain in out-of-memory while
+// other storages were evictable: resnet18 at a 163M budget under a 180M reserved limit ran
+// out of memory asking for 2.25 MiB with 86.5 MiB evictable, after evicting a dead 2 KiB
+// storage. So the engine is asked again until a block is really freed or it has nothing
+// left.
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return 0;
@@ -1121,7 +1143,12 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
     // Frees from here are evictions (the storages keep their lineage); the dead storages
     // collect() freed above are not.
     MemoryHistory::ContextScope evicting(history_, MemoryContext::evicting);
-    more = engine_->free_for_allocator(bytes_needed - freed, contiguous_request);
+    // Note [Evictions that free nothing]
+    uint64_t claimed = 0;
+    do {
+      claimed = engine_->free_for_allocator(bytes_needed - freed, contiguous_request);
+      more += claimed;
+    } while (claimed > 0 && evicted_bytes_in_call_ == freed);
   }
   if (freed + more == 0 && config_.debug >= 1) print_storages();
   return freed + more;
@@ -1154,6 +1181,60 @@ uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
       pinned_dead_bytes_ + (deaths_ != full_collect_deaths_ ? pinned_dead_kept_bytes_ : 0);
   if (dead_pinned >= kMinEvictableBytes) collect(/*full=*/true);
   return evicted_bytes_in_call_;
+}
+
+// Note [Moving storages]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Under a reserved limit the caching allocator may ask to move live blocks so that a
+// segment can go back (Note [Compaction] in allocator/caching_allocator.cpp). A storage
+// moves as it is rematerialized: its StorageImpl takes a DataPtr to the new block, so every
+// view, snapshot and alias sees the new address, and the bytes are the same (a memcpy),
+// so results stay bit-identical. What may move is what a remat may refill elsewhere and
+// more: a storage lineage knows (the block's owner), material, that no running op or
+// remat holds (not locked in the engine), pinned or not (a parameter, an input batch).
+// Not locked is not enough: an op that overwrites a storage whole (Note [Overwrite]) runs
+// with it unlocked, so that it is not refilled, and writes it all the same: moved while
+// the op ran, it was written at its old address (the 3-layer transformer at a 74M budget
+// and a 76M reserved limit crashed in dropout, reading through a null pointer, in 4 of 6
+// runs; 6 of 6 passed once such storages stayed). They are listed while their op runs
+// (unlocked_targets_) and never move.
+// What must not: an address someone was given. The allocator marks such a block unmovable
+// until it is freed: a storage pinned for raw access (numpy, `data_ptr()` outside a raw
+// scope; inside one the storage is locked), the dense parts of a sparse tensor, and every
+// tensor a non-aten op reads or writes (c10d's collectives hand their tensors to a gloo
+// thread that runs after the op has returned). Blocks whose owner lineage does not know
+// (an op's outputs before they are recorded, tensors no recorded op has read) do not move.
+// A storage may die on another thread at any moment, and its deleter then frees its block,
+// which waits for the allocator's mutex: repointing it under that mutex would free the
+// old block twice. So the storages are held (a strong reference each) before the
+// allocator is called, and let go after it returns, when a last reference dropping frees
+// the new block as usual. Only with `compact` (default on) and a reserved limit: with no
+// limit the host's allocator never runs short of a segment, and nothing moves.
+uint64_t Lineage::compact(uint64_t bytes_requested) {
+  if (!config_.compact) return 0;
+  std::unique_lock<std::recursive_mutex> lock = allocator_lock();
+  if (!lock.owns_lock()) return 0;
+  struct Mover final : BlockMover {
+    std::unordered_map<uint64_t, c10::intrusive_ptr<c10::StorageImpl>> held;  // owner -> storage
+    c10::DeleterFnPtr deleter = nullptr;
+    bool movable(uint64_t owner, void* ptr) override {
+      auto it = held.find(owner);
+      return it != held.end() && it->second->data() == ptr;
+    }
+    void moved(uint64_t owner, void* /*from*/, void* to) override {
+      torch_compat::repoint_storage(*held.at(owner), to, deleter);
+    }
+  } mover;
+  mover.deleter = our_deleter_;
+  for (StorageId s : active_) {
+    if (storages_[s].discarded || !engine_->is_material(s) || engine_->is_in_use(s)) continue;
+    c10::intrusive_ptr<c10::StorageImpl> impl = storages_[s].impl.lock();
+    if (impl && impl->data() && is_ours(*impl) &&
+        std::find(unlocked_targets_.begin(), unlocked_targets_.end(), impl.get()) ==
+            unlocked_targets_.end())
+      mover.held.emplace(Engine::owner_of(s), std::move(impl));
+  }
+  return allocator_.compact(bytes_requested, mover);
 }
 
 // DTR_DEBUG >= 1, when nothing more can be evicted: every material storage the engine
@@ -1223,11 +1304,17 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
   const StorageId s = lookup(impl);
-  if (s == kNoId) return;  // never evicted
+  if (s == kNoId) {  // never evicted; but its address must not move: Note [Moving storages]
+    if (!held && impl->data()) allocator_.set_unmovable(impl->data());
+    return;
+  }
   const TensorId t = storages_[s].current;
   const Status status = held ? engine_->lock_tensors({t}) : pin_tensor(t);
   if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
-  if (!held) return;
+  if (!held) {
+    allocator_.set_unmovable(impl->data());  // the address is handed out
+    return;
+  }
   held->locked.push_back(t);
   held->storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
 }

@@ -84,6 +84,9 @@ struct OpInfo {
   // bernoulli_: what it writes is kept packed to bits once the budget binds (Note [Packed
   // masks] in lineage.cpp).
   bool packs_mask = false;
+  // Not an aten:: op (c10d's collectives, an extension's kernels): it may hand its
+  // tensors' addresses to other threads, so they are never moved (Note [Moving storages]).
+  bool foreign = false;
 };
 
 // What a raw scope (Note [Raw scopes] in dispatch_hook.cpp) holds until it ends: engine
@@ -109,6 +112,8 @@ struct PendingOp {
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
   bool overwrite = false;               // Note [Overwrite]
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
+  // The overwritten storage, which the op writes without a lock (Note [Moving storages]).
+  const c10::StorageImpl* unlocked_target = nullptr;
   // Scratch: before_op's input tensors (parallel to input_slots) and after_op's outputs.
   // Emptied when the op ends (release()): they hold references.
   std::vector<at::Tensor> tensors;
@@ -130,6 +135,7 @@ struct PendingOp {
     new_target_storage = false;
     overwrite = false;
     orphan = kNoId;
+    unlocked_target = nullptr;
     release();
   }
   void release() {
@@ -196,6 +202,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // EvictionCallback (the allocator, without its lock)
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
   uint64_t before_new_peak(uint64_t bytes_requested) override;
+  uint64_t compact(uint64_t bytes_requested) override;  // Note [Moving storages]
   uint64_t pinned_bytes() const override;
   uint64_t evictable_bytes() const override;
   uint64_t in_use_bytes() const override;
@@ -300,6 +307,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint32_t mark_epoch_ = 0;
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
+  // Storages running ops overwrite without locking them: Note [Moving storages].
+  std::vector<const c10::StorageImpl*> unlocked_targets_;
   std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
   bool tracing_ = false;                  // DTR_TRACE: scan for deaths before every op
   std::atomic<bool> scan_newest_{false};  // no budget: Note [Temporaries]

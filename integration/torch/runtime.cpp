@@ -252,6 +252,10 @@ void report_at_exit() {
   summary["dtr.remat_measured_ns"] = engine.remat_measured_ns;
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
   summary["dtr.num_thrash_alerts"] = engine.num_thrash_alerts;  // Note [Thrashing in a live run]
+  if (stats.num_block_moves > 0) {  // Note [Compaction] in allocator/caching_allocator.cpp
+    summary["dtr.num_block_moves"] = stats.num_block_moves;
+    summary["dtr.moved_bytes"] = stats.moved_bytes;
+  }
   if (!plan_source().empty()) {  // DTR_PLAN: Note [Warm start in PyTorch] in lineage.cpp
     summary["dtr.plan"] = plan_source();
     summary["dtr.num_plan_drops"] = engine.num_plan_drops;

@@ -84,14 +84,14 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 25);
+  REQUIRE(table.size() == 26);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
   CHECK(std::string(table.back().key) == "report");
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, dead_first_ratio, lazy_release, relax_locks, "
-        "seed, max_overhead, on_thrash, reserved_limit, allocator, debug, trace, plan, "
+        "seed, max_overhead, on_thrash, reserved_limit, compact, allocator, debug, trace, plan, "
         "plan_trace, remat, pack_masks, op_cost, snapshot, snapshot_format, snapshot_entries, "
         "timeline, "
         "report");

@@ -217,6 +217,8 @@ class Engine {
   bool is_pinned(StorageId s) const { return storages_[s].pinned; }
   bool is_evictable(StorageId s) const { return storages_[s].pool_index >= 0; }
   bool is_locked(StorageId s) const { return storages_[s].locks > 0; }
+  // Locked by a running op or remat (a pin holds one lock of its own, which does not count).
+  bool is_in_use(StorageId s) const { return storages_[s].locks > (storages_[s].pinned ? 1u : 0u); }
   uint32_t storage_refs(StorageId s) const { return storages_[s].ext_refs; }
   const std::vector<TensorId>& storage_tensors(StorageId s) const { return storages_[s].tensors; }
   const std::vector<TensorId>& tensor_children(TensorId t) const { return tensors_[t].children; }
