@@ -49,6 +49,26 @@ AllocatorConfig limited(uint64_t reserved_limit) {
   return config;
 }
 
+// X: a 16 MiB segment (made for a 16 MiB request `a`, freed) then given a 3 MiB block `c`
+// (owner 3); Y: a 20 MiB segment with one 2 MiB block `b` (owner 2). 36 MiB reserved
+// under a 64 MiB limit, nothing fully free.
+struct TwoSegments {
+  Mover mover;
+  CachingAllocator allocator;
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  explicit TwoSegments(std::unique_ptr<Backend> backend)
+      : allocator(limited(64 * kMiB), std::move(backend), &mover) {
+    mover.attach(&allocator);
+    mover.allocator = &allocator;
+    a = allocator.allocate(16 * kMiB, 1).ptr;
+    b = allocator.allocate(2 * kMiB, 2).ptr;
+    allocator.free(a);  // X is cached, fully free
+    c = allocator.allocate(3 * kMiB, 3).ptr;
+  }
+};
+
 bool inside(void* ptr, void* segment, size_t size) {
   const auto p = reinterpret_cast<uintptr_t>(ptr), s = reinterpret_cast<uintptr_t>(segment);
   return p >= s && p < s + size;
@@ -58,21 +78,14 @@ bool inside(void* ptr, void* segment, size_t size) {
 
 TEST_CASE("compaction moves a block that keeps a segment and gives the segment back",
           "[allocator][compaction]") {
-  // Real memory, so the copy is seen. X: a 16 MiB segment (made for a 16 MiB request) that
-  // then got a 3 MiB block; Y: a 20 MiB segment with one 2 MiB block. A 30 MiB request
-  // needs a fresh segment: 36 + 30 MiB is over the 64 MiB limit, nothing is fully free.
-  // Y holds the fewest live bytes and its block fits in X's 13 free MiB: it moves, Y goes
-  // back, and the request gets its segment, with nothing evicted.
-  Mover mover;
-  CachingAllocator allocator(limited(64 * kMiB), std::make_unique<HostBackend>(), &mover);
-  mover.attach(&allocator);
-  mover.allocator = &allocator;
-  void* a = allocator.allocate(16 * kMiB, 1).ptr;
-  void* b = allocator.allocate(2 * kMiB, 2).ptr;
-  REQUIRE(a);
+  // Real memory, so the copy is seen. A 30 MiB request needs a fresh segment: 36 + 30 MiB
+  // is over the limit. Y holds the fewest live bytes and its block fits in X's 13 free
+  // MiB: it moves, Y goes back, and the request gets its segment, with nothing evicted.
+  TwoSegments t(std::make_unique<HostBackend>());
+  Mover& mover = t.mover;
+  CachingAllocator& allocator = t.allocator;
+  void *a = t.a, *b = t.b, *c = t.c;
   REQUIRE(b);
-  allocator.free(a);  // X is cached, fully free
-  void* c = allocator.allocate(3 * kMiB, 3).ptr;
   REQUIRE(c == a);  // best fit: X's 16 MiB block, not Y's 18 MiB one
   std::memset(b, 0x5a, 2 * kMiB);
   static_cast<unsigned char*>(b)[12345] = 0x17;
@@ -115,14 +128,10 @@ TEST_CASE("compaction moves nothing when the segments it may empty are not enoug
   // chain goes on to make_room, which has nothing, and the request fails.
   const bool x_movable = GENERATE(true, false);
   INFO((x_movable ? "X movable" : "nothing movable"));
-  Mover mover;
-  CachingAllocator allocator(limited(64 * kMiB), std::make_unique<FakeBackend>(), &mover);
-  mover.attach(&allocator);
-  mover.allocator = &allocator;
-  void* a = allocator.allocate(16 * kMiB, 1).ptr;
-  void* b = allocator.allocate(2 * kMiB, 2).ptr;
-  allocator.free(a);
-  void* c = allocator.allocate(3 * kMiB, 3).ptr;
+  TwoSegments t(std::make_unique<FakeBackend>());
+  Mover& mover = t.mover;
+  CachingAllocator& allocator = t.allocator;
+  void *a = t.a, *b = t.b, *c = t.c;
   REQUIRE(c == a);
   if (x_movable) mover.movable_owners = {3};
 
