@@ -237,7 +237,8 @@ def _format_bytes(n):
 def memory_summary():
     """A readable table of the allocator's and the runtime's counters, in the spirit of
     torch.cuda.memory_summary(): memory now and at peak, the budget and reserved limit, the
-    pinned bytes, and what dtr did to keep under it (evictions, remats, their time)."""
+    pinned bytes, and what dtr did to keep under them (blocks moved, evictions, remats,
+    their time)."""
     s = memory_stats()
     budget = get_budget()
     limit = _library().dtr_torch_reserved_limit_bytes()
@@ -254,6 +255,9 @@ def memory_summary():
         ("Reserved limit", "unlimited" if limit == _UNLIMITED else _format_bytes(limit)),
         ("Pinned now (never evicted)", _format_bytes(s.get("dtr.pinned_bytes.current", 0))),
         ("Largest cached free block", _format_bytes(s.get("dtr.largest_free_block_bytes", 0))),
+        # Note [Compaction]: blocks copied elsewhere so a segment could go back
+        ("Blocks moved (compaction)", f'{s.get("dtr.num_block_moves", 0)}, '
+                                      f'{_format_bytes(s.get("dtr.moved_bytes", 0))}'),
         ("Ops recorded", str(s.get("dtr.num_ops", 0))),
         ("Evictions", f'{s.get("dtr.num_evictions", 0)}, and '
                       f'{s.get("dtr.num_eager_evictions", 0)} freed as they died'),

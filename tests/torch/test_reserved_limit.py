@@ -96,6 +96,7 @@ s = dtr.memory_stats()
 print("MOVES", s["dtr.num_block_moves"] - moves, s["dtr.moved_bytes"])
 print("RESERVED", s["reserved_bytes.all.peak"], "EVICTIONS", s["dtr.num_evictions"])
 print("SAME", torch.equal(b, make(2 * MiB, 1)), torch.equal(c, make(3 * MiB, 2)))
+print(next(l for l in dtr.memory_summary().splitlines() if "Blocks moved" in l))
 """
 
 
@@ -114,6 +115,7 @@ def test_compaction_moves_a_pinned_input_so_a_segment_can_go_back(lib):
     assert reserved <= 64 << 20, out
     assert "EVICTIONS 0" in out, out
     assert "SAME True True" in out, out  # the moved bytes are the same bits
+    assert "1, 2.00 MiB" in out.split("Blocks moved")[1], out  # and memory_summary says so
 
 
 def test_without_compaction_nothing_moves_and_a_handed_out_address_stays(lib):
