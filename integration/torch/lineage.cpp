@@ -1304,19 +1304,18 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
   const StorageId s = lookup(impl);
-  if (s == kNoId) {  // never evicted; but its address must not move: Note [Moving storages]
-    if (!held && impl->data()) allocator_.set_unmovable(impl->data());
-    return;
+  if (s != kNoId) {  // else never evicted: nothing to refill or lock
+    const TensorId t = storages_[s].current;
+    const Status status = held ? engine_->lock_tensors({t}) : pin_tensor(t);
+    if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+    if (held) {
+      held->locked.push_back(t);
+      held->storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+      return;
+    }
   }
-  const TensorId t = storages_[s].current;
-  const Status status = held ? engine_->lock_tensors({t}) : pin_tensor(t);
-  if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
-  if (!held) {
-    allocator_.set_unmovable(impl->data());  // the address is handed out
-    return;
-  }
-  held->locked.push_back(t);
-  held->storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+  // Pinned for good: the address is handed out and must not move (Note [Moving storages]).
+  if (!held && impl->data()) allocator_.set_unmovable(impl->data());
 }
 
 bool Lineage::adopt_default_storage(const at::Tensor& tensor) {
