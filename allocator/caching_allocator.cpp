@@ -110,6 +110,28 @@
 // stay comparable with the published ones); the CUDA backend cannot copy yet, so a CUDA
 // allocator never moves a block.
 //
+// Note [Packing]
+// ~~~~~~~~~~~~~~
+// Step 2 needs free blocks elsewhere large enough for each moved block; when the blocks are
+// large and the free space lies in smaller pieces it falls short. The run that showed it
+// (resnet18 as above, limit 1.05x its budget, 2026-11-28): a 32 MiB request in the first
+// backward pass with nothing evictable needed 20.5 MiB of segments back; step 2 found 20
+// (a 20 MiB segment holding 4.5 + 1.5 MiB of parameters), while another 20 MiB segment held
+// two 9 MiB parameters and no free piece elsewhere took a 9 MiB block. So, in the large
+// pool only and only under a reserved limit, when step 2 falls short:
+//  2b. Pack: candidates step 2 neither chose nor sends blocks into, fewest live bytes
+//      first, are packed into one fresh segment sized to their blocks (rounded up to
+//      kRoundLarge), as long as that segment fits under the limit once step 2's segments
+//      are back, and each one packed gains (its size is more than what it adds to the
+//      fresh one), until step 2's segments and the packed ones, less the fresh segment,
+//      reach the target. If they cannot, nothing moves.
+//  3b. After step 3 (its moves never go into packed segments) and its release, the fresh
+//      segment is taken, the packed blocks go into it, largest first, and the packed
+//      segments are given back. If the backend refuses the fresh segment, step 3's
+//      release stands and nothing more moves.
+// The fresh segment raises reserved bytes for a moment, never above the limit.
+// dtr.num_packings counts the compactions that packed.
+//
 // Note [Allocated vs active]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A block is not split when the remainder would be too small to be worth keeping (< 512 B
@@ -471,24 +493,70 @@ class CachingAllocator::Impl {
       receiving.insert(receiving.end(), receivers.begin(), receivers.end());
       planned += c.segment->size;
     }
-    if (planned < target) return 0;
+    // 2b. what free blocks cannot take, one fresh segment may: Note [Packing]
+    std::vector<const Segment*> packed;
+    uint64_t packed_live = 0, packed_size = 0, fresh = 0;
+    if (planned < target && config_.reserved_limit_bytes != kUnlimitedBytes) {
+      const uint64_t headroom = config_.reserved_limit_bytes - reserved + planned;
+      for (const Candidate& c : candidates) {
+        if (planned + packed_size >= target + fresh) break;
+        if (c.segment->pool != StatPool::large_pool || among(chosen, c.segment) ||
+            among(receiving, c.segment))
+          continue;
+        uint64_t live = packed_live;
+        for (const Block* b = c.segment->first; b; b = b->next)
+          if (b->allocated) live += round_block_size(b->requested_size);
+        const uint64_t size = kRoundLarge * ((live + kRoundLarge - 1) / kRoundLarge);
+        if (size > headroom || packed_size + c.segment->size - size <= packed_size - fresh)
+          continue;  // no room for it, or nothing gained
+        packed.push_back(c.segment);
+        packed_live = live;
+        packed_size += c.segment->size;
+        fresh = size;
+      }
+      if (planned + packed_size < target + fresh) packed.clear();
+    }
+    if (planned < target && packed.empty()) return 0;
     // 3. the moves, then the release
+    uint64_t released = 0;
+    std::vector<const Segment*> excluded = chosen;  // packed segments receive nothing
+    excluded.insert(excluded.end(), packed.begin(), packed.end());
     for (const Segment* segment : chosen) {
-      std::vector<Block*> live;
-      for (Block* b = segment->first; b; b = b->next)
-        if (b->allocated) live.push_back(b);
-      std::stable_sort(live.begin(), live.end(), [](const Block* a, const Block* b) {
-        return a->requested_size > b->requested_size;
-      });
-      for (Block* from : live) {
-        Block* to = best_fit_outside_locked(*from, chosen);
+      for (Block* from : live_blocks_largest_first(segment)) {
+        Block* to = best_fit_outside_locked(*from, excluded);
         if (!to) return release_cached_segments_locked();  // the model said it fits
         move_block_locked(from, to, mover);
       }
     }
-    const uint64_t released = release_cached_segments_locked();
+    released += release_cached_segments_locked();
+    if (!packed.empty()) {
+      Shortfall shortfall = Shortfall::none;
+      Block* block = add_segment_locked(StatPool::large_pool, fresh, &shortfall);
+      if (!block) return released;  // the backend refused it: nothing more moves
+      pool_for(StatPool::large_pool).insert(block);
+      const Segment* into = block->segment;
+      for (const Segment* segment : packed) {
+        for (Block* from : live_blocks_largest_first(segment)) {
+          Block* to = first_fit_in_locked(*from, into);
+          if (!to) return released + release_cached_segments_locked();  // sized to fit
+          move_block_locked(from, to, mover);
+        }
+      }
+      released += release_cached_segments_locked();
+      ++stats_.num_packings;
+    }
     debug_check_locked("compact");
     return released;
+  }
+
+  static std::vector<Block*> live_blocks_largest_first(const Segment* segment) {
+    std::vector<Block*> live;
+    for (Block* b = segment->first; b; b = b->next)
+      if (b->allocated) live.push_back(b);
+    std::stable_sort(live.begin(), live.end(), [](const Block* a, const Block* b) {
+      return a->requested_size > b->requested_size;
+    });
+    return live;
   }
 
   std::vector<BlockView> blocks_in_address_order() const {
@@ -728,6 +796,14 @@ class CachingAllocator::Impl {
     key.size = need;
     for (auto it = free_blocks.lower_bound(&key); it != free_blocks.end(); ++it)
       if (std::find(excluded.begin(), excluded.end(), (*it)->segment) == excluded.end()) return *it;
+    return nullptr;
+  }
+
+  // Note [Packing]: the first free block of `segment` that holds `from`'s request.
+  static Block* first_fit_in_locked(const Block& from, const Segment* segment) {
+    const size_t need = round_block_size(from.requested_size);
+    for (Block* b = segment->first; b; b = b->next)
+      if (!b->allocated && b->size >= need) return b;
     return nullptr;
   }
 

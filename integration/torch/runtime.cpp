@@ -255,6 +255,7 @@ void report_at_exit() {
   if (stats.num_block_moves > 0) {  // Note [Compaction] in allocator/caching_allocator.cpp
     summary["dtr.num_block_moves"] = stats.num_block_moves;
     summary["dtr.moved_bytes"] = stats.moved_bytes;
+    summary["dtr.num_packings"] = stats.num_packings;  // Note [Packing]
   }
   if (!plan_source().empty()) {  // DTR_PLAN: Note [Warm start in PyTorch] in lineage.cpp
     summary["dtr.plan"] = plan_source();

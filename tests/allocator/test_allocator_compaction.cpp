@@ -176,3 +176,90 @@ TEST_CASE("without a callback that compacts, the chain is as before", "[allocato
   allocator.free(b);
   allocator.free(c);
 }
+
+namespace {
+
+// Note [Packing]: two 20 MiB segments, each [9 MiB][5 MiB free][6 MiB], the 9 and 6 MiB
+// blocks movable (owners 1-4), the holes left by freed 5 MiB blocks. No free piece takes a
+// 9 MiB block, so step 2 of Note [Compaction] can empty neither segment.
+struct HolesTooSmall {
+  Mover mover;
+  CachingAllocator allocator;
+  void* live[4] = {};
+  explicit HolesTooSmall(std::unique_ptr<Backend> backend, uint64_t reserved_limit)
+      : allocator(limited(reserved_limit), std::move(backend), &mover) {
+    mover.attach(&allocator);
+    mover.allocator = &allocator;
+    for (int s = 0; s < 2; ++s) {
+      live[2 * s] = allocator.allocate(9 * kMiB, 2 * s + 1).ptr;
+      void* hole = allocator.allocate(5 * kMiB, 9).ptr;
+      live[2 * s + 1] = allocator.allocate(6 * kMiB, 2 * s + 2).ptr;
+      allocator.free(hole);
+    }
+    mover.movable_owners = {1, 2, 3, 4};
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "compaction packs a segment's blocks into a smaller fresh one when no free block "
+    "takes them",
+    "[allocator][compaction]") {
+  // 40 MiB reserved under a 60 MiB limit; a 24 MiB request needs 4 MiB back. One segment's
+  // 15 MiB of blocks go into a fresh 16 MiB segment and the 20 MiB segment goes back:
+  // 40 + 16 - 20 + 24 = 60. Real memory, so the copies are seen.
+  HolesTooSmall t(std::make_unique<HostBackend>(), 60 * kMiB);
+  CachingAllocator& allocator = t.allocator;
+  REQUIRE(allocator.stats().reserved_bytes.all.current == 40 * kMiB);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(t.live[i]);
+    std::memset(t.live[i], 0x30 + i, i % 2 ? 6 * kMiB : 9 * kMiB);
+  }
+  AllocResult d = allocator.allocate(24 * kMiB, 5);
+  REQUIRE(d.ok());
+  CHECK(t.mover.calls().empty());  // make_room was never asked
+  REQUIRE(t.mover.moves.size() == 2);
+  const Move big = t.mover.moves[0], small = t.mover.moves[1];
+  CHECK(big.owner + 1 == small.owner);  // both blocks of one segment, the larger first
+  CHECK(big.from == t.live[big.owner - 1]);
+  CHECK(static_cast<const char*>(small.to) == static_cast<const char*>(big.to) + 9 * kMiB);
+  for (const Move& m : {big, small}) {
+    const size_t size = m.owner % 2 ? 9 * kMiB : 6 * kMiB;
+    const unsigned char* p = static_cast<const unsigned char*>(m.to);
+    CHECK(p[0] == 0x30 + m.owner - 1);
+    CHECK(p[size - 1] == 0x30 + m.owner - 1);
+  }
+  const AllocatorStats s = allocator.stats();
+  CHECK(s.num_packings == 1);
+  CHECK(s.num_block_moves == 2);
+  CHECK(s.moved_bytes == 15 * kMiB);
+  CHECK(s.num_device_free == 1);
+  CHECK(s.reserved_bytes.all.peak == 60 * kMiB);  // never above the limit, fresh segment included
+  CHECK(s.reserved_bytes.all.current == 60 * kMiB);
+  CHECK(s.allocated_bytes.all.peak == s.allocated_bytes.all.current);  // never counted twice
+  CHECK(allocator.is_valid());
+  allocator.free(big.to);
+  allocator.free(small.to);
+  allocator.free(t.live[small.owner % 4]);
+  allocator.free(t.live[(small.owner + 1) % 4]);
+  allocator.free(d.ptr);
+  CHECK(allocator.stats().allocated_bytes.all.current == 0);
+}
+
+TEST_CASE("compaction packs nothing when the fresh segment would not fit or gain enough",
+          "[allocator][compaction]") {
+  // Under 56 MiB the request needs 8 MiB back: one segment packed gains 4 MiB, and both
+  // would need a 30 MiB fresh segment where 16 MiB are left. Nothing moves; out of memory.
+  HolesTooSmall t(std::make_unique<FakeBackend>(), 56 * kMiB);
+  CachingAllocator& allocator = t.allocator;
+  CHECK_FALSE(allocator.allocate(24 * kMiB, 5).ok());
+  CHECK(t.mover.compact_calls >= 1);
+  CHECK(t.mover.moves.empty());
+  const AllocatorStats s = allocator.stats();
+  CHECK(s.num_packings == 0);
+  CHECK(s.num_device_alloc == 2);
+  CHECK(s.reserved_bytes.all.current == 40 * kMiB);
+  CHECK(allocator.is_valid());
+  for (void* p : t.live) allocator.free(p);
+}

@@ -31,17 +31,43 @@ struct LiveBlock {
   bool evictable;
 };
 
-void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend) {
+// Note [Compaction] under stress: moves the pinned blocks whose tag is not a multiple of
+// 3 (evictable ones stay: the Evictor knows them by address), re-keying `live`.
+class CompactingEvictor : public Evictor, public BlockMover {
+ public:
+  std::map<void*, LiveBlock>* live = nullptr;
+  CachingAllocator* allocator = nullptr;
+  uint64_t compact(uint64_t bytes_requested) override {
+    return allocator->compact(bytes_requested, *this);
+  }
+  bool movable(uint64_t owner, void* ptr) override {
+    auto it = live->find(ptr);
+    return it != live->end() && !it->second.evictable && owner % 3 != 0;
+  }
+  void moved(uint64_t, void* from, void* to) override {
+    auto it = live->find(from);
+    REQUIRE(it != live->end());
+    const LiveBlock block = it->second;
+    live->erase(it);
+    REQUIRE(live->emplace(to, block).second);
+  }
+};
+
+void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend, bool compacting = false) {
   const bool real = backend->memory_is_real();
   AllocatorConfig config;
   config.budget_bytes = spec.budget_bytes;
   config.reserved_limit_bytes = spec.reserved_limit_bytes;
   config.debug = 3;
-  Evictor evictor;
+  CompactingEvictor compactor;
+  Evictor plain;
+  Evictor& evictor = compacting ? compactor : plain;
   CachingAllocator allocator(config, std::move(backend), &evictor);
   evictor.attach(&allocator);
 
   std::map<void*, LiveBlock> live;  // everything this test holds, evictable or not
+  compactor.live = &live;
+  compactor.allocator = &allocator;
   uint64_t evictions = 0, ooms = 0;
   evictor.before_free = [&](const Registered& victim) {
     auto it = live.find(victim.ptr);
@@ -106,6 +132,11 @@ void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend) {
   CHECK(evictions > 0);  // the run did exercise the chain
   CHECK(s.num_alloc_retries > 0);
   CHECK(s.num_ooms == ooms);
+  if (compacting) {  // the run did move blocks, and pack some
+    INFO("moves " << s.num_block_moves << ", packings " << s.num_packings);
+    CHECK(s.num_block_moves > 0);
+    CHECK(s.num_packings > 0);
+  }
   for (auto& entry : live) {
     if (entry.second.evictable) REQUIRE(evictor.take(entry.first, entry.second.tag));
     if (real) REQUIRE(check_pattern(entry.first, entry.second.bytes, entry.second.tag));
@@ -133,4 +164,14 @@ TEST_CASE("allocator stress: seeded random ops on the host backend with byte pat
   // Real memory: under 256 MiB live.
   run_stress(StressSpec{11, 3000, 256 * kMiB, 384 * kMiB, 200 * kMiB},
              std::make_unique<HostBackend>());
+}
+
+TEST_CASE("allocator stress: compaction and packing on the host backend with byte patterns",
+          "[allocator][stress][compaction]") {
+  // A reserved limit 1.125x the budget; pinned blocks move (Note [Compaction], Note
+  // [Packing]) and every byte pattern must survive its copies.
+  const uint64_t seed = GENERATE(21, 22);
+  INFO("seed " << seed);
+  run_stress(StressSpec{seed, 3000, 256 * kMiB, 288 * kMiB, 200 * kMiB},
+             std::make_unique<HostBackend>(), /*compacting=*/true);
 }

@@ -46,6 +46,9 @@ namespace dtr {
   SCALAR(num_block_moves, "dtr.num_block_moves",                                                   \
          "live blocks copied elsewhere to give a segment back (Note [Compaction])")                \
   SCALAR(moved_bytes, "dtr.moved_bytes", "bytes those copies moved")                               \
+  SCALAR(                                                                                          \
+      num_packings, "dtr.num_packings",                                                            \
+      "compactions that packed segments' blocks into one fresh, smaller segment (Note [Packing])") \
   SCALAR(largest_free_block_bytes, "dtr.largest_free_block_bytes",                                 \
          "largest cached free block (gauge, taken when the stats are read)")                       \
   SCALAR(fragmentation_free_bytes, "dtr.fragmentation_free_bytes",                                 \

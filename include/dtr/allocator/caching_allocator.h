@@ -217,10 +217,11 @@ class CachingAllocator {
   bool set_unmovable(void* ptr);
 
   // Note [Compaction]: moves every live block out of the segments that hold the fewest
-  // live bytes, all of them movable, into free blocks of other segments, and gives the
-  // emptied segments back, until a request of `bytes_requested` could get a fresh segment
-  // (under the reserved limit); moves nothing when that cannot be reached, or when the
-  // backend cannot copy. Returns the segment bytes released.
+  // live bytes, all of them movable, into free blocks of other segments (or, under a
+  // reserved limit, packs some into one fresh smaller segment: Note [Packing]), and gives
+  // the emptied segments back, until a request of `bytes_requested` could get a fresh
+  // segment (under the reserved limit); moves nothing when that cannot be reached, or when
+  // the backend cannot copy. Returns the segment bytes released.
   uint64_t compact(size_t bytes_requested, BlockMover& mover);
   // Gives every fully free cached segment back to the backend and lets the backend trim
   // what it keeps after frees (Backend::trim); returns the segment bytes released.
