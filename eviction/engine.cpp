@@ -164,6 +164,9 @@ class Engine::AllocatorLink : public EvictionCallback {
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override {
     return engine_.free_for_allocator(bytes_needed, contiguous_request);
   }
+  uint64_t compact(uint64_t bytes_requested) override {
+    return engine_.compact_for_allocator(bytes_requested);
+  }
   uint64_t pinned_bytes() const override { return engine_.unevictable_bytes(); }
   uint64_t evictable_bytes() const override { return engine_.evictable_bytes(); }
   uint64_t in_use_bytes() const override { return engine_.in_use_bytes(); }
@@ -793,6 +796,39 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
   }
   if (config_.debug >= 3) check_invariants();
   return freed;
+}
+
+// Note [Compaction in the engine]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The PyTorch host moves storages when its reserved limit refuses a segment (Note [Moving
+// storages] in integration/torch/lineage.cpp); the simulator's fake device does the same
+// when it is given a reserved limit of its own, so that a replay can say whether a budget
+// and a limit fit together before a live run tries. Only where the engine allocates (it
+// then holds every block's address, StorageRec::memory) and only with config().compact.
+// What may move is what the host would move of a trace's storages: material and not in
+// use (no running op or remat holds it; a pin's own lock does not count). A move only
+// changes the address the engine holds: the fake device has no bytes to copy, and
+// allocated bytes, evictions and remats stay as they were.
+uint64_t Engine::compact_for_allocator(uint64_t bytes_requested) {
+  if (!config_.compact || !memory_.engine_allocates) return 0;
+  struct Mover final : BlockMover {
+    Engine& engine;
+    explicit Mover(Engine& e) : engine(e) {}
+    bool movable(uint64_t owner, void* ptr) override {
+      const StorageId s = storage_of_owner(owner);
+      if (owner == 0 || s >= engine.storages_.size()) return false;
+      const StorageRec& rec = engine.storages_[s];
+      return rec.material && rec.memory == ptr && !engine.is_in_use(s);
+    }
+    void moved(uint64_t owner, void* from, void* to) override {
+      StorageRec& rec = engine.storages_[storage_of_owner(owner)];
+      DTR_ASSERT(rec.memory == from, "moved block is not the storage's");
+      rec.memory = to;
+    }
+  } mover(*this);
+  const uint64_t released = memory_.allocator->compact(bytes_requested, mover);
+  if (config_.debug >= 3) check_invariants();
+  return released;
 }
 
 StorageId Engine::choose_victim() {

@@ -129,12 +129,9 @@ ReplayOptions::Memory parse_memory_model(const std::string& text) {
 }
 
 ReplayOptions ReplayOptions::from_config(const Config& config) {
-  if (config.reserved_limit.kind != Budget::Kind::unlimited)
-    throw ConfigError(
-        "dtr: option reserved_limit caps what the PyTorch host's allocator holds from the "
-        "system; a replay has no such memory (with --allocator fake its device has exactly "
-        "the budget's size): drop it from DTR_CONF / DTR_RESERVED_LIMIT");
   ReplayOptions o;
+  o.reserved_limit = config.reserved_limit;
+  o.compact = config.compact;
   o.budget = config.budget;
   o.policy = config.policy;
   o.search = parse_search_mode(config.search);
@@ -147,6 +144,10 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
   o.memory = parse_memory_model(config.allocator);
+  if (o.reserved_limit.kind != Budget::Kind::unlimited && o.memory != Memory::fake)
+    throw ConfigError("dtr: option reserved_limit (" + o.reserved_limit.to_string() +
+                      ") sizes the fake device's segments, and allocator none has none: use "
+                      "allocator fake (--allocator fake) or drop reserved_limit");
   o.plan_path = config.plan;
   o.snapshot_path = config.snapshot;
   o.snapshot_format = parse_snapshot_format(config.snapshot_format);
@@ -406,13 +407,23 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   // costs evictions, as on a real GPU. Sizes are rounded to 512-byte blocks and segments
   // are 2 MiB / 20 MiB / exact, as in PyTorch's caching allocator; the budget ratio still
   // refers to the byte-accounting baseline, so a ratio near 1.0 may evict where `none`
-  // does not.
+  // does not. With option `reserved_limit` the device holds that instead, as the PyTorch
+  // host's reserved limit caps its segments, and with `compact` (the default) the engine
+  // moves storages before it evicts for contiguity, as that host does (Note [Compaction
+  // in the engine] in eviction/engine.cpp). Without it nothing moves: the CUDA backend
+  // cannot copy, and the default device models a GPU.
   std::unique_ptr<CachingAllocator> allocator;
   EngineMemory memory;
+  const bool own_limit = options.reserved_limit.kind != Budget::Kind::unlimited;
+  if (own_limit && options.memory != ReplayOptions::Memory::fake)
+    throw ConfigError("dtr: option reserved_limit needs allocator fake");
   if (options.memory == ReplayOptions::Memory::fake) {
     AllocatorConfig aconfig;
     aconfig.budget_bytes = result.budget_bytes;
-    aconfig.reserved_limit_bytes = result.budget_bytes;
+    aconfig.reserved_limit_bytes =
+        own_limit ? options.reserved_limit.resolve(baseline.peak_bytes) : result.budget_bytes;
+    result.reserved_limit_bytes = aconfig.reserved_limit_bytes;
+    config.compact = own_limit && options.compact;
     aconfig.debug = options.debug;
     allocator = std::make_unique<CachingAllocator>(aconfig, std::make_unique<FakeBackend>());
     memory.allocator = allocator.get();
@@ -528,6 +539,7 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["allocator"] = r.allocator;
   j["peak_allocated_bytes"] = r.peak_allocated_bytes;
   j["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  j["reserved_limit_bytes"] = r.reserved_limit_bytes;
   j["fragmentation"] = r.fragmentation;
   j["contiguous_failures"] = r.contiguous_failures;
   j["wall_seconds"] = r.wall_seconds;

@@ -170,6 +170,22 @@ TEST_CASE("dtr-sim refuses coop without the allocator and an unknown allocator",
   CHECK(r.output.find("valid: fake, none") != std::string::npos);
 }
 
+TEST_CASE("dtr-sim run --reserved-limit sizes the fake device", "[sim][cli][allocator]") {
+  // The moves themselves: test_replay.cpp ("reserved_limit sizes the fake device").
+  const std::string trace = test_data("golden/small.log");
+  auto r =
+      run_command(sim() + " run --trace " + trace + " --budget 4000 --reserved-limit 4M --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  CHECK(j["reserved_limit_bytes"] == 4 << 20);
+  CHECK(j["allocator_stats"].contains("dtr.num_block_moves"));
+  r = run_command(sim() + " run --trace " + trace + " --budget 4000 --reserved-limit 4M");
+  CHECK(r.output.find("reserved limit 4.00 MiB: 0 blocks moved") != std::string::npos);
+  r = run_command(sim() + " run --trace " + trace + " --reserved-limit 4M --allocator none");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("use allocator fake") != std::string::npos);
+}
+
 TEST_CASE("dtr-sim bound prints the least recomputation per budget", "[sim][cli][bound]") {
   const std::string trace = test_data("golden/small.log");
   const auto text = run_command(sim() + " bound --trace " + trace + " --budget 1400,0.5,900");

@@ -418,15 +418,63 @@ TEST_CASE("PIN WHEN_MATERIAL pins where material, else when next material (trace
   CHECK_THROWS_WITH(read_trace(bad, "bad.trace"), Catch::Contains("WHEN_MATERIAL"));
 }
 
-TEST_CASE("a replay refuses reserved_limit, which only the PyTorch host has", "[sim]") {
-  Config config;
-  CHECK_NOTHROW(ReplayOptions::from_config(config));
-  config.set("reserved_limit", "80M");
-  try {
-    ReplayOptions::from_config(config);
-    FAIL("no error");
-  } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()).find("option reserved_limit") != std::string::npos);
-    CHECK(std::string(e.what()).find("drop it from DTR_CONF") != std::string::npos);
+TEST_CASE("reserved_limit sizes the fake device, and storages move before evictions",
+          "[sim][compaction]") {
+  // Note [Compaction in the engine]. x (64 KiB, a constant) makes a (16 MiB, dies) and b
+  // (2 MiB, lives); c (3 MiB) takes a's 16 MiB segment, so b alone keeps a 20 MiB one; d
+  // (30 MiB) then needs that segment back on a 64 MiB device: 38 MiB reserved + 30.
+  const auto call = [](const std::string& name, const std::string& args, uint64_t bytes) {
+    return "{\"ARGS\":[" + args + "],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
+           "\",\"RESULT\":[\"" + name +
+           "\"],\"TIME\":1000}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) +
+           "\",\"NAME\":\"" + name + "\"}\n{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" +
+           name + "\"}\n";
+  };
+  const uint64_t mib = 1 << 20;
+  std::istringstream text(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
+      call("a", "\"x\"", 16 * mib) + call("b", "\"x\"", 2 * mib) +
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n" + call("c", "\"b\"", 3 * mib) +
+      call("d", "\"c\"", 30 * mib) + call("e", "\"b\"", 1024));
+  const Trace trace = read_trace(text, "moves.trace");
+  const Baseline baseline = compute_baseline(trace);
+  const auto replay_with = [&](const std::string& conf) {
+    Config config;
+    config.set("budget", "64M");
+    config.set("debug", "3");
+    if (!conf.empty()) config.apply_conf(conf);
+    return replay(trace, baseline, ReplayOptions::from_config(config));
+  };
+  // Without reserved_limit the device is the budget's 64 MiB and models a GPU: b is
+  // evicted for contiguity and made again when e reads it; nothing moves.
+  const ReplayResult gpu = replay_with("");
+  REQUIRE(gpu.status_name == "ok");
+  CHECK(gpu.reserved_limit_bytes == 64 * mib);
+  CHECK(gpu.allocator_stats.num_block_moves == 0);
+  CHECK(gpu.stats.num_evictions == 1);
+  CHECK(gpu.stats.num_remats == 1);
+  // With the host's reserved limit, b moves into a's old segment and nothing is evicted.
+  {
+    const ReplayResult host = replay_with("reserved_limit:64M");
+    REQUIRE(host.status_name == "ok");
+    CHECK(host.allocator_stats.num_block_moves == 1);
+    CHECK(host.allocator_stats.moved_bytes == 2 * mib);
+    CHECK(host.stats.num_evictions == 0);
+    CHECK(host.stats.num_remats == 0);
+    CHECK(host.peak_reserved_bytes <= host.reserved_limit_bytes);
+    CHECK(to_json(host).at("reserved_limit_bytes") == host.reserved_limit_bytes);
   }
+  // A ratio refers to the baseline peak, as the budget's does.
+  CHECK(replay_with("reserved_limit:0.99").reserved_limit_bytes ==
+        Budget::parse("0.99").resolve(baseline.peak_bytes));
+  // compact:False evicts, as the host does.
+  const ReplayResult evict_only = replay_with("reserved_limit:64M,compact:False");
+  REQUIRE(evict_only.status_name == "ok");
+  CHECK(evict_only.allocator_stats.num_block_moves == 0);
+  CHECK(evict_only.stats.num_evictions == 1);
+  // Byte accounting has no segments to size.
+  CHECK_THROWS_WITH(replay_with("reserved_limit:64M,allocator:none"),
+                    Catch::Contains("reserved_limit") && Catch::Contains("allocator fake"));
 }

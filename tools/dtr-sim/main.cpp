@@ -38,7 +38,7 @@ constexpr int kExitBadInput = 2;
 // Flags shared by `run` and `sweep`, stored as text and applied through the options table
 // so that the flags, DTR_CONF and DTR_* are parsed by one parser.
 struct CommonFlags {
-  std::string search, sample, seed, max_overhead, debug, allocator;
+  std::string search, sample, seed, max_overhead, debug, allocator, reserved_limit;
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--search", search, "candidate search: full | sample (option `search`)");
@@ -50,6 +50,10 @@ struct CommonFlags {
     cmd.add_option("--allocator", allocator,
                    "memory model: fake (caching allocator on a device of the budget's size; "
                    "default) | none (byte accounting, as DTR's simulator)");
+    cmd.add_option("--reserved-limit", reserved_limit,
+                   "with --allocator fake: the device's size instead of the budget's, as the "
+                   "PyTorch host's reserved limit (option `reserved_limit`; bytes or a ratio of "
+                   "the baseline peak); storages move before evictions unless compact:False");
   }
   void apply(dtr::Config& config) const {
     if (!search.empty()) config.set("search", search);
@@ -58,6 +62,7 @@ struct CommonFlags {
     if (!max_overhead.empty()) config.set("max_overhead", max_overhead);
     if (!debug.empty()) config.set("debug", debug);
     if (!allocator.empty()) config.set("allocator", allocator);
+    if (!reserved_limit.empty()) config.set("reserved_limit", reserved_limit);
   }
 };
 
@@ -83,6 +88,14 @@ std::string format_result(const dtr::ReplayResult& r) {
                   (unsigned long long)r.stats.allocator_requests,
                   (unsigned long long)r.contiguous_failures);
     out += buf;
+    if (r.reserved_limit_bytes != r.budget_bytes || r.allocator_stats.num_block_moves) {
+      std::snprintf(buf, sizeof buf, "  reserved limit %s: %llu blocks moved (%s), %llu packings\n",
+                    dtr::format_bytes(r.reserved_limit_bytes).c_str(),
+                    (unsigned long long)r.allocator_stats.num_block_moves,
+                    dtr::format_bytes(r.allocator_stats.moved_bytes).c_str(),
+                    (unsigned long long)r.allocator_stats.num_packings);
+      out += buf;
+    }
   }
   if (!r.plan.empty()) {
     std::snprintf(buf, sizeof buf,

@@ -74,13 +74,14 @@ struct Budget {
     "PyTorch: cap on reserved bytes, what the allocator holds from the system (live blocks, "      \
     "cached free ones, small allocations): bytes with K/M/G suffix; 0 = unlimited. A request "     \
     "that would pass it releases cached segments, then moves live blocks (compact), then "         \
-    "evicts to free a contiguous block (the simulator's fake device has the budget's size "        \
-    "instead)")                                                                                    \
+    "evicts to free a contiguous block. Simulator (allocator fake): the fake device's size, "      \
+    "bytes or a ratio of the baseline peak (unset: the budget's size)")                            \
   X(compact, bool, "compact", "DTR_COMPACT", "True",                                               \
     "PyTorch: when the reserved limit refuses a segment, first copy live blocks out of the "       \
     "emptiest segments into free space elsewhere, so those segments can go back, and evict only "  \
     "if that is not enough; a block no running op holds and whose address was not handed out "     \
-    "(numpy, non-aten ops) may move (Note [Compaction]); False = evict only")                      \
+    "(numpy, non-aten ops) may move (Note [Compaction]); False = evict only. Simulator: the same " \
+    "under its own reserved_limit (Note [Compaction in the engine])")                              \
   X(allocator, std::string, "allocator", "DTR_ALLOCATOR", "fake",                                  \
     "simulator's memory model: `fake` replays through the caching allocator over a fake "          \
     "device of exactly the budget (blocks, segments, fragmentation); `none` counts bytes only, "   \

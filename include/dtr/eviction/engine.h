@@ -71,6 +71,10 @@ struct EngineConfig {
   uint64_t seed = 0;
   uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
   uint32_t debug = 0;         // 3: check invariants after every operation
+  // When the engine allocates (EngineMemory::engine_allocates) and the allocator's reserved
+  // limit refuses a segment: move material storages no op holds before evicting (Note
+  // [Compaction in the engine] in engine.cpp). The simulator's reserved_limit sets it.
+  bool compact = false;
 };
 
 // What an op produces: one entry per output.
@@ -142,6 +146,10 @@ class Engine {
   // block of `bytes_needed` may exist. Returns the (block-rounded) bytes freed; 0 when
   // nothing is evictable. Note [Evicting for the allocator].
   uint64_t free_for_allocator(uint64_t bytes_needed, bool contiguous);
+  // The allocator's compaction step (EvictionCallback::compact): with config().compact and
+  // engine-owned memory, lets CachingAllocator::compact move the blocks of material
+  // storages not in use. Returns the segment bytes released (0: nothing moved).
+  uint64_t compact_for_allocator(uint64_t bytes_requested);
   // The storage the policy would evict now (the pool must not be empty); evicts nothing.
   StorageId choose_victim();
   // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not

@@ -50,6 +50,12 @@ struct ReplayOptions {
   // exactly the budget (Note [Fake device] in replay.cpp), or byte accounting only.
   enum class Memory : uint8_t { fake, none };
   Memory memory = Memory::fake;
+  // Option `reserved_limit` (unlimited: the fake device holds the budget): the fake
+  // device's size instead, as the PyTorch host's reserved limit caps its segments; a ratio
+  // refers to the baseline peak. Then option `compact` moves storages as the host does
+  // (Note [Compaction in the engine] in eviction/engine.cpp). Needs memory == fake.
+  Budget reserved_limit;
+  bool compact = true;
   // Warm start (option `plan`; eviction/plan_guide.h): the plan file, and the hints the
   // planner layer made from it for this trace (planner/warm_start.h, load_warm_start).
   // The simulator reads no plan files: a plan_path without hints is a ConfigError.
@@ -94,6 +100,7 @@ struct ReplayResult {
   std::string allocator;               // "fake" or "none"
   uint64_t peak_allocated_bytes = 0;   // allocated_bytes.all.peak: block-rounded live bytes
   uint64_t peak_reserved_bytes = 0;    // reserved_bytes.all.peak: segments held
+  uint64_t reserved_limit_bytes = 0;   // the fake device's size: the budget unless reserved_limit
   double fragmentation = 0;            // mean free bytes in the budget / budget at evictions
   uint64_t contiguous_failures = 0;    // allocations that failed with enough free bytes
   AllocatorStats allocator_stats;      // the allocator's own counters at the end
