@@ -7,6 +7,11 @@ lazy_release:True, which models how the live host learns of deaths (Note [Dead s
 in the replay] below):
 
     /usr/bin/python3 bench/torch_sim_vs_live.py [--fractions 0.7,0.6] -- script.py args...
+
+With --reserved-limits 1.05,1.1,1.5 (factors of each budget) a second table compares, for
+each limit, compaction on and off, whether the live run under that `reserved_limit` trains
+and whether dtr-sim's replay under `--reserved-limit` does, with the blocks each moved
+(docs/simulator.md, "Reserved limit and compaction").
 """
 import argparse
 import sys
@@ -37,6 +42,8 @@ HOST_MODEL = runs.HOST_MODEL
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fractions", default="0.7,0.6")
+    parser.add_argument("--reserved-limits", default="",
+                        help="factors of the budget: also compare runs under reserved_limit")
     parser.add_argument("--sim", default=str(ROOT / "build" / "bin" / "dtr-sim"))
     parser.add_argument("script", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -73,6 +80,42 @@ def main():
                   f"{sim['peak_bytes'] / 2**20:.1f} MiB | {live_cells[2]} | "
                   f"{sim['evictions']} | {sim['status']} | "
                   f"{host['overhead']:.3f}, {host['status']} |")
+        if args.reserved_limits:
+            compare_reserved_limits(args, path, script[1:], trace, free.peak_bytes)
+
+
+def outcome(live):
+    if live.returncode == 0:
+        return "trains"
+    return "out of memory" if "out of memory" in live.stderr else f"failed ({live.returncode})"
+
+
+def compare_reserved_limits(args, path, script_args, trace, peak):
+    print()
+    print("| budget | reserved_limit | compact | live | replay | live: moved, reserved peak |"
+          " replay: moved, reserved peak, overhead |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for fraction in map(float, args.fractions.split(",")):
+        budget = int(peak * fraction)
+        for factor in map(float, args.reserved_limits.split(",")):
+            limit = int(budget * factor)
+            for compact in ("True", "False"):
+                live = runs.run(path, script_args, conf=f"budget:{budget},reserved_limit:{limit},"
+                                                         f"compact:{compact}")
+                sim = runs.simulate(args.sim, trace, "dtr_eq", budget, conf=f"compact:{compact}",
+                                    reserved_limit=limit)
+                if sim is None:
+                    runs.fail(f"dtr-sim failed on {trace} at {budget} B, limit {limit} B")
+                r = live.report
+                live_cells = (f"{r.get('dtr.num_block_moves', 0)}, "
+                              f"{r['reserved_bytes.all.peak'] / 2**20:.1f} MiB" if r else "-")
+                a = sim["allocator_stats"]
+                replay = "trains" if sim["status"] == "ok" else {"oom": "out of memory"}.get(
+                    sim["status"], sim["status"])
+                print(f"| {fraction} ({budget / 2**20:.1f} MiB) | {factor}x | {compact} | "
+                      f"{outcome(live)} | {replay} | {live_cells} | "
+                      f"{a['dtr.num_block_moves']}, {sim['peak_reserved_bytes'] / 2**20:.1f} MiB, "
+                      f"{sim['overhead']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

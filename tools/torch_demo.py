@@ -8,7 +8,7 @@ budget (option reserved_limit; compaction moves blocks to keep under it). Prints
 the median step times, the evictions and remats, and whether losses and final parameters
 match bit for bit.
 
-    /usr/bin/python3 tools/torch_demo.py [--fractions 0.5,0.6,0.7] [--reserved-limit 1.1]
+    /usr/bin/python3 tools/torch_demo.py [--fractions 0.5,0.6,0.7] [--reserved-limit 1.15]
         [--steps 4] [script args...]
 """
 import argparse
@@ -27,7 +27,7 @@ def mib(n):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fractions", default="0.5,0.6,0.7")
-    parser.add_argument("--reserved-limit", type=float, default=1.1,
+    parser.add_argument("--reserved-limit", type=float, default=1.15,
                         help="the third run's reserved limit, times the budget (0: no third run)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--script", default=str(ROOT / "tests/torch/scripts/vision.py"))

@@ -79,17 +79,21 @@ def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/py
     return Run(proc.returncode, wall, stdout.splitlines(), report, stderr, usage.ru_maxrss)
 
 
-def simulate(sim, trace, policy, budget_bytes, conf=""):
+def simulate(sim, trace, policy, budget_bytes, conf="", reserved_limit=None):
     """dtr-sim's replay of `trace` under `policy` at a live run's budget in bytes: byte
     accounting (`--allocator none`), like the live budget, which caps allocated bytes only
     (tools/eval.py: Note [Same budget in bytes]); coop scores address windows and needs the
-    fake device, so it replays through it. `conf`: a DTR_CONF for dtr-sim (other options,
-    such as lazy_release:True). dtr-sim's --json result, or None if it failed."""
-    memory = "fake" if policy == "coop" else "none"
+    fake device, so it replays through it, as does a replay under a live run's
+    `reserved_limit` (bytes; docs/simulator.md, "Reserved limit and compaction"). `conf`: a
+    DTR_CONF for dtr-sim (other options, such as lazy_release:True or compact:False).
+    dtr-sim's --json result, or None if it failed."""
+    memory = "fake" if policy == "coop" or reserved_limit else "none"
     env = dict(os.environ, DTR_CONF=conf) if conf else None
+    limit = ["--reserved-limit", str(int(reserved_limit))] if reserved_limit else []
     proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
                            "--budget", str(int(budget_bytes)), "--json", "--max-overhead", "0",
-                           "--allocator", memory], capture_output=True, text=True, env=env)
+                           "--allocator", memory, *limit], capture_output=True, text=True,
+                          env=env)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
 
 
