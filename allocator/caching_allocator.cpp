@@ -106,9 +106,10 @@
 //     change by the two blocks' unsplit tails. Then the emptied segments are released.
 // The mover decides what may move: the torch host moves storages its lineage knows that
 // no running op holds and whose address nobody was given (Note [Moving storages] in
-// integration/torch/lineage.cpp); the simulator's engine does not compact (its replays
-// stay comparable with the published ones); the CUDA backend cannot copy yet, so a CUDA
-// allocator never moves a block.
+// integration/torch/lineage.cpp); the simulator's engine moves material storages no op
+// holds, and only under a reserved limit of the replay's own (Note [Compaction in the
+// engine] in eviction/engine.cpp), so default replays stay comparable with the published
+// ones; the CUDA backend cannot copy yet, so a CUDA allocator never moves a block.
 //
 // Note [Packing]
 // ~~~~~~~~~~~~~~

@@ -12,6 +12,10 @@ class ReplaySnapshot::EvictingLink : public EvictionCallback {
     MemoryHistory::ContextScope evicting(&history_, MemoryContext::evicting);
     return engine_.free_for_allocator(bytes_needed, contiguous_request);
   }
+  // Moves are not evictions: their events keep the context they come in.
+  uint64_t compact(uint64_t bytes_requested) override {
+    return engine_.compact_for_allocator(bytes_requested);
+  }
   uint64_t pinned_bytes() const override { return engine_.unevictable_bytes(); }
   uint64_t evictable_bytes() const override { return engine_.evictable_bytes(); }
   uint64_t in_use_bytes() const override { return engine_.in_use_bytes(); }

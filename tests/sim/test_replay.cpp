@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "dtr/core/trace.h"
@@ -465,6 +466,17 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
     CHECK(host.stats.num_remats == 0);
     CHECK(host.peak_reserved_bytes <= host.reserved_limit_bytes);
     CHECK(to_json(host).at("reserved_limit_bytes") == host.reserved_limit_bytes);
+  }
+  // The same with a memory snapshot recorded, which attaches its own eviction callback:
+  // the moves are in it as an alloc at the new address and a free at the old.
+  {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "dtr-test-replay-moves.pickle").string();
+    const ReplayResult host = replay_with("reserved_limit:64M,snapshot:" + path);
+    REQUIRE(host.status_name == "ok");
+    CHECK(host.allocator_stats.num_block_moves == 1);
+    CHECK(host.stats.num_evictions == 0);
+    std::filesystem::remove(path);
   }
   // A ratio refers to the baseline peak, as the budget's does.
   CHECK(replay_with("reserved_limit:0.99").reserved_limit_bytes ==
