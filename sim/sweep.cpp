@@ -121,11 +121,13 @@ void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& r
   if (!out) throw std::runtime_error("dtr: cannot write CSV to '" + path + "'");
   out << "trace,policy,search,budget_ratio,budget_bytes,baseline_peak_bytes,peak_bytes,"
          "baseline_compute_ns,compute_ns,overhead,evictions,remats,status,wall_seconds,"
-         "allocator,peak_reserved_bytes,fragmentation,contiguous_failures\n";
+         "allocator,peak_reserved_bytes,fragmentation,contiguous_failures,"
+         "reserved_limit_bytes,block_moves,moved_bytes\n";
   for (const ReplayResult& r : results) {
     char line[1024];
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f,%s,%llu,%.6f,%llu\n",
+                  "%s,%s,%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f,%s,%llu,%.6f,%llu,"
+                  "%llu,%llu,%llu\n",
                   r.trace.c_str(), r.policy.c_str(), r.search.c_str(), r.budget_ratio,
                   (unsigned long long)r.budget_bytes, (unsigned long long)r.baseline_peak_bytes,
                   (unsigned long long)r.peak_bytes, (unsigned long long)r.baseline_compute_ns,
@@ -133,7 +135,10 @@ void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& r
                   (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_remats,
                   r.status_name.c_str(), r.wall_seconds, r.allocator.c_str(),
                   (unsigned long long)r.peak_reserved_bytes, r.fragmentation,
-                  (unsigned long long)r.contiguous_failures);
+                  (unsigned long long)r.contiguous_failures,
+                  (unsigned long long)r.reserved_limit_bytes,
+                  (unsigned long long)r.allocator_stats.num_block_moves,
+                  (unsigned long long)r.allocator_stats.moved_bytes);
     out << line;
   }
 }

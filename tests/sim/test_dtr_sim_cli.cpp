@@ -184,6 +184,15 @@ TEST_CASE("dtr-sim run --reserved-limit sizes the fake device", "[sim][cli][allo
   r = run_command(sim() + " run --trace " + trace + " --reserved-limit 4M --allocator none");
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("use allocator fake") != std::string::npos);
+  // sweep takes it too, and its CSV says the limit and the moves.
+  const std::string csv_path = "/tmp/dtr-sim-cli-reserved.csv";
+  r = run_command(sim() + " sweep --trace " + trace +
+                  " --policies dtr_eq --budgets 0.9,1.0 --reserved-limit 4M --csv " + csv_path);
+  REQUIRE(r.exit_code == 0);
+  const std::string csv = dtr::test::read_file(csv_path);
+  CHECK(csv.find(",reserved_limit_bytes,block_moves,moved_bytes\n") != std::string::npos);
+  CHECK(csv.find(",4194304,0,0\n") != std::string::npos);
+  run_command("rm -f " + csv_path);
 }
 
 TEST_CASE("dtr-sim bound prints the least recomputation per budget", "[sim][cli][bound]") {
