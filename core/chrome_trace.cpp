@@ -118,6 +118,7 @@ void generate(const Timeline& t, const ChromeTraceInfo& info,
       const TimelineEviction& e = evictions[e_idx[ei++]];
       ojson args{{"bytes", e.bytes}};
       if (e.storage != UINT32_MAX) args["storage"] = e.storage;
+      if (e.op != UINT32_MAX) args["op"] = e.op;
       emit(ojson{{"name", "evict"},
                  {"cat", "eviction"},
                  {"ph", "i"},
@@ -238,7 +239,7 @@ Timeline parse_chrome_trace(const nlohmann::json& doc, const std::string& where)
       t.span(name, start, dur, cat == "remat", optional_id(e, "op"));
     } else if (ph == "i" && cat == "eviction") {
       t.eviction(ns_of(e, "ts", origin, where), arg_u64(e, "bytes", where),
-                 optional_id(e, "storage"));
+                 optional_id(e, "storage"), optional_id(e, "op"));
     } else if (ph == "C" && name == "allocated") {
       t.allocated(ns_of(e, "ts", origin, where), arg_u64(e, "bytes", where));
     } else if (ph == "C" && name == "budget") {

@@ -31,9 +31,9 @@ void Timeline::span(uint32_t name, uint64_t start_ns, uint64_t dur_ns, bool rema
   spans_.push_back(TimelineSpan{start_ns, dur_ns, name, op, remat});
 }
 
-void Timeline::eviction(uint64_t ts_ns, uint64_t bytes, uint32_t storage) {
+void Timeline::eviction(uint64_t ts_ns, uint64_t bytes, uint32_t storage, uint32_t op) {
   if (full()) return;
-  evictions_.push_back(TimelineEviction{ts_ns, bytes, storage});
+  evictions_.push_back(TimelineEviction{ts_ns, bytes, storage, op});
 }
 
 void Timeline::allocated(uint64_t ts_ns, uint64_t bytes) {

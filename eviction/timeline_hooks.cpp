@@ -56,7 +56,10 @@ void TimelineHooks::on_evict(StorageId s) {
   const uint64_t evictions = engine_->stats().num_evictions;
   if (evictions != seen_evictions_) {
     seen_evictions_ = evictions;
-    timeline_.eviction(now, engine_->storage_size(s), s);
+    // The op that made it: its root tensor's (views share it), the `op` of its spans.
+    const std::vector<TensorId>& tensors = engine_->storage_tensors(s);
+    timeline_.eviction(now, engine_->storage_size(s), s,
+                       tensors.empty() ? UINT32_MAX : engine_->op_of(tensors[0]));
   }
   if (!allocated_bytes_) timeline_.allocated(now, engine_->live_bytes());
   if (inner_) inner_->on_evict(s);

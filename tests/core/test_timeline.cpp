@@ -25,7 +25,7 @@ Timeline sample_timeline() {
   t.budget(1000, 4096);
   t.span("addmm", 1000, 500, false, 0);
   t.allocated(1000, 2048);
-  t.eviction(1500, 1024, 7);
+  t.eviction(1500, 1024, 7, 0);  // storage 7, made by op 0
   t.allocated(1500, 1024);
   t.span("relu", 1500, 250, false, 1);
   t.span("addmm", 1750, 500, true, 0);  // a remat
@@ -127,6 +127,7 @@ TEST_CASE("chrome trace round trip: load(write(t)) == t", "[core][timeline]") {
   CHECK(back.evictions()[0].ts_ns == 1500);
   CHECK(back.evictions()[0].bytes == 1024);
   CHECK(back.evictions()[0].storage == 7);
+  CHECK(back.evictions()[0].op == 0);
   REQUIRE(back.allocated_samples().size() == t.allocated_samples().size());
   for (size_t i = 0; i < t.allocated_samples().size(); ++i) {
     CHECK(back.allocated_samples()[i].ts_ns == t.allocated_samples()[i].ts_ns);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,8 @@ TraceCounts check_chrome_trace(const nlohmann::json& doc) {
   CHECK(doc["otherData"]["format"] == "dtr-timeline");
 
   std::map<int, std::string> thread_names;
+  std::set<uint32_t> op_ids;           // args.op of the op spans
+  std::vector<uint32_t> eviction_ops;  // args.op of the evictions
   std::map<std::string, double> last_counter_ts;
   std::set<int> op_tids, remat_tids;
   double run_begin = 1e300, run_end = -1e300;
@@ -73,6 +76,8 @@ TraceCounts check_chrome_trace(const nlohmann::json& doc) {
       } else {
         CHECK(e["cat"] == "op");
         ++n.ops;
+        if (e.contains("args") && e["args"].contains("op"))
+          op_ids.insert(e["args"]["op"].get<uint32_t>());
         op_tids.insert(e["tid"].get<int>());
         run_begin = std::min(run_begin, ts);
         run_end = std::max(run_end, end);
@@ -85,6 +90,8 @@ TraceCounts check_chrome_trace(const nlohmann::json& doc) {
       if (e["cat"] == "eviction") {
         ++n.evictions;
         CHECK(e["args"]["bytes"].is_number_unsigned());
+        REQUIRE(e["args"].contains("op"));  // the op that made the storage
+        eviction_ops.push_back(e["args"]["op"].get<uint32_t>());
       }
     } else if (ph == "C") {
       REQUIRE(has_number(e, "ts"));
@@ -107,6 +114,7 @@ TraceCounts check_chrome_trace(const nlohmann::json& doc) {
   // first op started, and before the end of the run, which callers check against the
   // replay's compute time.
   CHECK(thread_names.size() >= 3);
+  for (uint32_t op : eviction_ops) CHECK(op_ids.count(op) == 1);  // an op that ran before
   for (int tid : remat_tids) {
     CHECK(op_tids.count(tid) == 0);
     CHECK(thread_names[tid] == "remat");

@@ -70,6 +70,9 @@ def test_timeline_of_a_live_run(lib, tmp_path):
     stats = result.stats
     assert len(by[("X", 2)]) == stats["dtr.num_remats"]
     assert len(by[("i", 3)]) == stats["dtr.num_evictions"]
+    # Each eviction names the op that made the storage: one of the op spans.
+    op_ids = {e["args"]["op"] for e in by[("X", 1)] if "op" in e.get("args", {})}
+    assert by[("i", 3)] and all(e["args"]["op"] in op_ids for e in by[("i", 3)])
     assert doc["otherData"]["host"] == "torch"
     assert {e["name"] for e in by[("X", 1)]} >= {"aten::addmm"}
 

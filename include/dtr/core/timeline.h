@@ -51,6 +51,7 @@ struct TimelineEviction {
   uint64_t ts_ns = 0;
   uint64_t bytes = 0;
   uint32_t storage = UINT32_MAX;  // the engine's StorageId, if the host knows it
+  uint32_t op = UINT32_MAX;       // the op that made it (as TimelineSpan::op), if known
 };
 
 struct TimelineSample {
@@ -77,7 +78,8 @@ class Timeline {
             uint32_t op = UINT32_MAX) {
     span(intern(name), start_ns, dur_ns, remat, op);
   }
-  void eviction(uint64_t ts_ns, uint64_t bytes, uint32_t storage = UINT32_MAX);
+  void eviction(uint64_t ts_ns, uint64_t bytes, uint32_t storage = UINT32_MAX,
+                uint32_t op = UINT32_MAX);
   void allocated(uint64_t ts_ns, uint64_t bytes);  // Note [Sample coalescing]
   void budget(uint64_t ts_ns, std::optional<uint64_t> bytes);
 
