@@ -52,6 +52,7 @@ ojson other_data(const Timeline& t, const ChromeTraceInfo& info) {
   d["ops"] = t.spans().size() - remats;
   d["remats"] = remats;
   d["evictions"] = t.evictions().size();
+  d["compactions"] = t.compactions().size();
   d["samples"] = t.allocated_samples().size();
   d["max_records"] = t.max_records();
   d["truncated"] = t.truncated();
@@ -95,11 +96,13 @@ void generate(const Timeline& t, const ChromeTraceInfo& info,
   const auto& evictions = t.evictions();
   const auto& spans = t.spans();
   const auto& samples = t.allocated_samples();
+  const auto& compactions = t.compactions();
   const auto b_idx = order_by(budgets, [](const TimelineBudget& b) { return b.ts_ns; });
   const auto e_idx = order_by(evictions, [](const TimelineEviction& e) { return e.ts_ns; });
   const auto s_idx = order_by(spans, [](const TimelineSpan& s) { return s.start_ns; });
   const auto a_idx = order_by(samples, [](const TimelineSample& s) { return s.ts_ns; });
-  size_t bi = 0, ei = 0, si = 0, ai = 0;
+  const auto c_idx = order_by(compactions, [](const TimelineCompaction& c) { return c.ts_ns; });
+  size_t bi = 0, ei = 0, si = 0, ai = 0, ci = 0;
   constexpr uint64_t kDone = UINT64_MAX;
   uint64_t last_ts = origin;
   for (;;) {
@@ -107,7 +110,8 @@ void generate(const Timeline& t, const ChromeTraceInfo& info,
     const uint64_t te = ei < e_idx.size() ? evictions[e_idx[ei]].ts_ns : kDone;
     const uint64_t ts = si < s_idx.size() ? spans[s_idx[si]].start_ns : kDone;
     const uint64_t ta = ai < a_idx.size() ? samples[a_idx[ai]].ts_ns : kDone;
-    const uint64_t now = std::min({tb, te, ts, ta});
+    const uint64_t tc = ci < c_idx.size() ? compactions[c_idx[ci]].ts_ns : kDone;
+    const uint64_t now = std::min({tb, te, ts, ta, tc});
     if (now == kDone) break;
     last_ts = now;
     if (tb == now) {
@@ -127,6 +131,18 @@ void generate(const Timeline& t, const ChromeTraceInfo& info,
                  {"pid", kPid},
                  {"tid", kEvictionTid},
                  {"args", std::move(args)}});
+    } else if (tc == now) {
+      const TimelineCompaction& c = compactions[c_idx[ci++]];
+      emit(ojson{{"name", "compact"},
+                 {"cat", "compaction"},
+                 {"ph", "i"},
+                 {"s", "t"},
+                 {"ts", to_us(c.ts_ns, origin)},
+                 {"pid", kPid},
+                 {"tid", kEvictionTid},
+                 {"args", ojson{{"blocks", c.blocks},
+                                {"moved_bytes", c.moved_bytes},
+                                {"released_bytes", c.released_bytes}}}});
     } else if (ts == now) {
       const TimelineSpan& s = spans[s_idx[si++]];
       ojson args = ojson::object();
@@ -240,6 +256,9 @@ Timeline parse_chrome_trace(const nlohmann::json& doc, const std::string& where)
     } else if (ph == "i" && cat == "eviction") {
       t.eviction(ns_of(e, "ts", origin, where), arg_u64(e, "bytes", where),
                  optional_id(e, "storage"), optional_id(e, "op"));
+    } else if (ph == "i" && cat == "compaction") {
+      t.compaction(ns_of(e, "ts", origin, where), arg_u64(e, "blocks", where),
+                   arg_u64(e, "moved_bytes", where), arg_u64(e, "released_bytes", where));
     } else if (ph == "C" && name == "allocated") {
       t.allocated(ns_of(e, "ts", origin, where), arg_u64(e, "bytes", where));
     } else if (ph == "C" && name == "budget") {

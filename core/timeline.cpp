@@ -67,6 +67,7 @@ uint64_t Timeline::origin_ns() const {
   for (const TimelineEviction& e : evictions_) t = std::min(t, e.ts_ns);
   for (const TimelineSample& s : samples_) t = std::min(t, s.ts_ns);
   for (const TimelineBudget& b : budgets_) t = std::min(t, b.ts_ns);
+  for (const TimelineCompaction& c : compactions_) t = std::min(t, c.ts_ns);
   return t == UINT64_MAX ? 0 : t;
 }
 
@@ -76,6 +77,7 @@ uint64_t Timeline::end_ns() const {
   for (const TimelineEviction& e : evictions_) t = std::max(t, e.ts_ns);
   for (const TimelineSample& s : samples_) t = std::max(t, s.ts_ns);
   for (const TimelineBudget& b : budgets_) t = std::max(t, b.ts_ns);
+  for (const TimelineCompaction& c : compactions_) t = std::max(t, c.ts_ns);
   return t;
 }
 

@@ -826,7 +826,13 @@ uint64_t Engine::compact_for_allocator(uint64_t bytes_requested) {
       rec.memory = to;
     }
   } mover(*this);
+  const AllocatorStats before = memory_.allocator->stats();
   const uint64_t released = memory_.allocator->compact(bytes_requested, mover);
+  if (released > 0) {
+    const AllocatorStats after = memory_.allocator->stats();
+    note_compaction(after.num_block_moves - before.num_block_moves,
+                    after.moved_bytes - before.moved_bytes, released);
+  }
   if (config_.debug >= 3) check_invariants();
   return released;
 }

@@ -50,6 +50,12 @@ void TimelineHooks::on_compute(OpId op, bool remat) {
   if (allocated_bytes_) timeline_.allocated(engine_->now(), allocated_bytes_());
 }
 
+void TimelineHooks::on_compact(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) {
+  DTR_CHECK(engine_ != nullptr, "TimelineHooks used before bind()");
+  timeline_.compaction(engine_->now(), blocks, moved_bytes, released_bytes);
+  if (inner_) inner_->on_compact(blocks, moved_bytes, released_bytes);
+}
+
 void TimelineHooks::on_evict(StorageId s) {
   DTR_CHECK(engine_ != nullptr, "TimelineHooks used before bind()");
   const uint64_t now = engine_->now();

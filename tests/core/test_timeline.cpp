@@ -32,6 +32,7 @@ Timeline sample_timeline() {
   t.allocated(1750, 3072);
   // Recorded out of order, as a host that records an op after the remats it caused does.
   t.span("mul", 1200, 100, false, 2);
+  t.compaction(1600, 2, 4096, 20 << 20);
   return t;
 }
 
@@ -88,7 +89,9 @@ TEST_CASE("chrome trace: tracks, sorted events and microseconds", "[core][timeli
   CHECK(doc["otherData"]["remats"] == 1);
   CHECK(doc["otherData"]["model"] == "mlp");
   const auto& ev = doc["traceEvents"];
-  REQUIRE(ev.size() == 4 + 1 + 1 + 4 + 3);  // metadata, budget, eviction, spans, samples
+  // metadata, budget, eviction, spans, samples, compaction
+  REQUIRE(ev.size() == 4 + 1 + 1 + 4 + 3 + 1);
+  CHECK(doc["otherData"]["compactions"] == 1);
   CHECK(ev[0]["name"] == "process_name");
   CHECK(ev[0]["args"]["name"] == "test");
   double last = -1;
@@ -97,6 +100,11 @@ TEST_CASE("chrome trace: tracks, sorted events and microseconds", "[core][timeli
     last = ev[i]["ts"].get<double>();
   }
   for (const auto& e : ev) {
+    if (e.value("cat", "") == "compaction") {  // on the evictions track, at 0.6 us
+      CHECK(e["tid"] == 3);
+      CHECK(e["ts"].get<double>() == Approx(0.6));
+      CHECK(e["args"]["released_bytes"] == 20u << 20);
+    }
     if (e["ph"] != "X") continue;
     if (e["name"] == "mul") {
       CHECK(e["ts"].get<double>() == Approx(0.2));  // (1200 - 1000) ns in microseconds
@@ -128,6 +136,11 @@ TEST_CASE("chrome trace round trip: load(write(t)) == t", "[core][timeline]") {
   CHECK(back.evictions()[0].bytes == 1024);
   CHECK(back.evictions()[0].storage == 7);
   CHECK(back.evictions()[0].op == 0);
+  REQUIRE(back.compactions().size() == 1);
+  CHECK(back.compactions()[0].ts_ns == 1600);
+  CHECK(back.compactions()[0].blocks == 2);
+  CHECK(back.compactions()[0].moved_bytes == 4096);
+  CHECK(back.compactions()[0].released_bytes == 20u << 20);
   REQUIRE(back.allocated_samples().size() == t.allocated_samples().size());
   for (size_t i = 0; i < t.allocated_samples().size(); ++i) {
     CHECK(back.allocated_samples()[i].ts_ns == t.allocated_samples()[i].ts_ns);

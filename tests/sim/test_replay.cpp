@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "dtr/core/chrome_trace.h"
 #include "dtr/core/trace.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
@@ -466,6 +467,18 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
     CHECK(host.stats.num_remats == 0);
     CHECK(host.peak_reserved_bytes <= host.reserved_limit_bytes);
     CHECK(to_json(host).at("reserved_limit_bytes") == host.reserved_limit_bytes);
+  }
+  // A timeline of the replay marks the compaction: b (2 MiB) moved, Y (20 MiB) went back.
+  {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "dtr-test-replay-moves.json").string();
+    REQUIRE(replay_with("reserved_limit:64M,timeline:" + path).status_name == "ok");
+    const Timeline timeline = load_chrome_trace(path);
+    std::filesystem::remove(path);
+    REQUIRE(timeline.compactions().size() == 1);
+    CHECK(timeline.compactions()[0].blocks == 1);
+    CHECK(timeline.compactions()[0].moved_bytes == 2 * mib);
+    CHECK(timeline.compactions()[0].released_bytes == 20 * mib);
   }
   // The same with a memory snapshot recorded, which attaches its own eviction callback:
   // the moves are in it as an alloc at the new address and a free at the old.

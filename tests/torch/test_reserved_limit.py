@@ -3,6 +3,8 @@ and small allocations included) stays under it, and the run trains bit for bit a
 without the library. The budget alone caps live bytes only: the same run without the
 limit reserves well above its budget, so the test would fail if the option did nothing.
 """
+import json
+
 import pytest
 
 from conftest import PYTHON, Result, clean_env, driver, run
@@ -106,8 +108,9 @@ def compaction(lib, conf, mode="plain"):
     return proc.stdout
 
 
-def test_compaction_moves_a_pinned_input_so_a_segment_can_go_back(lib):
-    out = compaction(lib, "")
+def test_compaction_moves_a_pinned_input_so_a_segment_can_go_back(lib, tmp_path):
+    timeline = tmp_path / "run.json"
+    out = compaction(lib, f",timeline:{timeline}")
     assert "OOM" not in out, out
     moves = out.split("MOVES ")[1].split()[:2]
     assert moves == ["1", str(2 << 20)], out  # b moved, and only b
@@ -116,6 +119,10 @@ def test_compaction_moves_a_pinned_input_so_a_segment_can_go_back(lib):
     assert "EVICTIONS 0" in out, out
     assert "SAME True True" in out, out  # the moved bytes are the same bits
     assert "1, 2.00 MiB" in out.split("Blocks moved")[1], out  # and memory_summary says so
+    # The timeline marks the compaction: one block, 2 MiB moved, Y's 20 MiB given back.
+    events = json.loads(timeline.read_text())["traceEvents"]
+    compactions = [e["args"] for e in events if e.get("cat") == "compaction"]
+    assert compactions == [{"blocks": 1, "moved_bytes": 2 << 20, "released_bytes": 20 << 20}]
 
 
 def test_without_compaction_nothing_moves_and_a_handed_out_address_stays(lib):

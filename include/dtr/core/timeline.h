@@ -1,12 +1,14 @@
 // timeline.h: a host-agnostic recorder of what a run did over time.
 //
-// A Timeline holds four kinds of records, each with timestamps the host passes in, in
+// A Timeline holds five kinds of records, each with timestamps the host passes in, in
 // nanoseconds of the host's clock (the simulator: its LogicalClock, i.e. simulated compute
 // ns; the torch integration: steady_clock ns):
 //  - spans: one per op that ran (name, start, duration), `remat` when it was re-run;
 //  - evictions: a storage the policy evicted (time, bytes, storage id);
 //  - allocated samples: live bytes from this time on (a step function);
-//  - budget samples: the budget from this time on (none = unlimited).
+//  - budget samples: the budget from this time on (none = unlimited);
+//  - compactions: live blocks moved so segments could go back under a reserved limit
+//    (Note [Compaction] in allocator/caching_allocator.cpp): blocks, bytes, released.
 // It knows nothing of engines or files: the Chrome trace writer and reader are in
 // chrome_trace.h, the engine adapter in eviction/timeline_hooks.h.
 //
@@ -22,8 +24,9 @@
 // spans, evictions and allocated samples together. Once the cap is reached later records
 // are counted, not kept: the timeline keeps the start of a run, every kept record is
 // exact, and truncated() says so (the Chrome trace carries it in `otherData.truncated`
-// and a "timeline truncated" instant event at the last kept time). Budget samples and
-// names are not capped (a budget changes rarely; names are per distinct op name).
+// and a "timeline truncated" instant event at the last kept time). Budget samples,
+// compactions and names are not capped (a budget changes rarely, a compaction comes only
+// when a reserved limit refuses a segment, names are per distinct op name).
 //
 // Thread safety: none. One thread records at a time (the torch host records under its
 // engine lock; the simulator is single-threaded per replay).
@@ -54,6 +57,13 @@ struct TimelineEviction {
   uint32_t op = UINT32_MAX;       // the op that made it (as TimelineSpan::op), if known
 };
 
+struct TimelineCompaction {
+  uint64_t ts_ns = 0;
+  uint64_t blocks = 0;          // live blocks moved
+  uint64_t moved_bytes = 0;     // the bytes they hold
+  uint64_t released_bytes = 0;  // segment bytes given back
+};
+
 struct TimelineSample {
   uint64_t ts_ns = 0;
   uint64_t bytes = 0;
@@ -82,6 +92,9 @@ class Timeline {
                 uint32_t op = UINT32_MAX);
   void allocated(uint64_t ts_ns, uint64_t bytes);  // Note [Sample coalescing]
   void budget(uint64_t ts_ns, std::optional<uint64_t> bytes);
+  void compaction(uint64_t ts_ns, uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) {
+    compactions_.push_back(TimelineCompaction{ts_ns, blocks, moved_bytes, released_bytes});
+  }
 
   // --- reading ----------------------------------------------------------------------------
   const std::vector<std::string>& names() const { return names_; }
@@ -90,6 +103,7 @@ class Timeline {
   const std::vector<TimelineEviction>& evictions() const { return evictions_; }
   const std::vector<TimelineSample>& allocated_samples() const { return samples_; }
   const std::vector<TimelineBudget>& budget_samples() const { return budgets_; }
+  const std::vector<TimelineCompaction>& compactions() const { return compactions_; }
   // The last budget recorded (nullopt: none recorded, or unlimited).
   std::optional<uint64_t> last_budget() const;
 
@@ -119,6 +133,7 @@ class Timeline {
   std::vector<TimelineEviction> evictions_;
   std::vector<TimelineSample> samples_;
   std::vector<TimelineBudget> budgets_;
+  std::vector<TimelineCompaction> compactions_;
 };
 
 }  // namespace dtr

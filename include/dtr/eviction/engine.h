@@ -103,6 +103,9 @@ class EngineHooks {
   virtual void on_retire(OpId op) {}
   // Storage `s` is forgotten (its last tensor retired); its id comes back likewise.
   virtual void on_retire_storage(StorageId s) {}
+  // The allocator moved `blocks` live blocks (`moved_bytes`) and gave `released_bytes` of
+  // segments back (Engine::note_compaction).
+  virtual void on_compact(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) {}
 };
 
 // The caching allocator the engine works with, if any (see the header comment).
@@ -150,6 +153,11 @@ class Engine {
   // engine-owned memory, lets CachingAllocator::compact move the blocks of material
   // storages not in use. Returns the segment bytes released (0: nothing moved).
   uint64_t compact_for_allocator(uint64_t bytes_requested);
+  // A compaction happened (here, or by a host that moves its own storages): tells the
+  // hooks (EngineHooks::on_compact), e.g. for a timeline.
+  void note_compaction(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) {
+    hooks_->on_compact(blocks, moved_bytes, released_bytes);
+  }
   // The storage the policy would evict now (the pool must not be empty); evicts nothing.
   StorageId choose_victim();
   // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not

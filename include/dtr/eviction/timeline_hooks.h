@@ -16,6 +16,7 @@
 //  - on_evict(s): an eviction record when the policy chose `s` (Stats::num_evictions
 //    moved); eager frees of dead storages and plan drops are not marks, only the
 //    allocated sample after them (live bytes, on every on_evict).
+//  - on_compact: a compaction record (blocks and bytes moved, segment bytes released).
 // A host whose engine records ops that already ran (Engine::record: no on_compute for
 // them) records those spans itself with Timeline::span and names ops with name_op so
 // their remats carry the name.
@@ -58,6 +59,7 @@ class TimelineHooks : public EngineHooks {
 
   void on_compute(OpId op, bool remat) override;
   void on_evict(StorageId s) override;
+  void on_compact(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) override;
   void after_remat(OpId op) override;
   void on_retire(OpId op) override {
     if (inner_) inner_->on_retire(op);
