@@ -190,11 +190,13 @@ std::string format_sweep_table(const std::vector<ReplayResult>& results) {
   for (const ReplayResult& r : results)
     if (std::find(ratios.begin(), ratios.end(), r.budget_ratio) == ratios.end()) ratios.push_back(r.budget_ratio);
   std::sort(ratios.begin(), ratios.end());
+  int width = 10;  // the policy column: as wide as the longest name
+  for (const std::string& policy : policies) width = std::max(width, int(policy.size()));
   std::ostringstream out;
-  char cell[64];
+  char cell[128];
   for (const std::string& trace : traces) {
     out << trace << "\n";
-    std::snprintf(cell, sizeof cell, "  %-10s", "policy");
+    std::snprintf(cell, sizeof cell, "  %-*s", width, "policy");
     out << cell;
     for (double ratio : ratios) {
       std::snprintf(cell, sizeof cell, " %7.2f", ratio);
@@ -202,7 +204,7 @@ std::string format_sweep_table(const std::vector<ReplayResult>& results) {
     }
     out << "\n";
     for (const std::string& policy : policies) {
-      std::snprintf(cell, sizeof cell, "  %-10s", policy.c_str());
+      std::snprintf(cell, sizeof cell, "  %-*s", width, policy.substr(0, 100).c_str());
       out << cell;
       for (double ratio : ratios) {
         std::string text = "-";

@@ -363,7 +363,8 @@ TEST_CASE("thrashing past the remat limit is reported", "[eviction]") {
 
 TEST_CASE("the registry lists every built-in policy and refuses unknown names", "[eviction][registry]") {
   const HeuristicRegistry& r = builtin_heuristics();
-  for (const char* name : {"dtr", "dtr_eq", "dtr_local", "lru", "size", "msps", "random"})
+  for (const char* name :
+       {"dtr", "dtr_eq", "dtr_local", "dtr_ancestors", "lru", "size", "msps", "random"})
     CHECK(r.find(name) != nullptr);
   try {
     r.make("dtr_eqq", {});
@@ -421,6 +422,38 @@ TEST_CASE("each heuristic picks the victim its formula says", "[eviction][heuris
   CHECK(victim("dtr") == 0);        // no evicted neighbours: same as dtr_local
   CHECK(victim("dtr_eq") == 0);
   CHECK(victim("msps") == 1);  // 500/10000 < 10/100 = 100/1000
+  CHECK(victim("dtr_ancestors") == 0);  // no evicted ancestors: same as dtr_local
+}
+
+TEST_CASE("dtr_ancestors charges evicted ancestors, not evicted descendants",
+          "[eviction][heuristics]") {
+  // Note [Ancestors only]. a (cost 100) makes b (cost 1000), which is evicted but kept
+  // referenced; c (cost 300) is unrelated; all 1000 bytes. dtr charges a for b, its evicted
+  // child, and picks c; dtr_ancestors does not, and picks a, as msps (a has no evicted
+  // ancestors) does.
+  struct Run {
+    StorageId victim, a, c;
+  };
+  auto run = [](const std::string& policy) {
+    LogicalClock clock{1};
+    Engine engine(EngineConfig{}, builtin_heuristics().make(policy, {}), clock);
+    std::vector<TensorId> out;
+    engine.call(100, {}, {{1000, -1}}, out);  // a
+    const TensorId a = out.back();
+    engine.call(1000, {a}, {{1000, -1}}, out);  // b, read a
+    const TensorId b = out.back();
+    engine.call(300, {}, {{1000, -1}}, out);  // c
+    const TensorId c = out.back();
+    REQUIRE(engine.drop(engine.storage_of(b)));
+    clock.advance(1000);
+    return Run{engine.choose_victim(), engine.storage_of(a), engine.storage_of(c)};
+  };
+  const Run dtr = run("dtr"), ancestors = run("dtr_ancestors"), msps = run("msps");
+  // Staleness: c's is 1000 ticks; a's at least 1300 (b read it, then c ran for 300) and at
+  // most 2300. dtr: (100 + 1000) / (1000 * 2300) > 300 / (1000 * 1000), so c.
+  CHECK(dtr.victim == dtr.c);
+  CHECK(ancestors.victim == ancestors.a);  // 100 / (1000 * 1300) < 300 / (1000 * 1000)
+  CHECK(msps.victim == msps.a);            // 100 / 1000 < 300 / 1000
 }
 
 TEST_CASE("ties go to the storage that entered the pool last; zero costs to the first", "[eviction][heuristics]") {

@@ -56,7 +56,8 @@ TEST_CASE("dtr-sim policies lists every policy with one line each", "[sim][cli]"
   const auto r = run_command(sim() + " policies");
   REQUIRE(r.exit_code == 0);
   const std::string listing = "\n" + r.output;
-  for (const char* name : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random"})
+  for (const char* name :
+       {"dtr_eq", "dtr", "dtr_local", "dtr_ancestors", "msps", "lru", "size", "random"})
     CHECK(listing.find(std::string("\n") + name + " ") != std::string::npos);
 }
 

@@ -173,8 +173,9 @@ TEST_CASE("remat bound: no policy beats it on random programs and training steps
       const RematBound bound = remat_bound(trace, baseline, budget);
       if (!bound.feasible) ++infeasible;
       if (bound.remat_ns > 0) ++binding;
-      for (const char* policy : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random",
-                                 "dtr_eq+", "msps+"}) {  // +: the variant of replay_at
+      for (const char* policy :
+           {"dtr_eq", "dtr", "dtr_local", "dtr_ancestors", "msps", "lru", "size", "random",
+            "dtr_eq+", "msps+"}) {  // +: the variant of replay_at
         const std::string name = policy;
         const bool variant = name.back() == '+';
         const ReplayResult r = replay_at(trace, variant ? name.substr(0, name.size() - 1) : name,

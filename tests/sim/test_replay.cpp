@@ -140,7 +140,8 @@ TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3", "[sim][
     const Trace trace = make_random_trace(seed, 600, fake ? 16384 : 1024);
     const Baseline baseline = compute_baseline(trace);
     REQUIRE(baseline.peak_bytes > 0);
-    for (const char* policy : {"dtr_eq", "dtr", "dtr_local", "msps", "lru", "size", "random", "coop"}) {
+    for (const char* policy :
+         {"dtr_eq", "dtr", "dtr_local", "dtr_ancestors", "msps", "lru", "size", "random", "coop"}) {
       if (!fake && std::string(policy) == "coop") continue;  // coop reads block addresses
       for (const char* budget : {"1.0", "0.7", "0.5", "0.35", "0.2"}) {
         for (SearchMode mode : {SearchMode::full, SearchMode::sample}) {
