@@ -1,7 +1,8 @@
 // runtime.cpp: the process-wide runtime, the library's initializer and the C API
 // (runtime.h). No torch header: PyTorch is reached through cpu_allocator.h.
 //
-// Start-up, in the static initializer (load_runtime below):
+// Start-up, in the static initializer (load_runtime below), only in a process that can run
+// PyTorch ops (Note [Wrapper processes]; any other keeps LD_PRELOAD and does nothing):
 //  1. drop this library from LD_PRELOAD (Note [LD_PRELOAD in children]);
 //  2. read the options: defaults, DTR_CONF, DTR_* (dtr::Config::apply_environment, which
 //     only uses getenv); a bad one ends the process (Note [Bad configuration]);
@@ -16,6 +17,18 @@
 // library's entries from LD_PRELOAD (other preloaded libraries stay) and unsets the
 // variable when nothing is left. DataLoader workers are forked, not exec'd: they keep
 // the hook, with a copy of the allocator's state, and stay correct.
+//
+// Note [Wrapper processes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// `LD_PRELOAD=libdtr_torch.so timeout 600 python3 train.py` (or time, nice, env, strace,
+// perf, a shell) loads the library into the wrapper first. Dropping it from LD_PRELOAD
+// there left the Python process without it: no budget, no report, and no word of it (a
+// trace recorded under `timeout` came out empty, 2026-11-28). So the initializer starts
+// only in a process that can run PyTorch ops: one with a Python interpreter (its
+// Py_IsInitialized is in the global scope) or whose executable itself needs libtorch or
+// libc10 (a C++ program built against libtorch). Any other process is left as it was:
+// LD_PRELOAD stays for its children, no allocator is installed, no option is read.
+// torch.ops.load_library runs inside Python, so it always starts.
 //
 // Note [Bad configuration]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -41,6 +54,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -266,7 +280,41 @@ void report_at_exit() {
   std::fflush(stderr);
 }
 
+// Note [Wrapper processes]: the executable's own DT_NEEDED entries name libtorch or libc10.
+bool executable_needs_torch() {
+  bool needs = false;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) -> int {
+        const ElfW(Dyn)* dynamic = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dynamic =
+                reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        if (!dynamic) return 1;  // static executable: nothing to read
+        uintptr_t strtab = 0;
+        for (const ElfW(Dyn)* d = dynamic; d->d_tag != DT_NULL; ++d)
+          if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+        if (strtab == 0) return 1;
+        if (strtab < info->dlpi_addr) strtab += info->dlpi_addr;  // not relocated in place
+        for (const ElfW(Dyn)* d = dynamic; d->d_tag != DT_NULL; ++d) {
+          if (d->d_tag != DT_NEEDED) continue;
+          const std::string name = reinterpret_cast<const char*>(strtab + d->d_un.d_val);
+          if (name.find("libtorch") != std::string::npos ||
+              name.find("libc10") != std::string::npos)
+            *static_cast<bool*>(data) = true;
+        }
+        return 1;  // the first object is the executable: stop there
+      },
+      &needs);
+  return needs;
+}
+
+bool can_run_torch_ops() {
+  return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr || executable_needs_torch();
+}
+
 void load_runtime() {
+  if (!can_run_torch_ops()) return;  // Note [Wrapper processes]
   drop_self_from_ld_preload();
   if (runtime()) return;  // this copy is already up
   Config config;

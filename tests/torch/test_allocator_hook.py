@@ -2,6 +2,8 @@
 library, with its tensors allocated (and counted) by dtr's caching allocator, whether the
 library comes by LD_PRELOAD or by torch.ops.load_library, and under a hard budget."""
 import json
+import shutil
+import subprocess
 
 import pytest
 
@@ -51,6 +53,36 @@ def test_ld_preload_keeps_other_preloads(lib):
     result = Result(run(driver(*MLP), clean_env(LD_PRELOAD=f"{lib}:{other}")))
     assert result.enabled
     assert result.facts["ld_preload"] == other
+
+
+@pytest.mark.parametrize("wrapper", [["timeout", "300"], ["/usr/bin/env"], ["nice", "-n", "0"]])
+def test_ld_preload_through_a_wrapper_reaches_python(lib, baseline, wrapper):
+    # Note [Wrapper processes] (runtime.cpp): the library loads into the wrapper first; it
+    # must leave LD_PRELOAD for Python there, or the script runs without a budget, silently.
+    result = Result(run([*wrapper, *driver(*MLP)], clean_env(LD_PRELOAD=lib)))
+    assert_same_training(result, baseline)
+    assert_went_through_dtr(result)
+    assert result.facts["ld_preload"] == "None"  # Python took it out for its own children
+
+
+def test_only_processes_that_can_run_torch_ops_start(lib, tmp_path):
+    # A C++ program whose executable needs libc10 starts the runtime (its report at exit);
+    # one that does not leaves LD_PRELOAD as it was and prints nothing.
+    gxx = shutil.which("g++")
+    if not gxx:
+        pytest.skip("no g++ to build the two programs")
+    source = tmp_path / "main.cpp"
+    source.write_text("#include <cstdlib>\nint main() { return std::system(\"echo LDP=$LD_PRELOAD\"); }\n")
+    needs, plain = tmp_path / "needs_c10", tmp_path / "plain"
+    subprocess.run([gxx, str(source), "-o", str(needs), "-Wl,--no-as-needed", "-lc10"], check=True)
+    subprocess.run([gxx, str(source), "-o", str(plain)], check=True)
+    env = clean_env(LD_PRELOAD=lib, DTR_REPORT="1")
+    started = run([str(needs)], env)
+    assert "dtr: report" in started.stderr, started.stderr
+    assert "LDP=\n" in started.stdout, started.stdout  # dropped for its children
+    left = run([str(plain)], env)
+    assert "dtr: report" not in left.stderr, left.stderr
+    assert f"LDP={lib}" in left.stdout, left.stdout  # kept for its children
 
 
 def test_load_library_is_bit_identical(lib, baseline):
