@@ -826,14 +826,20 @@ uint64_t Engine::compact_for_allocator(uint64_t bytes_requested) {
       rec.memory = to;
     }
   } mover(*this);
+  const uint64_t released = compact_allocator(bytes_requested, mover);
+  if (config_.debug >= 3) check_invariants();
+  return released;
+}
+
+uint64_t Engine::compact_allocator(uint64_t bytes_requested, BlockMover& mover) {
+  DTR_CHECK(memory_.allocator != nullptr, "compact_allocator without an allocator");
   const AllocatorStats before = memory_.allocator->stats();
   const uint64_t released = memory_.allocator->compact(bytes_requested, mover);
   if (released > 0) {
     const AllocatorStats after = memory_.allocator->stats();
-    note_compaction(after.num_block_moves - before.num_block_moves,
-                    after.moved_bytes - before.moved_bytes, released);
+    hooks_->on_compact(after.num_block_moves - before.num_block_moves,
+                       after.moved_bytes - before.moved_bytes, released);
   }
-  if (config_.debug >= 3) check_invariants();
   return released;
 }
 

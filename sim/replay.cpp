@@ -128,6 +128,16 @@ ReplayOptions::Memory parse_memory_model(const std::string& text) {
   throw ConfigError("dtr: unknown allocator '" + text + "' (option `allocator`); valid: fake, none");
 }
 
+namespace {
+// Option reserved_limit sizes the fake device: byte accounting has no segments to size.
+void check_reserved_limit(const ReplayOptions& o) {
+  if (o.reserved_limit.kind != Budget::Kind::unlimited && o.memory != ReplayOptions::Memory::fake)
+    throw ConfigError("dtr: option reserved_limit (" + o.reserved_limit.to_string() +
+                      ") sizes the fake device's segments, and allocator none has none: use "
+                      "allocator fake (--allocator fake) or drop reserved_limit");
+}
+}  // namespace
+
 ReplayOptions ReplayOptions::from_config(const Config& config) {
   ReplayOptions o;
   o.reserved_limit = config.reserved_limit;
@@ -144,10 +154,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
   o.memory = parse_memory_model(config.allocator);
-  if (o.reserved_limit.kind != Budget::Kind::unlimited && o.memory != Memory::fake)
-    throw ConfigError("dtr: option reserved_limit (" + o.reserved_limit.to_string() +
-                      ") sizes the fake device's segments, and allocator none has none: use "
-                      "allocator fake (--allocator fake) or drop reserved_limit");
+  check_reserved_limit(o);
   o.plan_path = config.plan;
   o.snapshot_path = config.snapshot;
   o.snapshot_format = parse_snapshot_format(config.snapshot_format);
@@ -414,9 +421,8 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   // cannot copy, and the default device models a GPU.
   std::unique_ptr<CachingAllocator> allocator;
   EngineMemory memory;
+  check_reserved_limit(options);  // options made without from_config, too
   const bool own_limit = options.reserved_limit.kind != Budget::Kind::unlimited;
-  if (own_limit && options.memory != ReplayOptions::Memory::fake)
-    throw ConfigError("dtr: option reserved_limit needs allocator fake");
   if (options.memory == ReplayOptions::Memory::fake) {
     AllocatorConfig aconfig;
     aconfig.budget_bytes = result.budget_bytes;

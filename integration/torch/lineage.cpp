@@ -1226,7 +1226,6 @@ uint64_t Lineage::compact(uint64_t bytes_requested) {
     }
   } mover;
   mover.deleter = our_deleter_;
-  const AllocatorStats before = allocator_.stats();
   for (StorageId s : active_) {
     if (storages_[s].discarded || !engine_->is_material(s) || engine_->is_in_use(s)) continue;
     c10::intrusive_ptr<c10::StorageImpl> impl = storages_[s].impl.lock();
@@ -1235,13 +1234,7 @@ uint64_t Lineage::compact(uint64_t bytes_requested) {
             unlocked_targets_.end())
       mover.held.emplace(Engine::owner_of(s), std::move(impl));
   }
-  const uint64_t released = allocator_.compact(bytes_requested, mover);
-  if (released > 0) {  // for the timeline (EngineHooks::on_compact)
-    const AllocatorStats after = allocator_.stats();
-    engine_->note_compaction(after.num_block_moves - before.num_block_moves,
-                             after.moved_bytes - before.moved_bytes, released);
-  }
-  return released;
+  return engine_->compact_allocator(bytes_requested, mover);  // tells the timeline too
 }
 
 // DTR_DEBUG >= 1, when nothing more can be evicted: every material storage the engine

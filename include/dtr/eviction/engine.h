@@ -104,7 +104,7 @@ class EngineHooks {
   // Storage `s` is forgotten (its last tensor retired); its id comes back likewise.
   virtual void on_retire_storage(StorageId s) {}
   // The allocator moved `blocks` live blocks (`moved_bytes`) and gave `released_bytes` of
-  // segments back (Engine::note_compaction).
+  // segments back (Engine::compact_allocator).
   virtual void on_compact(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) {}
 };
 
@@ -153,11 +153,10 @@ class Engine {
   // engine-owned memory, lets CachingAllocator::compact move the blocks of material
   // storages not in use. Returns the segment bytes released (0: nothing moved).
   uint64_t compact_for_allocator(uint64_t bytes_requested);
-  // A compaction happened (here, or by a host that moves its own storages): tells the
-  // hooks (EngineHooks::on_compact), e.g. for a timeline.
-  void note_compaction(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) {
-    hooks_->on_compact(blocks, moved_bytes, released_bytes);
-  }
+  // CachingAllocator::compact on the attached allocator with `mover` (the engine's own, or
+  // a host's that moves its storages itself); when segments went back, tells the hooks
+  // what moved (EngineHooks::on_compact), e.g. for a timeline. Returns the bytes released.
+  uint64_t compact_allocator(uint64_t bytes_requested, BlockMover& mover);
   // The storage the policy would evict now (the pool must not be empty); evicts nothing.
   StorageId choose_victim();
   // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not
