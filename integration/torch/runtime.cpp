@@ -2,33 +2,31 @@
 // (runtime.h). No torch header: PyTorch is reached through cpu_allocator.h.
 //
 // Start-up, in the static initializer (load_runtime below), only in a process that can run
-// PyTorch ops (Note [Wrapper processes]; any other keeps LD_PRELOAD and does nothing):
-//  1. drop this library from LD_PRELOAD (Note [LD_PRELOAD in children]);
+// PyTorch ops (Note [Wrapper processes] in process_kind.cpp; any other keeps LD_PRELOAD and
+// does nothing):
+//  1. hand LD_PRELOAD to the preload shim, so Python children start dtr too and other
+//     children do not load libtorch (Note [Preload shim] in process_kind.cpp);
 //  2. read the options: defaults, DTR_CONF, DTR_* (dtr::Config::apply_environment, which
-//     only uses getenv); a bad one ends the process (Note [Bad configuration]);
+//     only uses getenv); a bad one ends the process (Note [Bad configuration]); files a
+//     child of another dtr process writes get its pid (Note [Files of child processes]);
 //  3. build the CachingAllocator over a HostBackend with the budget, and install it as
 //     PyTorch's CPU allocator; a second load in the same process changes nothing;
 //  4. with `report` (DTR_REPORT=1), register the summary printed at exit.
 //
-// Note [LD_PRELOAD in children]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// LD_PRELOAD is inherited by every child the script starts, and loading libtorch into a
-// `/bin/true` took 1.3 s (ARCHITECTURE.md "Proven" 11). The initializer removes this
-// library's entries from LD_PRELOAD (other preloaded libraries stay) and unsets the
-// variable when nothing is left. DataLoader workers are forked, not exec'd: they keep
-// the hook, with a copy of the allocator's state, and stay correct.
-//
-// Note [Wrapper processes]
-// ~~~~~~~~~~~~~~~~~~~~~~~~
-// `LD_PRELOAD=libdtr_torch.so timeout 600 python3 train.py` (or time, nice, env, strace,
-// perf, a shell) loads the library into the wrapper first. Dropping it from LD_PRELOAD
-// there left the Python process without it: no budget, no report, and no word of it (a
-// trace recorded under `timeout` came out empty, 2026-11-28). So the initializer starts
-// only in a process that can run PyTorch ops: one with a Python interpreter (its
-// Py_IsInitialized is in the global scope) or whose executable itself needs libtorch or
-// libc10 (a C++ program built against libtorch). Any other process is left as it was:
-// LD_PRELOAD stays for its children, no allocator is installed, no option is read.
-// torch.ops.load_library runs inside Python, so it always starts.
+// Note [Files of child processes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Children started through the shim read the same DTR_TRACE, DTR_TIMELINE and
+// DTR_SNAPSHOT as the process that started them, and each writes its file at exit: the
+// workers of a launcher would overwrite each other's, and the launcher, exiting last,
+// theirs with its own nearly empty one. So every process the library starts in sets
+// DTR_PARENT_PID to its pid for its children, and a process that got the library from
+// the shim (its LD_PRELOAD names the shim, not the library) while DTR_PARENT_PID names
+// another process writes `<path>.<pid>`. A process started with the library itself in
+// LD_PRELOAD (a harness running `LD_PRELOAD=libdtr_torch.so DTR_TRACE=x python3 ...` and
+// reading x back), or with the shim by hand and no dtr parent, writes the path as given.
+// `%p` in a path is replaced by the writer's pid in every process (as in
+// LLVM_PROFILE_FILE), and such a path is not changed further. Every report says its
+// `"pid"`.
 //
 // Note [Bad configuration]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -54,7 +52,6 @@
 
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -80,6 +77,7 @@
 #include "dtr/planner/warm_start.h"
 #include "integration/torch/cpu_allocator.h"
 #include "integration/torch/lineage.h"
+#include "integration/torch/process_kind.h"
 
 namespace dtr::torch_integration {
 
@@ -162,35 +160,64 @@ std::string own_path() {
   return info.dli_fname;
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  char real_a[PATH_MAX];
-  char real_b[PATH_MAX];
-  if (!realpath(a.c_str(), real_a) || !realpath(b.c_str(), real_b)) return a == b;
-  return std::string(real_a) == std::string(real_b);
-}
-
-// Note [LD_PRELOAD in children]. Entries are separated by spaces or colons (ld.so(8)).
-void drop_self_from_ld_preload() {
+// Note [Preload shim] in process_kind.cpp: this library's entries in LD_PRELOAD become the
+// shim beside it (dropped where there is none, with a note). True when LD_PRELOAD named
+// this library (Note [Files of child processes]).
+bool hand_ld_preload_to_shim() {
   const char* preload = getenv("LD_PRELOAD");
-  if (!preload) return;
   const std::string self = own_path();
-  std::string kept;
-  const std::string text = preload;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = text.find_first_of(": ", pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string entry = text.substr(pos, end - pos);
-    if (!entry.empty() && !(!self.empty() && same_file(entry, self))) {
-      if (!kept.empty()) kept += ' ';
-      kept += entry;
+  // Not named: torch.ops.load_library, or the shim loaded this library (it stays).
+  if (!preload || self.empty() || !preload_names(preload, self)) return false;
+  std::string shim;
+  const size_t slash = self.rfind('/');
+  if (slash != std::string::npos) {
+    char dir[PATH_MAX];
+    const std::string own_dir = self.substr(0, slash);
+    shim =
+        std::string(realpath(own_dir.c_str(), dir) ? dir : own_dir.c_str()) + "/libdtr_preload.so";
+    if (access(shim.c_str(), R_OK) != 0) {
+      std::fprintf(stderr,
+                   "dtr: note: no %s beside %s: child processes (a launcher's "
+                   "workers) will run without dtr\n",
+                   shim.c_str(), self.c_str());
+      shim.clear();
     }
-    pos = end + 1;
   }
+  const std::string kept = replace_preload_entry(preload, self, shim);
   if (kept.empty())
     unsetenv("LD_PRELOAD");
   else
     setenv("LD_PRELOAD", kept.c_str(), 1);
+  return true;
+}
+
+// Note [Files of child processes]: the path this process writes for option `path`.
+std::string path_for_this_process(const std::string& path, bool child) {
+  if (path.empty()) return path;
+  const std::string pid = std::to_string(getpid());
+  if (path.find("%p") != std::string::npos) {
+    std::string out;
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+        out += pid;
+        ++i;
+      } else {
+        out += path[i];
+      }
+    }
+    return out;
+  }
+  return child ? path + "." + pid : path;
+}
+
+// Note [Files of child processes]: true in a process the shim started the library in,
+// under another dtr process. Tells this process's own children that it is their parent.
+bool child_of_a_dtr_process(bool preload_named_library) {
+  const std::string own = std::to_string(getpid());
+  const char* parent = getenv("DTR_PARENT_PID");
+  const bool child = !preload_named_library && parent && *parent && own != parent;
+  setenv("DTR_PARENT_PID", own.c_str(), 1);
+  return child;
 }
 
 [[noreturn]] void fail_at_start(const std::string& message) {
@@ -276,52 +303,24 @@ void report_at_exit() {
     summary["dtr.num_plan_drops"] = engine.num_plan_drops;
     summary["dtr.plan_departure"] = plan_departure();
   }
+  summary["pid"] = getpid();  // Note [Files of child processes]: a launcher's workers report too
   std::fprintf(stderr, "dtr: report %s\n", summary.dump().c_str());
   std::fflush(stderr);
 }
 
-// Note [Wrapper processes]: the executable's own DT_NEEDED entries name libtorch or libc10.
-bool executable_needs_torch() {
-  bool needs = false;
-  dl_iterate_phdr(
-      [](struct dl_phdr_info* info, size_t, void* data) -> int {
-        const ElfW(Dyn)* dynamic = nullptr;
-        for (int i = 0; i < info->dlpi_phnum; ++i)
-          if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dynamic =
-                reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-        if (!dynamic) return 1;  // static executable: nothing to read
-        uintptr_t strtab = 0;
-        for (const ElfW(Dyn)* d = dynamic; d->d_tag != DT_NULL; ++d)
-          if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
-        if (strtab == 0) return 1;
-        if (strtab < info->dlpi_addr) strtab += info->dlpi_addr;  // not relocated in place
-        for (const ElfW(Dyn)* d = dynamic; d->d_tag != DT_NULL; ++d) {
-          if (d->d_tag != DT_NEEDED) continue;
-          const std::string name = reinterpret_cast<const char*>(strtab + d->d_un.d_val);
-          if (name.find("libtorch") != std::string::npos ||
-              name.find("libc10") != std::string::npos)
-            *static_cast<bool*>(data) = true;
-        }
-        return 1;  // the first object is the executable: stop there
-      },
-      &needs);
-  return needs;
-}
-
-bool can_run_torch_ops() {
-  return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr || executable_needs_torch();
-}
-
 void load_runtime() {
-  if (!can_run_torch_ops()) return;  // Note [Wrapper processes]
-  drop_self_from_ld_preload();
+  if (!can_run_torch_ops()) return;  // Note [Wrapper processes] in process_kind.cpp
+  const bool preload_named_library = hand_ld_preload_to_shim();
   if (runtime()) return;  // this copy is already up
   Config config;
   uint64_t budget_bytes = kUnlimitedBytes;
   uint64_t reserved_limit_bytes = kUnlimitedBytes;
   try {
     config.apply_environment();
+    // Note [Files of child processes]
+    const bool child = child_of_a_dtr_process(preload_named_library);
+    for (std::string* path : {&config.trace, &config.timeline, &config.snapshot})
+      *path = path_for_this_process(*path, child);
     budget_bytes = live_budget_bytes(config.budget);
     reserved_limit_bytes = live_limit_bytes(config.reserved_limit, "reserved_limit");
     if (config.lazy_release)  // Note [Lazy release] in eviction/engine.cpp

@@ -2,14 +2,27 @@
 library, with its tensors allocated (and counted) by dtr's caching allocator, whether the
 library comes by LD_PRELOAD or by torch.ops.load_library, and under a hard budget."""
 import json
+import os
 import shutil
 import subprocess
 
 import pytest
 
-from conftest import Result, clean_env, driver, run
+from conftest import PYTHON, SCRIPTS, Result, clean_env, driver, run
 
 MLP = ("mlp.py", "--steps", "5")
+LAUNCHER = str(SCRIPTS / "launcher.py")
+
+
+def shim_of(lib):
+    """libdtr_preload.so, built beside the library (Note [Preload shim] in process_kind.cpp)."""
+    return os.path.join(os.path.dirname(os.path.realpath(lib)), "libdtr_preload.so")
+
+
+def reports(stderr):
+    """Every `dtr: report` line's JSON object, in order."""
+    return [json.loads(line[len("dtr: report "):]) for line in stderr.splitlines()
+            if line.startswith("dtr: report ")]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +56,9 @@ def test_ld_preload_is_bit_identical(lib, baseline):
     stats = assert_went_through_dtr(result)
     # Every step allocates activations and gradients: far more than a handful of blocks.
     assert stats["allocation.all.allocated"] > 100
-    # The initializer took the library out of LD_PRELOAD (children do not load torch).
-    assert result.facts["ld_preload"] == "None"
+    # The initializer handed LD_PRELOAD to the shim: children load libtorch only where they
+    # can run PyTorch ops (Note [Preload shim]).
+    assert result.facts["ld_preload"] == shim_of(lib)
 
 
 def test_ld_preload_keeps_other_preloads(lib):
@@ -52,7 +66,7 @@ def test_ld_preload_keeps_other_preloads(lib):
     other = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"
     result = Result(run(driver(*MLP), clean_env(LD_PRELOAD=f"{lib}:{other}")))
     assert result.enabled
-    assert result.facts["ld_preload"] == other
+    assert result.facts["ld_preload"] == f"{shim_of(lib)} {other}"
 
 
 @pytest.mark.parametrize("wrapper", [["timeout", "300"], ["/usr/bin/env"], ["nice", "-n", "0"]])
@@ -62,7 +76,7 @@ def test_ld_preload_through_a_wrapper_reaches_python(lib, baseline, wrapper):
     result = Result(run([*wrapper, *driver(*MLP)], clean_env(LD_PRELOAD=lib)))
     assert_same_training(result, baseline)
     assert_went_through_dtr(result)
-    assert result.facts["ld_preload"] == "None"  # Python took it out for its own children
+    assert result.facts["ld_preload"] == shim_of(lib)  # Python handed it to the shim
 
 
 def test_only_processes_that_can_run_torch_ops_start(lib, tmp_path):
@@ -79,10 +93,79 @@ def test_only_processes_that_can_run_torch_ops_start(lib, tmp_path):
     env = clean_env(LD_PRELOAD=lib, DTR_REPORT="1")
     started = run([str(needs)], env)
     assert "dtr: report" in started.stderr, started.stderr
-    assert "LDP=\n" in started.stdout, started.stdout  # dropped for its children
+    assert f"LDP={shim_of(lib)}\n" in started.stdout, started.stdout  # the shim, for children
     left = run([str(plain)], env)
     assert "dtr: report" not in left.stderr, left.stderr
     assert f"LDP={lib}" in left.stdout, left.stdout  # kept for its children
+
+
+def test_python_child_of_a_launcher_runs_under_dtr(lib, baseline):
+    # Note [Preload shim]: a launcher's Python child (torchrun's workers, a job script's
+    # `python3 train.py`) trains through dtr under the same budget, bit for bit; until
+    # 2026-11-28 it ran without the library, silently. A child that is not Python (cat)
+    # maps the shim and nothing of torch.
+    free = Result(run(driver(*MLP), clean_env(LD_PRELOAD=lib)))
+    budget = int(free.stats["allocated_bytes.all.peak"] * 0.9)  # its floor is above 0.8
+    proc = run([PYTHON, LAUNCHER, "--maps", *driver(*MLP)[1:]],
+               clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{budget}", DTR_REPORT="1"))
+    result = Result(proc)
+    assert_same_training(result, baseline)
+    stats = assert_went_through_dtr(result)
+    assert stats["allocated_bytes.all.peak"] <= budget
+    assert stats["dtr.num_evictions"] > 0, stats
+    maps = [l for l in result.lines if l.startswith("LAUNCHER maps ")]
+    assert maps == ["LAUNCHER maps libdtr_preload.so"], result.lines
+    child, launcher = reports(proc.stderr)  # the child exits first, its report first
+    assert child["budget_bytes"] == launcher["budget_bytes"] == budget
+    assert child["pid"] != launcher["pid"]
+    assert child["allocated_bytes.all.peak"] == stats["allocated_bytes.all.peak"]
+
+
+def test_files_of_child_processes(lib, tmp_path):
+    # Note [Files of child processes] (runtime.cpp): the launcher writes the trace it was
+    # given, its child `<path>.<pid>`; `%p` is the writer's pid in both.
+    for name in ("run.trace", "run-%p.trace"):
+        proc = run([PYTHON, LAUNCHER, *driver("mlp.py", "--steps", "2")[1:]],
+                   clean_env(LD_PRELOAD=lib, DTR_TRACE=str(tmp_path / name), DTR_REPORT="1"))
+        child, launcher = (r["pid"] for r in reports(proc.stderr))
+        if "%p" in name:
+            ours, theirs = tmp_path / f"run-{launcher}.trace", tmp_path / f"run-{child}.trace"
+        else:
+            ours, theirs = tmp_path / "run.trace", tmp_path / f"run.trace.{child}"
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours.name, theirs.name])
+        # The child trained (hundreds of ops); the launcher ran none.
+        assert theirs.stat().st_size > 10 * ours.stat().st_size, proc.stderr
+        for p in tmp_path.iterdir():
+            p.unlink()
+    # A child started with the library itself in LD_PRELOAD (a harness that reads the
+    # trace back) writes the path it was given.
+    harness = ("import os, subprocess, sys\n"
+               "env = dict(os.environ, LD_PRELOAD=sys.argv[1], DTR_TRACE=sys.argv[2])\n"
+               "subprocess.run([sys.executable, *sys.argv[3:]], env=env, check=True)\n")
+    run([PYTHON, "-c", harness, lib, str(tmp_path / "asked.trace"),
+         *driver("mlp.py", "--steps", "2")[1:]], clean_env(LD_PRELOAD=lib))
+    assert [p.name for p in tmp_path.iterdir()] == ["asked.trace"]
+
+
+def test_preload_shim_by_hand(lib, baseline):
+    # LD_PRELOAD=libdtr_preload.so: the shim loads the library beside it into Python.
+    shim = shim_of(lib)
+    result = Result(run(driver(*MLP), clean_env(LD_PRELOAD=shim)))
+    assert_same_training(result, baseline)
+    assert_went_through_dtr(result)
+    assert result.facts["ld_preload"] == shim
+
+
+def test_preload_shim_without_its_library(lib, tmp_path):
+    # A shim with no libdtr_torch.so beside it stops a Python process with the reason
+    # (running on without the budget asked for would be silent) and leaves `true` alone.
+    shim = tmp_path / "libdtr_preload.so"
+    shutil.copy(shim_of(lib), shim)
+    proc = run([PYTHON, "-c", "print('ran')"], clean_env(LD_PRELOAD=str(shim)), check=False)
+    assert proc.returncode == 2, proc
+    assert "could not load" in proc.stderr and "libdtr_torch.so" in proc.stderr, proc.stderr
+    assert "ran" not in proc.stdout
+    assert run(["true"], clean_env(LD_PRELOAD=str(shim)), check=False).returncode == 0
 
 
 def test_load_library_is_bit_identical(lib, baseline):

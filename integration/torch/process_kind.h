@@ -1,0 +1,25 @@
+// process_kind.h: which processes the PyTorch integration starts in, shared by
+// libdtr_torch.so and the torch-free preload shim libdtr_preload.so (Note [Wrapper
+// processes] and Note [Preload shim] in process_kind.cpp). No torch header, no dtr
+// library: the shim links only libc and libdl.
+#pragma once
+
+#include <string>
+
+namespace dtr::torch_integration {
+
+// Whether this process can run PyTorch ops: a Python interpreter, or an executable whose
+// own DT_NEEDED entries name libtorch or libc10 (Note [Wrapper processes]).
+bool can_run_torch_ops();
+
+// LD_PRELOAD's entries (separated by colons or spaces, ld.so(8)) with every one that is
+// the file `self` (compared after realpath) replaced by `replacement`, or dropped where
+// `replacement` is empty; an entry equal to `replacement` already there is kept once.
+// Returns the new value ("" = unset the variable).
+// Whether one of LD_PRELOAD's entries is the file `file` (compared after realpath).
+bool preload_names(const std::string& preload, const std::string& file);
+
+std::string replace_preload_entry(const std::string& preload, const std::string& self,
+                                  const std::string& replacement);
+
+}  // namespace dtr::torch_integration

@@ -1,0 +1,27 @@
+"""A launcher, as a job script or torchrun is: starts `python3 args...` as a new process
+(exec'd, not forked), its output going straight to ours, and exits with its status.
+Knows nothing of dtr.
+
+    python3 launcher.py [--maps] script.py args...
+
+--maps  first runs `cat /proc/self/maps` (a child that is not Python) and prints
+        `LAUNCHER maps <libraries it mapped that name torch or dtr>`
+"""
+import subprocess
+import sys
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv and argv[0] == "--maps":
+        argv = argv[1:]
+        maps = subprocess.run(["cat", "/proc/self/maps"], capture_output=True, text=True,
+                              check=True).stdout
+        names = sorted({line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines()
+                        if "torch" in line or "dtr" in line or "c10" in line})
+        print(f"LAUNCHER maps {' '.join(names) or '-'}", flush=True)
+    sys.exit(subprocess.run([sys.executable, *argv]).returncode)
+
+
+if __name__ == "__main__":
+    main()
