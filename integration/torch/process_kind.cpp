@@ -24,13 +24,14 @@
 // word of it. Now libdtr_torch.so hands LD_PRELOAD to a shim, libdtr_preload.so, built
 // next to it: each of its own entries is replaced by the shim's path. The shim needs no
 // torch and no dtr library, only libc, libdl and libstdc++ (it adds 0.75 ms to a `true`
-// here); its initializer asks can_run_torch_ops() and, only where that holds, dlopens the
-// libdtr_torch.so beside it, whose initializer then starts as under LD_PRELOAD (libtorch
-// is loaded before the script runs, so every tensor goes through dtr's allocator). The
-// shim stays in LD_PRELOAD, so grandchildren get it too. Every process started this way
-// reads the same DTR_CONF and gets its own budget, as a DDP worker gets its own GPU; a
-// Python child that never imports torch pays libtorch's load time (0.6 s here). Files a
-// child writes get its pid (Note [Files of child processes] in runtime.cpp).
+// here). Only where can_run_torch_ops() holds does it dlopen the libdtr_torch.so beside
+// it, whose initializer then starts as under LD_PRELOAD: in Python at the first `import
+// torch`, before torch's first line runs (Note [Loading at import torch] in
+// preload_shim.cpp), so a Python child that never imports torch loads nothing of it; in a
+// C++ program linked to libtorch at once. The shim stays in LD_PRELOAD, so grandchildren
+// get it too. Every process started this way reads the same DTR_CONF and gets its own
+// budget, as a DDP worker gets its own GPU. Files a child writes get its pid (Note [Files
+// of child processes] in runtime.cpp).
 // DataLoader workers are forked, not exec'd: they keep the hook, with a copy of the
 // allocator's state, and stay correct, as before. Where no shim sits beside the library
 // the entries are dropped, as before, with a note on stderr.
@@ -47,6 +48,15 @@
 namespace dtr::torch_integration {
 
 namespace {
+
+bool same_file(const std::string& a, const std::string& b) {
+  char real_a[PATH_MAX];
+  char real_b[PATH_MAX];
+  if (!realpath(a.c_str(), real_a) || !realpath(b.c_str(), real_b)) return a == b;
+  return std::string(real_a) == std::string(real_b);
+}
+
+}  // namespace
 
 // Note [Wrapper processes]: the executable's own DT_NEEDED entries name libtorch or libc10.
 bool executable_needs_torch() {
@@ -77,18 +87,11 @@ bool executable_needs_torch() {
   return needs;
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  char real_a[PATH_MAX];
-  char real_b[PATH_MAX];
-  if (!realpath(a.c_str(), real_a) || !realpath(b.c_str(), real_b)) return a == b;
-  return std::string(real_a) == std::string(real_b);
-}
+bool is_python_process() { return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr; }
 
-}  // namespace
+bool can_run_torch_ops() { return is_python_process() || executable_needs_torch(); }
 
-bool can_run_torch_ops() {
-  return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr || executable_needs_torch();
-}
+namespace {
 
 // Calls fn(entry) for each entry of an LD_PRELOAD value.
 template <typename Fn>
@@ -102,6 +105,8 @@ void for_each_preload_entry(const std::string& preload, Fn fn) {
     if (!entry.empty()) fn(entry);
   }
 }
+
+}  // namespace
 
 bool preload_names(const std::string& preload, const std::string& file) {
   bool named = false;

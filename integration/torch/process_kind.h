@@ -11,6 +11,10 @@ namespace dtr::torch_integration {
 // Whether this process can run PyTorch ops: a Python interpreter, or an executable whose
 // own DT_NEEDED entries name libtorch or libc10 (Note [Wrapper processes]).
 bool can_run_torch_ops();
+// The two halves of can_run_torch_ops(): Python's Py_IsInitialized is in the global scope;
+// the executable's own DT_NEEDED entries name libtorch or libc10.
+bool is_python_process();
+bool executable_needs_torch();
 
 // LD_PRELOAD's entries (separated by colons or spaces, ld.so(8)) with every one that is
 // the file `self` (compared after realpath) replaced by `replacement`, or dropped where

@@ -102,8 +102,8 @@ def test_only_processes_that_can_run_torch_ops_start(lib, tmp_path):
 def test_python_child_of_a_launcher_runs_under_dtr(lib, baseline):
     # Note [Preload shim]: a launcher's Python child (torchrun's workers, a job script's
     # `python3 train.py`) trains through dtr under the same budget, bit for bit; until
-    # 2026-11-28 it ran without the library, silently. A child that is not Python (cat)
-    # maps the shim and nothing of torch.
+    # 2026-11-28 it ran without the library, silently. A child that is not Python (cat),
+    # and a Python child that does not import torch, map the shim and nothing of torch.
     free = Result(run(driver(*MLP), clean_env(LD_PRELOAD=lib)))
     budget = int(free.stats["allocated_bytes.all.peak"] * 0.9)  # its floor is above 0.8
     proc = run([PYTHON, LAUNCHER, "--maps", *driver(*MLP)[1:]],
@@ -113,8 +113,11 @@ def test_python_child_of_a_launcher_runs_under_dtr(lib, baseline):
     stats = assert_went_through_dtr(result)
     assert stats["allocated_bytes.all.peak"] <= budget
     assert stats["dtr.num_evictions"] > 0, stats
+    # Note [Loading at import torch] (preload_shim.cpp): a Python child that imports no
+    # torch loads nothing of it either.
     maps = [l for l in result.lines if l.startswith("LAUNCHER maps ")]
-    assert maps == ["LAUNCHER maps libdtr_preload.so"], result.lines
+    assert maps == ["LAUNCHER maps cat libdtr_preload.so",
+                    "LAUNCHER maps python libdtr_preload.so"], result.lines
     child, launcher = reports(proc.stderr)  # the child exits first, its report first
     assert child["budget_bytes"] == launcher["budget_bytes"] == budget
     assert child["pid"] != launcher["pid"]
@@ -157,15 +160,19 @@ def test_preload_shim_by_hand(lib, baseline):
 
 
 def test_preload_shim_without_its_library(lib, tmp_path):
-    # A shim with no libdtr_torch.so beside it stops a Python process with the reason
-    # (running on without the budget asked for would be silent) and leaves `true` alone.
+    # A shim with no libdtr_torch.so beside it stops a Python process at `import torch`
+    # with the reason (running on without the budget asked for would be silent), and
+    # leaves `true` and a Python that imports no torch alone.
     shim = tmp_path / "libdtr_preload.so"
     shutil.copy(shim_of(lib), shim)
-    proc = run([PYTHON, "-c", "print('ran')"], clean_env(LD_PRELOAD=str(shim)), check=False)
+    env = clean_env(LD_PRELOAD=str(shim))
+    proc = run([PYTHON, "-c", "print('before')\nimport torch\nprint('after')"], env,
+               check=False)
     assert proc.returncode == 2, proc
     assert "could not load" in proc.stderr and "libdtr_torch.so" in proc.stderr, proc.stderr
-    assert "ran" not in proc.stdout
-    assert run(["true"], clean_env(LD_PRELOAD=str(shim)), check=False).returncode == 0
+    assert "before" in proc.stdout and "after" not in proc.stdout
+    assert run([PYTHON, "-c", "print('ran')"], env).stdout == "ran\n"
+    assert run(["true"], env, check=False).returncode == 0
 
 
 def test_load_library_is_bit_identical(lib, baseline):

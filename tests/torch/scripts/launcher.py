@@ -4,8 +4,9 @@ Knows nothing of dtr.
 
     python3 launcher.py [--maps] script.py args...
 
---maps  first runs `cat /proc/self/maps` (a child that is not Python) and prints
-        `LAUNCHER maps <libraries it mapped that name torch or dtr>`
+--maps  first runs two children that print their memory maps, `cat /proc/self/maps`
+        and a Python that imports nothing, and prints for each
+        `LAUNCHER maps <child> <libraries it mapped that name torch, c10 or dtr>`
 """
 import subprocess
 import sys
@@ -15,11 +16,13 @@ def main():
     argv = sys.argv[1:]
     if argv and argv[0] == "--maps":
         argv = argv[1:]
-        maps = subprocess.run(["cat", "/proc/self/maps"], capture_output=True, text=True,
-                              check=True).stdout
-        names = sorted({line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines()
-                        if "torch" in line or "dtr" in line or "c10" in line})
-        print(f"LAUNCHER maps {' '.join(names) or '-'}", flush=True)
+        children = {"cat": ["cat", "/proc/self/maps"],
+                    "python": [sys.executable, "-c", "print(open('/proc/self/maps').read())"]}
+        for child, cmd in children.items():
+            maps = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            names = sorted({line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines()
+                            if "torch" in line or "dtr" in line or "c10" in line})
+            print(f"LAUNCHER maps {child} {' '.join(names) or '-'}", flush=True)
     sys.exit(subprocess.run([sys.executable, *argv]).returncode)
 
 
