@@ -10,9 +10,13 @@
 // trace recorded under `timeout` came out empty, 2026-11-28). So the library starts only
 // in a process that can run PyTorch ops: one with a Python interpreter (its
 // Py_IsInitialized is in the global scope) or whose executable itself needs libtorch or
-// libc10 (a C++ program built against libtorch). Any other process is left as it was:
-// LD_PRELOAD stays for its children, no allocator is installed, no option is read.
-// torch.ops.load_library runs inside Python, so it always starts.
+// libc10 (a C++ program built against libtorch). In any other process no allocator is
+// installed and no option is read; the library only hands LD_PRELOAD to the shim (Note
+// [Preload shim]), so the wrapper's children load libtorch only where they can run ops,
+// or, where no shim sits beside it, leaves LD_PRELOAD as it was. dtr-run preloads the shim
+// itself, so a wrapper or a shell it starts does not load libtorch at all (a process that
+// loads libdtr_torch.so pays libtorch's load, 1.3 s here). torch.ops.load_library runs
+// inside Python, so it always starts.
 //
 // Note [Preload shim]
 // ~~~~~~~~~~~~~~~~~~~

@@ -2,8 +2,8 @@
 // (runtime.h). No torch header: PyTorch is reached through cpu_allocator.h.
 //
 // Start-up, in the static initializer (load_runtime below), only in a process that can run
-// PyTorch ops (Note [Wrapper processes] in process_kind.cpp; any other keeps LD_PRELOAD and
-// does nothing):
+// PyTorch ops (Note [Wrapper processes] in process_kind.cpp; any other only hands
+// LD_PRELOAD to the shim, and leaves it as it was where there is none):
 //  1. hand LD_PRELOAD to the preload shim, so Python children start dtr too and other
 //     children do not load libtorch (Note [Preload shim] in process_kind.cpp);
 //  2. read the options: defaults, DTR_CONF, DTR_* (dtr::Config::apply_environment, which
@@ -161,9 +161,10 @@ std::string own_path() {
 }
 
 // Note [Preload shim] in process_kind.cpp: this library's entries in LD_PRELOAD become the
-// shim beside it (dropped where there is none, with a note). True when LD_PRELOAD named
-// this library (Note [Files of child processes]).
-bool hand_ld_preload_to_shim() {
+// shim beside it. Where there is none they are dropped, with a note, if `started` (this
+// process runs dtr), and kept otherwise (Note [Wrapper processes]). True when LD_PRELOAD
+// named this library (Note [Files of child processes]).
+bool hand_ld_preload_to_shim(bool started) {
   const char* preload = getenv("LD_PRELOAD");
   const std::string self = own_path();
   // Not named: torch.ops.load_library, or the shim loaded this library (it stays).
@@ -175,13 +176,14 @@ bool hand_ld_preload_to_shim() {
     const std::string own_dir = self.substr(0, slash);
     shim =
         std::string(realpath(own_dir.c_str(), dir) ? dir : own_dir.c_str()) + "/libdtr_preload.so";
-    if (access(shim.c_str(), R_OK) != 0) {
-      std::fprintf(stderr,
-                   "dtr: note: no %s beside %s: child processes (a launcher's "
-                   "workers) will run without dtr\n",
-                   shim.c_str(), self.c_str());
-      shim.clear();
-    }
+    if (access(shim.c_str(), R_OK) != 0) shim.clear();
+  }
+  if (shim.empty()) {
+    if (!started) return true;
+    std::fprintf(stderr,
+                 "dtr: note: no libdtr_preload.so beside %s: child processes (a launcher's "
+                 "workers) will run without dtr\n",
+                 self.c_str());
   }
   const std::string kept = replace_preload_entry(preload, self, shim);
   if (kept.empty())
@@ -309,8 +311,11 @@ void report_at_exit() {
 }
 
 void load_runtime() {
-  if (!can_run_torch_ops()) return;  // Note [Wrapper processes] in process_kind.cpp
-  const bool preload_named_library = hand_ld_preload_to_shim();
+  if (!can_run_torch_ops()) {  // Note [Wrapper processes] in process_kind.cpp
+    hand_ld_preload_to_shim(/*started=*/false);
+    return;
+  }
+  const bool preload_named_library = hand_ld_preload_to_shim(/*started=*/true);
   if (runtime()) return;  // this copy is already up
   Config config;
   uint64_t budget_bytes = kUnlimitedBytes;

@@ -20,6 +20,17 @@ def test_dtr_run_end_to_end(lib, dtr_run):
     assert json.loads(report[len("dtr: report "):])["budget_bytes"] == 64 * 2**20
 
 
+def test_dtr_run_wrappers_load_no_torch(lib, dtr_run):
+    # dtr-run preloads the shim (Note [Preload shim]): a shell in front of Python maps no
+    # libtorch (it did, 1.3 s of loading, when dtr-run preloaded the library itself), and
+    # the Python behind it still runs under dtr.
+    script = "grep -c -e libtorch -e libc10 /proc/$$/maps; " \
+             f"{PYTHON} -c 'import torch, dtr; print(\"enabled\", dtr.is_enabled())'"
+    proc = run([dtr_run, "--budget", "64M", "--", "bash", "-c", script], clean_env(),
+               check=False)
+    assert proc.stdout.splitlines() == ["0", "enabled True"], proc
+
+
 def test_dtr_run_budget_is_enforced(lib, dtr_run):
     script = ("import torch\ntry:\n    torch.empty(2**20)\nexcept RuntimeError as e:\n"
               "    print('OOM', 'budget of 1.00 MiB' in str(e))\n")

@@ -4,7 +4,8 @@
 //           -- python3 train.py
 //
 // Sets LD_PRELOAD to the library next to this tool (<dir of dtr-run>/../lib/
-// libdtr_torch.so, or --library), appends the flags to DTR_CONF (after any DTR_CONF
+// libdtr_torch.so, or --library), through the preload shim beside it where there is one
+// (libdtr_preload.so, which loads it only where PyTorch ops can run), appends the flags to DTR_CONF (after any DTR_CONF
 // already set, so the flags win) and execs the command: its exit status is the command's.
 // Options are checked here with the same parser the library uses, so a bad flag or a bad
 // inherited DTR_CONF exits with code 2 before anything runs (as the library would at
@@ -163,7 +164,14 @@ int main(int argc, char** argv) {
                  "or pass --library\n", library.c_str(), std::strerror(errno));
     return kExitBadInput;
   }
+  // Note [Preload shim] (integration/torch/process_kind.cpp): the shim beside the library
+  // loads it only into processes that can run PyTorch ops, so a wrapper, a shell or a
+  // tool in front of Python does not load libtorch (1.3 s each).
   std::string preload = library;
+  if (const std::filesystem::path lib_path(library); lib_path.filename() == "libdtr_torch.so") {
+    const std::string shim = (lib_path.parent_path() / "libdtr_preload.so").string();
+    if (access(shim.c_str(), R_OK) == 0) preload = shim;
+  }
   if (const char* inherited = std::getenv("LD_PRELOAD"); inherited && *inherited)
     preload += std::string(" ") + inherited;
   setenv("LD_PRELOAD", preload.c_str(), 1);
