@@ -97,10 +97,12 @@ int on_audit_event(const char* event, void* args, void*) {
 
 __attribute__((constructor)) void dtr_preload_initializer() {
   using namespace dtr::torch_integration;
-  if (is_python_process() && python.find()) {
-    if (python.add_audit_hook(&on_audit_event, nullptr) == 0) return;
-  }
-  if (can_run_torch_ops()) load_torch_library();
+  // A program linked to libtorch (Python embedded in it or not) can run ops before any
+  // `import torch`: it loads the library at once.
+  if (executable_needs_torch()) return load_torch_library();
+  if (!is_python_process()) return;  // Note [Wrapper processes]
+  if (python.find() && python.add_audit_hook(&on_audit_event, nullptr) == 0) return;
+  load_torch_library();  // no audit hooks: load it now, as under LD_PRELOAD
 }
 
 }  // namespace

@@ -94,6 +94,9 @@ def test_only_processes_that_can_run_torch_ops_start(lib, tmp_path):
     started = run([str(needs)], env)
     assert "dtr: report" in started.stderr, started.stderr
     assert f"LDP={shim_of(lib)}\n" in started.stdout, started.stdout  # the shim, for children
+    # Through the shim (a child of a dtr process) the program starts it too, at once.
+    via_shim = run([str(needs)], clean_env(LD_PRELOAD=shim_of(lib), DTR_REPORT="1"))
+    assert "dtr: report" in via_shim.stderr, via_shim.stderr
     left = run([str(plain)], env)
     assert "dtr: report" not in left.stderr, left.stderr
     # Handed to the shim, which loads the library into its children where they can run
