@@ -24,11 +24,20 @@ def test_dtr_run_wrappers_load_no_torch(lib, dtr_run):
     # dtr-run preloads the shim (Note [Preload shim]): a shell in front of Python maps no
     # libtorch (it did, 1.3 s of loading, when dtr-run preloaded the library itself), and
     # the Python behind it still runs under dtr.
-    script = "grep -c -e libtorch -e libc10 /proc/$$/maps; " \
+    script = "grep -c -e /libtorch -e /libc10 /proc/$$/maps; " \
              f"{PYTHON} -c 'import torch, dtr; print(\"enabled\", dtr.is_enabled())'"
     proc = run([dtr_run, "--budget", "64M", "--", "bash", "-c", script], clean_env(),
                check=False)
     assert proc.stdout.splitlines() == ["0", "enabled True"], proc
+
+
+def test_dtr_run_is_a_fresh_start(lib, dtr_run, tmp_path):
+    # Started inside a child of a dtr process (DTR_PARENT_PID set), the command still
+    # writes the trace it is given, not `<path>.<pid>` (Note [Files of child processes]).
+    trace = tmp_path / "run.trace"
+    run([dtr_run, "--", *driver("mlp.py", "--steps", "1")],
+        clean_env(DTR_PARENT_PID="1", DTR_TRACE=str(trace)))
+    assert [p.name for p in tmp_path.iterdir()] == ["run.trace"]
 
 
 def test_dtr_run_budget_is_enforced(lib, dtr_run):

@@ -176,6 +176,9 @@ int main(int argc, char** argv) {
     preload += std::string(" ") + inherited;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("DTR_CONF", full_conf.c_str(), 1);
+  // A fresh start: the command writes the files it is given, also when dtr-run itself runs
+  // in a child of a dtr process (Note [Files of child processes] in runtime.cpp).
+  unsetenv("DTR_PARENT_PID");
   if (!svg.empty()) return run_for_picture(command, full_conf, svg);
 
   std::vector<char*> args;

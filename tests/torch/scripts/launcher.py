@@ -20,8 +20,10 @@ def main():
                     "python": [sys.executable, "-c", "print(open('/proc/self/maps').read())"]}
         for child, cmd in children.items():
             maps = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            names = sorted({line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines()
-                            if "torch" in line or "dtr" in line or "c10" in line})
+            # The file name only: the addresses are hex and may hold "c10".
+            files = {line.split()[-1].rsplit("/", 1)[-1] for line in maps.splitlines()
+                     if len(line.split()) > 5}
+            names = sorted(f for f in files if "torch" in f or "dtr" in f or "c10" in f)
             print(f"LAUNCHER maps {child} {' '.join(names) or '-'}", flush=True)
     sys.exit(subprocess.run([sys.executable, *argv]).returncode)
 
