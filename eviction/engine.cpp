@@ -843,6 +843,16 @@ uint64_t Engine::compact_allocator(uint64_t bytes_requested, BlockMover& mover) 
   return released;
 }
 
+void Engine::end_period() {
+  const auto since = [](uint64_t now, uint64_t then) { return now > then ? now - then : 0; };
+  PeriodCost cost;
+  cost.model_compute_ns = since(stats_.model_compute_ns, period_start_.model_compute_ns);
+  cost.remat_compute_ns = since(stats_.remat_compute_ns, period_start_.remat_compute_ns);
+  cost.num_remats = since(stats_.num_remats, period_start_.num_remats);
+  period_start_ = stats_;
+  heuristic_->on_period(cost);
+}
+
 StorageId Engine::choose_victim() {
   ++stats_.eviction_searches;
   CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};

@@ -15,6 +15,7 @@ HeuristicInfo size_heuristic_info();
 HeuristicInfo msps_heuristic_info();
 HeuristicInfo random_heuristic_info();
 HeuristicInfo coop_heuristic_info();
+HeuristicInfo auto_heuristic_info();
 
 // size * staleness, the denominator of the DTR family; cost/0 is +inf (a storage touched
 // this very tick is never the best victim).

@@ -159,6 +159,10 @@ class Engine {
   uint64_t compact_allocator(uint64_t bytes_requested, BlockMover& mover);
   // The storage the policy would evict now (the pool must not be empty); evicts nothing.
   StorageId choose_victim();
+  // A period of the program ended (the PyTorch host: as each optimizer step returns; a
+  // replay: at ANNOTATE STEP): tells the heuristic what the period cost
+  // (Heuristic::on_period), counted from the previous call or the engine's start.
+  void end_period();
   // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not
   // to make room; counted in dtr.num_plan_drops. False, and nothing done, when `s` is not
   // evictable (evicted, locked or pinned).
@@ -394,6 +398,7 @@ class Engine {
   std::mt19937_64 rng_;
   std::vector<std::pair<double, StorageId>> search_scratch_;
   Stats stats_;
+  Stats period_start_;  // stats_ at the last end_period()
 };
 
 }  // namespace dtr

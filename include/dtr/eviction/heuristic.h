@@ -28,6 +28,15 @@ enum Feature : uint32_t {
 
 std::string feature_names(uint32_t features);  // "staleness, eq_classes"
 
+// What one period of the program cost (Engine::end_period): the host marks periods, such as
+// the PyTorch host at each optimizer step. Charged costs, not wall time (Note [Remat cost]
+// in engine.cpp), so drift of the machine between periods cancels in the ratio.
+struct PeriodCost {
+  uint64_t model_compute_ns = 0;  // the ops the program asked for, during the period
+  uint64_t remat_compute_ns = 0;  // rematerializations during the period
+  uint64_t num_remats = 0;
+};
+
 class Heuristic {
  public:
   virtual ~Heuristic() = default;
@@ -40,6 +49,11 @@ class Heuristic {
   // result as scoring everything (Note [Bounded full scan] in candidate_search.cpp).
   virtual bool has_lower_bound() const { return false; }
   virtual double lower_bound(const Engine& engine, StorageId s) { return 0.0; }
+  // Optional: a period of the program ended (Engine::end_period). A heuristic that picks
+  // its scoring by what periods cost (`auto`) listens; the others ignore it.
+  virtual void on_period(const PeriodCost& cost) {}
+  // What a report says the policy is: its name, or `auto`'s choice and trial.
+  virtual std::string status() const { return std::string(name()); }
 };
 
 struct HeuristicParams {

@@ -1,0 +1,118 @@
+// auto_heuristic.cpp: `auto`, which tries dtr_eq, dtr_ancestors and msps for one period of
+// the program each and keeps the one whose period cost the least (Note [Policy trial]).
+//
+// It scores with one candidate at a time and delegates every call to it, so a search under
+// `auto` is the active candidate's search. The engine provides the union of the
+// candidates' features from the start, so a switch finds its features up to date.
+//
+// Note [Policy trial]
+// ~~~~~~~~~~~~~~~~~~~
+// No policy is cheapest on every program: in replays of ten training traces at 0.3-0.7 of
+// their peaks, dtr_eq, msps and dtr_ancestors each won somewhere and each thrashed
+// somewhere (docs/simulator.md, "dtr_ancestors"), and live on this machine dtr_ancestors
+// cut the transformer's remat time by a quarter while it cost the chunked LSTM LM a third
+// more (docs/pytorch.md). A training loop repeats its step, so what a policy costs in one
+// step is a fair guess of what it costs in the next. A host that knows where a step ends
+// (the PyTorch host: each optimizer step) calls Engine::end_period there; `auto` then:
+//   - lets the first period go by under dtr_eq (set-up, and optimizer state made on the
+//     first step, are not what the run repeats);
+//   - runs each candidate for the next period, in order, and records its ratio of charged
+//     remat compute to model compute in that period (charged costs, not wall time: the
+//     machine's drift between periods cancels in the ratio, and op times are the noisy
+//     part of a wall clock, Note [Noisy op times] in eviction/op_costs.cpp);
+//   - keeps the least ratio for the rest of the run (ties: the earlier candidate, so
+//     dtr_eq where no period needed a remat).
+// A period in which the program asked for no compute (two optimizer steps back to back)
+// measures nothing and does not count. A candidate's period also pays for some of what
+// the one before it evicted; the boundary sits after the optimizer step, where the step's
+// activations are dead, which keeps that small. A replay ends periods where the trace
+// says `ANNOTATE STEP` (trace format 4, which the PyTorch host writes at the same points);
+// without periods (DTR's logs, a script with no torch.optim optimizer) `auto` is dtr_eq
+// throughout.
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dtr/eviction/engine.h"
+#include "eviction/heuristics/builtin.h"
+
+namespace dtr {
+namespace {
+
+HeuristicInfo (*const kCandidates[])() = {dtr_eq_heuristic_info, dtr_ancestors_heuristic_info,
+                                          msps_heuristic_info};
+
+class AutoHeuristic final : public Heuristic {
+ public:
+  explicit AutoHeuristic(const HeuristicParams& params) {
+    for (auto info : kCandidates) {
+      candidates_.push_back(info().make(params));
+      needs_ |= candidates_.back()->needs();
+    }
+    ratios_.assign(candidates_.size(), std::numeric_limits<double>::quiet_NaN());
+  }
+  std::string_view name() const override { return "auto"; }
+  uint32_t needs() const override { return needs_; }
+  double score(const Engine& e, StorageId s) override { return active().score(e, s); }
+  bool has_lower_bound() const override { return active().has_lower_bound(); }
+  double lower_bound(const Engine& e, StorageId s) override { return active().lower_bound(e, s); }
+
+  void on_period(const PeriodCost& cost) override {
+    if (chosen_ || cost.model_compute_ns == 0) return;  // Note [Policy trial]
+    if (!warmed_up_) {
+      warmed_up_ = true;
+      return;
+    }
+    ratios_[active_] = double(cost.remat_compute_ns) / double(cost.model_compute_ns);
+    if (active_ + 1 < candidates_.size()) {
+      ++active_;
+      return;
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < ratios_.size(); ++i)
+      if (ratios_[i] < ratios_[best]) best = i;
+    active_ = best;
+    chosen_ = true;
+  }
+
+  // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098)", "auto: trying
+  // dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)".
+  std::string status() const override {
+    std::string trial;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      if (ratios_[i] != ratios_[i]) continue;  // NaN: not tried yet
+      char ratio[32];
+      std::snprintf(ratio, sizeof ratio, "%.3f", ratios_[i]);
+      trial += (trial.empty() ? "" : ", ") + std::string(candidates_[i]->name()) + " " + ratio;
+    }
+    std::string out = "auto: ";
+    if (!chosen_ && warmed_up_) out += "trying ";
+    out += std::string(active().name());
+    out += trial.empty() ? " (no period yet)" : " (" + trial + ")";
+    return out;
+  }
+
+ private:
+  Heuristic& active() const { return *candidates_[active_]; }
+
+  std::vector<std::unique_ptr<Heuristic>> candidates_;
+  std::vector<double> ratios_;  // remat / model compute of each candidate's period; NaN: none
+  uint32_t needs_ = 0;
+  size_t active_ = 0;
+  bool warmed_up_ = false;
+  bool chosen_ = false;
+};
+
+}  // namespace
+
+HeuristicInfo auto_heuristic_info() {
+  uint32_t needs = 0;
+  for (auto info : kCandidates) needs |= info().needs;
+  return {"auto",
+          "tries dtr_eq, dtr_ancestors and msps for one step each and keeps the cheapest (steps: "
+          "the PyTorch host's optimizer steps, ANNOTATE STEP in its traces; none: dtr_eq)",
+          needs,
+          [](const HeuristicParams& params) { return std::make_unique<AutoHeuristic>(params); }};
+}
+}  // namespace dtr

@@ -1,0 +1,126 @@
+// test_policy_trial.cpp: Engine::end_period and policy `auto` (Note [Policy trial] in
+// eviction/heuristics/auto_heuristic.cpp).
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtr/core/clock.h"
+#include "dtr/eviction/engine.h"
+#include "dtr/eviction/heuristic_registry.h"
+
+using namespace dtr;
+
+namespace {
+
+// The program of "dtr_ancestors charges evicted ancestors, not evicted descendants"
+// (test_engine.cpp): a makes b, b is evicted, c is unrelated. dtr_eq charges a for its
+// evicted child and picks c; dtr_ancestors and msps pick a.
+struct AncestorsProgram {
+  LogicalClock clock{1};
+  Engine engine;
+  TensorId a = 0, c = 0;
+  explicit AncestorsProgram(std::unique_ptr<Heuristic> h)
+      : engine(EngineConfig{}, std::move(h), clock) {
+    std::vector<TensorId> out;
+    engine.call(100, {}, {{1000, -1}}, out);
+    a = out.back();
+    engine.call(1000, {a}, {{1000, -1}}, out);
+    const TensorId b = out.back();
+    engine.call(300, {}, {{1000, -1}}, out);
+    c = out.back();
+    REQUIRE(engine.drop(engine.storage_of(b)));
+    clock.advance(1000);
+  }
+  // Ends a period in which the program computed `model` ns and rematerialized `remat` ns.
+  void period(uint64_t model, uint64_t remat) {
+    engine.stats().model_compute_ns += model;
+    engine.stats().remat_compute_ns += remat;
+    engine.end_period();
+  }
+  bool picks_a() { return engine.choose_victim() == engine.storage_of(a); }
+  bool picks_c() { return engine.choose_victim() == engine.storage_of(c); }
+};
+
+}  // namespace
+
+TEST_CASE("end_period hands the heuristic what the period cost", "[eviction][trial]") {
+  struct Spy : Heuristic {
+    std::vector<PeriodCost>* seen;
+    explicit Spy(std::vector<PeriodCost>* s) : seen(s) {}
+    std::string_view name() const override { return "spy"; }
+    uint32_t needs() const override { return 0; }
+    double score(const Engine&, StorageId) override { return 1.0; }
+    void on_period(const PeriodCost& cost) override { seen->push_back(cost); }
+  };
+  std::vector<PeriodCost> seen;
+  LogicalClock clock{1};
+  Engine engine(EngineConfig{}, std::make_unique<Spy>(&seen), clock);
+  std::vector<TensorId> out;
+  engine.call(100, {}, {{1000, -1}}, out);
+  const TensorId x = out.back();
+  engine.call(50, {}, {{1000, -1}}, out);
+  engine.end_period();
+  REQUIRE(engine.drop(engine.storage_of(x)));
+  REQUIRE(engine.materialize(x).ok());  // one remat of x's op: 100 ns
+  engine.call(70, {x}, {{1000, -1}}, out);
+  engine.end_period();
+  engine.end_period();  // an empty period
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].model_compute_ns == 150);
+  CHECK(seen[0].remat_compute_ns == 0);
+  CHECK(seen[0].num_remats == 0);
+  CHECK(seen[1].model_compute_ns == 70);
+  CHECK(seen[1].remat_compute_ns == 100);
+  CHECK(seen[1].num_remats == 1);
+  CHECK(seen[2].model_compute_ns == 0);
+  CHECK(seen[2].remat_compute_ns == 0);
+  CHECK(seen[2].num_remats == 0);
+}
+
+TEST_CASE("auto scores as dtr_eq until it has tried its candidates", "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  CHECK(p.engine.heuristic().status() == "auto: dtr_eq (no period yet)");
+  CHECK(p.picks_c());  // as dtr_eq
+  p.period(0, 0);      // the warm-up period: the program's first three ops
+  CHECK(p.picks_c());
+  CHECK(p.engine.heuristic().status() == "auto: trying dtr_eq (no period yet)");
+  p.period(0, 0);  // nothing computed: does not count
+  CHECK(p.engine.heuristic().status() == "auto: trying dtr_eq (no period yet)");
+  p.period(1000, 300);  // dtr_eq's period: 0.3
+  CHECK(p.picks_a());   // dtr_ancestors now
+  CHECK(p.engine.heuristic().status() == "auto: trying dtr_ancestors (dtr_eq 0.300)");
+  p.period(0, 0);       // back-to-back steps: no compute, still dtr_ancestors' turn
+  p.period(1000, 100);  // dtr_ancestors: 0.1
+  CHECK(p.picks_a());   // msps
+  p.period(2000, 400);  // msps: 0.2
+  CHECK(p.engine.heuristic().status() ==
+        "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200)");
+  CHECK(p.picks_a());
+  p.period(1000, 0);  // chosen for good: later periods change nothing
+  p.period(1000, 900);
+  CHECK(p.engine.heuristic().status() ==
+        "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200)");
+}
+
+TEST_CASE("auto keeps dtr_eq on ties and where dtr_eq is cheapest", "[eviction][trial]") {
+  for (const bool tie : {true, false}) {
+    AncestorsProgram p(builtin_heuristics().make("auto", {}));
+    p.period(0, 0);                 // warm-up: the program's first ops
+    p.period(1000, tie ? 0 : 100);  // dtr_eq
+    p.period(1000, tie ? 0 : 200);  // dtr_ancestors
+    p.period(1000, tie ? 0 : 150);  // msps
+    CHECK(p.picks_c());
+    CHECK(p.engine.heuristic().status().rfind("auto: dtr_eq (", 0) == 0);
+  }
+}
+
+TEST_CASE("the engine keeps auto's candidates' features up to date from the start",
+          "[eviction][trial]") {
+  // Under auto, dtr_eq's union-find classes must be current when auto switches back to it.
+  const HeuristicInfo* info = builtin_heuristics().find("auto");
+  REQUIRE(info != nullptr);
+  for (const char* name : {"dtr_eq", "dtr_ancestors", "msps"})
+    CHECK((builtin_heuristics().find(name)->needs & ~info->needs) == 0);
+}
