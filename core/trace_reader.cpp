@@ -518,8 +518,13 @@ class TraceParser {
 
   void read_annotate(const json& object) {
     const std::string& annotation = string_field(object, "ANNOTATION");
-    if (annotation != "START" && annotation != "BACKWARD") {
-      fail("unknown ANNOTATION '" + annotation + "'; valid annotations: START, BACKWARD");
+    if (annotation == "STEP" && trace_.version < 4) {
+      fail("ANNOTATION 'STEP' needs a DTR_TRACE header of version 4 or later (this trace's: " +
+           std::to_string(trace_.version) +
+           "); start the file with {\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}");
+    }
+    if (annotation != "START" && annotation != "BACKWARD" && annotation != "STEP") {
+      fail("unknown ANNOTATION '" + annotation + "'; valid annotations: START, BACKWARD, STEP");
     }
     add_event(TraceEventKind::annotate).op = annotation;
   }

@@ -292,7 +292,10 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
   for (const TraceEvent& ev : trace.events) {
     OpId op = kNoId;  // the op this event recorded, for the guide
     switch (ev.kind) {
-      case TraceEventKind::annotate: break;
+      case TraceEventKind::annotate:
+        // A training step ended where the host recorded it (policy auto: Note [Policy trial])
+        if (ev.op == "STEP") engine.end_period();
+        break;
       case TraceEventKind::constant: {
         TensorId t;
         if (recorder) recorder->name_next_op("constant");
@@ -475,6 +478,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
     }
     result.status = run_events(trace, engine, guide.get(), recorder.get());
     result.stats = engine.stats();
+    result.policy_status = engine.heuristic().status();
     if (snapshot) {
       nlohmann::ordered_json meta;
       meta["host"] = "dtr-sim";
@@ -554,6 +558,7 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["plan_departure"] = r.plan_departure;
   j["eviction_searches"] = r.stats.eviction_searches;
   j["candidates_scored"] = r.stats.candidates_scored;
+  j["policy_status"] = r.policy_status;
   j["stats"] = r.stats.to_json();
   if (r.allocator == "fake") j["allocator_stats"] = r.allocator_stats.to_json();
   return j;

@@ -248,7 +248,11 @@ TEST_CASE("trace: malformed input gives TraceError with file and line", "[core][
       {"defined_twice_copy.log", 6, "name 'b' is defined twice (DST of COPY"},
       {"defined_twice_constant.log", 4, "first defined on line 2"},
       {"pre_start_use.log", 4, "name 'w' used before it is defined"},
-      {"version_too_new.trace", 1, "trace format version 4 is newer than this build supports (3)"},
+      {"version_too_new.trace", 1, "trace format version 5 is newer than this build supports (4)"},
+      {"step_before_v4.trace", 3,
+       "ANNOTATION 'STEP' needs a DTR_TRACE header of version 4 or later (this trace's: 3)"},
+      {"step_in_dtr_log.log", 2,
+       "ANNOTATION 'STEP' needs a DTR_TRACE header of version 4 or later (this trace's: 0)"},
       {"version_zero.trace", 1, "trace format version 0"},
       {"header_not_first.log", 2, "DTR_TRACE header after the first line"},
   };
@@ -331,7 +335,7 @@ TEST_CASE("trace: write then read gives back the hand-written trace", "[core][tr
   std::string first_line, second_line;
   std::getline(buffer, first_line);
   std::getline(buffer, second_line);
-  CHECK(first_line == "{\"INSTRUCTION\":\"DTR_TRACE\",\"SOURCE\":\"good.log\",\"VERSION\":3}");
+  CHECK(first_line == "{\"INSTRUCTION\":\"DTR_TRACE\",\"SOURCE\":\"good.log\",\"VERSION\":4}");
   CHECK(second_line == "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}");
   CHECK(buffer.str().find("{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"4096\",\"NAME\":\"yv\"}\n"
                           "{\"ALIAS\":0,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"yv\"}\n") !=
@@ -463,4 +467,21 @@ TEST_CASE("trace: the ResNet-32 log round-trips", "[core][trace]") {
   CHECK(first_call->results[0].alias == -1);
 
   require_same_trace(trace, round_trip(trace));
+}
+
+TEST_CASE("trace: ANNOTATE STEP (version 4) reads and writes back", "[core][trace]") {
+  // Note [Step marks] in integration/torch/dispatch_hook.cpp: the PyTorch host writes one
+  // as each optimizer step returns; a replay ends an engine period there.
+  std::istringstream in(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"a\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":8}\n"
+      "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"STEP\"}\n");
+  const dtr::Trace trace = dtr::read_trace(in, "inline");
+  REQUIRE(trace.events.size() == 2);
+  CHECK(trace.events[1].kind == dtr::TraceEventKind::annotate);
+  CHECK(trace.events[1].op == "STEP");
+  const dtr::Trace again = round_trip(trace);
+  require_same_trace(trace, again);
+  CHECK(again.events[1].op == "STEP");
 }

@@ -143,15 +143,25 @@ int main(int argc, char** argv) {
 
   CommonFlags sweep_flags;
   std::vector<std::string> sweep_traces;
-  std::string sweep_policies = "dtr_eq,dtr,dtr_local,msps,lru,size,random,coop";
+  // Default: every registered policy; with --allocator none, those that need no addresses.
+  auto policy_list = [](bool with_addresses) {
+    std::string list;
+    for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
+      if (with_addresses || !(h.needs & dtr::kFeatureAddressOrder))
+        list += (list.empty() ? "" : ",") + h.name;
+    return list;
+  };
+  std::string sweep_policies = policy_list(true);
   std::string sweep_budgets = "0.1:0.9:0.1", sweep_csv, sweep_svg;
   unsigned sweep_threads = 0;
   bool sweep_quiet = false;
   CLI::App* sweep = app.add_subcommand("sweep", "replay traces x policies x budgets on all cores");
   sweep->add_option("--trace", sweep_traces, "trace files")->required()->expected(1, -1);
   CLI::Option* policies_flag =
-      sweep->add_option("--policies", sweep_policies,
-                        "comma-separated policies (default: all; coop only with --allocator fake)")
+      sweep
+          ->add_option("--policies", sweep_policies,
+                       "comma-separated policies (default: all; those that read block addresses, "
+                       "coop, only with --allocator fake)")
           ->capture_default_str();
   sweep->add_option("--budgets", sweep_budgets, "START:STOP:STEP or a comma list of ratios")->capture_default_str();
   sweep->add_option("--csv", sweep_csv, "write the results as CSV here");
@@ -212,7 +222,7 @@ int main(int argc, char** argv) {
 
     if (*policies) {
       for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
-        std::printf("%-10s %s  [needs: %s]\n", h.name.c_str(), h.summary.c_str(),
+        std::printf("%-13s %s  [needs: %s]\n", h.name.c_str(), h.summary.c_str(),
                     dtr::feature_names(h.needs).c_str());
       return 0;
     }
@@ -333,7 +343,7 @@ int main(int argc, char** argv) {
       spec.progress = !sweep_quiet;
       // The default list drops coop when there is no allocator to give it addresses.
       if (policies_flag->count() == 0 && config.allocator == "none")
-        sweep_policies = sweep_policies.substr(0, sweep_policies.rfind(",coop"));
+        sweep_policies = policy_list(false);
       spec.policies = dtr::split_list(sweep_policies);
       const std::vector<dtr::ReplayResult> results = dtr::run_sweep(spec);
       if (!sweep_quiet) std::cout << dtr::format_sweep_table(results);

@@ -27,7 +27,7 @@ namespace dtr {
 using NameId = uint32_t;
 
 enum class TraceEventKind : uint8_t {
-  annotate,   // annotation: "START" or "BACKWARD" (text in `op`)
+  annotate,   // annotation: "START", "BACKWARD" or (version 4) "STEP" (text in `op`)
   call,       // op `op` on `args` produced `results`, taking `time_ns`
   mutate,     // op `op` on `args` mutated args[mutated[i]], taking `time_ns`
   constant,   // results[0] is a new constant (pinned) of results[0].size_bytes
@@ -92,7 +92,7 @@ class TraceError : public std::runtime_error {
   uint32_t line_;
 };
 
-constexpr uint32_t kTraceFormatVersion = 3;
+constexpr uint32_t kTraceFormatVersion = 4;
 
 // Reads either format (detected from the first line). Events before the first
 // `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has none.

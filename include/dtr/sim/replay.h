@@ -85,6 +85,7 @@ struct ReplayOptions {
 struct ReplayResult {
   std::string trace;   // file name (no directory)
   std::string policy;
+  std::string policy_status;  // Heuristic::status() at the end: `auto`'s trial and choice
   std::string search;
   double budget_ratio = 0;  // budget / baseline peak
   uint64_t budget_bytes = 0;
