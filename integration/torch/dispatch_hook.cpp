@@ -140,6 +140,7 @@
 // fallback runs until the first op has installed it), so that a baseline run's peak, of
 // which budgets are fractions, counts the same copies as a run under a budget.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
@@ -156,6 +157,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -614,6 +616,31 @@ bool register_fallback() {
 
 }  // namespace
 
+// Note [Step marks]
+// ~~~~~~~~~~~~~~~~~
+// Policy `auto` needs to know where a training step ends (Note [Policy trial] in
+// eviction/heuristics/auto_heuristic.cpp). torch.optim wraps every optimizer's step() in
+// `record_function("Optimizer.step#<class>.step")`, profiler or not. The profiler ops that
+// record_function calls never reach the fallback (their kernels are composite, which the
+// dispatcher prefers to a backend fallback), so the library listens to RecordFunction
+// itself: a global callback on user scopes only, so the ops' own record functions (scope
+// FUNCTION) stay as cheap as without it; when an optimizer step's scope ends, a period
+// ends (Engine::end_period). Two optimizers in one step (a GAN) make two periods of it; a
+// step() not wrapped so (an optimizer that is not a torch.optim.Optimizer) makes none, and
+// `auto` stays on its first candidate.
+namespace {
+std::unique_ptr<at::ObserverContext> on_user_scope_start(const at::RecordFunction&) {
+  return nullptr;
+}
+
+void on_user_scope_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  static constexpr std::string_view kStep = "Optimizer.step#";
+  const char* name = fn.name();
+  if (name != nullptr && std::string_view(name).compare(0, kStep.size(), kStep) == 0)
+    end_lineage_period();
+}
+}  // namespace
+
 bool register_dispatch_hook() {
   static std::once_flag once;
   static bool registered = false;
@@ -621,6 +648,8 @@ bool register_dispatch_hook() {
     if (!register_fallback()) return;
     pthread_atfork(&lock_before_fork, &unlock_in_parent, &renew_in_child);
     watch_faults();  // Note [Reads of evicted storages]
+    at::addGlobalCallback(at::RecordFunctionCallback(&on_user_scope_start, &on_user_scope_end)
+                              .scopes({at::RecordScope::USER_SCOPE}));  // Note [Step marks]
     registered = true;
   });
   return registered;

@@ -1009,6 +1009,12 @@ void Lineage::budget_changed(uint64_t budget_bytes) {
   thrash_error_.clear();  // a raise still due was for the old budget
 }
 
+void Lineage::end_period() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  engine_->end_period();
+  recording_->step();
+}
+
 void Lineage::abort_op(PendingOp& pending) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   engine_->unlock_tensors(pending.locked);
@@ -1383,6 +1389,18 @@ void collect_lineage() {
 
 void lineage_budget_changed(uint64_t budget_bytes) {
   if (Lineage* lineage = the_lineage()) lineage->budget_changed(budget_bytes);
+}
+
+void end_lineage_period() {
+  Lineage* lineage = the_lineage();
+  if (lineage) lineage->end_period();
+}
+
+std::string policy_status() {
+  Lineage* lineage = the_lineage();
+  if (!lineage) return std::string();
+  std::lock_guard<std::recursive_mutex> lock(lineage->mutex());
+  return lineage->engine().heuristic().status();
 }
 
 std::string plan_source() {

@@ -50,6 +50,12 @@ void collect_lineage();
 // in lineage.cpp.
 void lineage_budget_changed(uint64_t budget_bytes);
 
+// A training step ended (Note [Step marks] in dispatch_hook.cpp): Engine::end_period.
+void end_lineage_period();
+// What the report says the policy is (Heuristic::status): "dtr_eq", "auto: msps (...)";
+// "" before start_lineage.
+std::string policy_status();
+
 // DTR_PLAN: what the plan is ("plan.json (rotor)"), and where the run left it ("" while it
 // follows it); both "" without a plan.
 std::string plan_source();

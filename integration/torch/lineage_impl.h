@@ -186,6 +186,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // At start and after dtr.set_budget: Note [Temporaries] (the newest storages are scanned
   // after every op when there is no budget), and the thrash watch counts from now.
   void budget_changed(uint64_t budget_bytes);
+  // A training step ended (Note [Step marks] in dispatch_hook.cpp): Engine::end_period,
+  // and a STEP annotation in the trace.
+  void end_period();
 
   // The first half of a collect: releases storages found dead since the last scan, among
   // the `newest` storages adopted last (all by default: Note [Temporaries]).

@@ -148,6 +148,14 @@ void Recording::discard(TensorId t) {
   if (trace_) trace_simple(TraceEventKind::discard, t);
 }
 
+void Recording::step() {
+  if (!trace_) return;
+  TraceEvent e;
+  e.kind = TraceEventKind::annotate;
+  e.op = "STEP";
+  trace_->events.push_back(std::move(e));
+}
+
 void Recording::forget(const std::vector<TensorId>& ts) {
   for (TensorId t : ts)
     if (t < trace_names_.size()) trace_names_[t] = UINT32_MAX;

@@ -59,6 +59,7 @@ class Recording {
   // run where the pin was never made.
   void write_pinned(TensorId t);
   void discard(TensorId t);  // the storage of `t` was discarded (Engine::discard)
+  void step();               // a training step ended: `ANNOTATE STEP` (Note [Step marks])
   // These tensors were retired (Note [Retiring]): their ids may name new tensors.
   void forget(const std::vector<TensorId>& ts);
 

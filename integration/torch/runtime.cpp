@@ -295,6 +295,8 @@ void report_at_exit() {
   summary["dtr.remat_measured_ns"] = engine.remat_measured_ns;
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
   summary["dtr.num_thrash_alerts"] = engine.num_thrash_alerts;  // Note [Thrashing in a live run]
+  // Note [Policy trial]: the policy, or auto's choice and trial (none with remat:False)
+  if (const std::string policy = policy_status(); !policy.empty()) summary["dtr.policy"] = policy;
   if (stats.num_block_moves > 0) {  // Note [Compaction] in allocator/caching_allocator.cpp
     summary["dtr.num_block_moves"] = stats.num_block_moves;
     summary["dtr.moved_bytes"] = stats.moved_bytes;

@@ -41,7 +41,7 @@ def test_trace_frees_what_the_live_run_frees(lib, tmp_path):
     trace = tmp_path / "mlp.trace"
     run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
     lines = trace.read_text().splitlines()
-    assert json.loads(lines[0])["VERSION"] == 3
+    assert json.loads(lines[0])["VERSION"] == 4
     assert any(json.loads(l)["INSTRUCTION"] == "DISCARD" for l in lines[1:])
     live = Result(run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
     peak = live.stats["allocated_bytes.all.peak"]
@@ -94,7 +94,7 @@ def test_accumulated_gradients_are_pinned_when_material(lib, tmp_path):
     args = ("patterns.py", "--pattern", "accumulate", "--steps", "2")
     run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
     lines = trace.read_text().splitlines()
-    assert json.loads(lines[0])["VERSION"] == 3
+    assert json.loads(lines[0])["VERSION"] == 4
     events = [json.loads(l) for l in lines[1:]]
     soft = [i for i, ev in enumerate(events)
             if ev["INSTRUCTION"] == "PIN" and ev.get("WHEN_MATERIAL") is True]

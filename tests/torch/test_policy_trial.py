@@ -1,0 +1,114 @@
+"""policy:auto tries dtr_eq, dtr_ancestors and msps for one training step each and keeps the
+cheapest (Note [Policy trial] in eviction/heuristics/auto_heuristic.cpp); the library finds
+the steps by torch.optim's record_function scopes (Note [Step marks] in
+integration/torch/dispatch_hook.cpp). docs/pytorch.md, "Policy trial"."""
+import json
+import os
+import re
+from pathlib import Path
+
+from conftest import PYTHON, ROOT, Result, clean_env, driver, run
+
+# 5 steps: the warm-up step, one step per candidate, one under the choice.
+ARGS = ("transformer.py", "--steps", "5")
+TRIED = re.compile(r"^auto: (dtr_eq|dtr_ancestors|msps) \(dtr_eq (\d+\.\d{3}), "
+                   r"dtr_ancestors (\d+\.\d{3}), msps (\d+\.\d{3})\)$")
+
+
+def report(proc):
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("dtr: report ")]
+    assert lines, proc.stderr
+    return json.loads(lines[-1][len("dtr: report "):])
+
+
+def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
+    baseline = Result(run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
+    budget = int(0.5 * baseline.stats["allocated_bytes.all.peak"])
+    plain = Result(run(driver(*ARGS), clean_env()))
+    proc = run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
+                                        DTR_CONF=f"budget:{budget},policy:auto"))
+    trial, summary = Result(proc), report(proc)
+    assert trial.losses() == plain.losses()
+    assert trial.params() == plain.params() and trial.buffers() == plain.buffers()
+    assert summary["allocated_bytes.all.peak"] <= budget
+    assert summary["dtr.num_evictions"] > 0, summary
+    m = TRIED.match(summary["dtr.policy"])
+    assert m, summary["dtr.policy"]
+    chosen = m.group(1)
+    ratios = {"dtr_eq": float(m.group(2)), "dtr_ancestors": float(m.group(3)),
+              "msps": float(m.group(4))}
+    assert any(r > 0 for r in ratios.values()), ratios  # the steps did rematerialize
+    # The least ratio; on a tie (as printed, to 3 digits) the earlier candidate.
+    assert ratios[chosen] == min(ratios.values())
+    order = ["dtr_eq", "dtr_ancestors", "msps"]
+    assert all(ratios[c] > ratios[chosen] for c in order[:order.index(chosen)]), ratios
+
+
+def test_a_trace_marks_the_steps_and_a_replay_tries_the_candidates(lib, tmp_path):
+    # Trace format v4: `ANNOTATE STEP` as each optimizer step returns; dtr-sim ends an
+    # engine period there, so `auto` runs its trial in a replay as it does live.
+    trace = tmp_path / "transformer.trace"
+    run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+    lines = [json.loads(l) for l in trace.read_text().splitlines()]
+    assert lines[0]["VERSION"] == 4
+    steps = [l for l in lines if l.get("INSTRUCTION") == "ANNOTATE" and l["ANNOTATION"] == "STEP"]
+    assert len(steps) == 5
+    sim = Path(os.environ.get("DTR_SIM", ROOT / "build" / "bin" / "dtr-sim"))
+    replay = json.loads(run([str(sim), "run", "--trace", str(trace), "--budget", "0.5",
+                             "--policy", "auto", "--allocator", "none", "--json"],
+                            clean_env(DTR_CONF="lazy_release:True")).stdout)
+    assert replay["status"] == "ok", replay
+    assert TRIED.match(replay["policy_status"]), replay["policy_status"]
+
+
+def test_other_policies_report_their_name(lib):
+    proc = run(driver("mlp.py", "--steps", "2"), clean_env(LD_PRELOAD=lib, DTR_REPORT="1"))
+    assert report(proc)["dtr.policy"] == "dtr_eq"  # the default
+    proc = run(driver("mlp.py", "--steps", "2"),
+               clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:msps"))
+    assert report(proc)["dtr.policy"] == "msps"
+
+
+def test_without_optimizer_steps_auto_stays_on_dtr_eq(lib):
+    # A training loop that updates its parameters by hand has no step marks; a profiled
+    # user scope of another name is none either.
+    code = (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.randn(256, 256, requires_grad=True)\n"
+        "for _ in range(4):\n"
+        "    with torch.autograd.profiler.record_function('Optimizer.zero_grad#SGD.zero_grad'):\n"
+        "        w.grad = None\n"
+        "    x = torch.randn(64, 256)\n"
+        "    (x @ w).relu().sum().backward()\n"
+        "    with torch.no_grad():\n"
+        "        w -= 0.01 * w.grad\n"
+    )
+    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
+                                               DTR_CONF="policy:auto"))
+    assert report(proc)["dtr.policy"] == "auto: dtr_eq (no period yet)"
+
+
+def test_an_optimizer_step_ends_a_period(lib):
+    # The same loop with torch.optim.SGD: each step() is a period; the first is the
+    # warm-up, the next three the candidates' (no budget: no remats, all 0, dtr_eq kept).
+    code = (
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.nn.Parameter(torch.randn(256, 256))\n"
+        "opt = torch.optim.SGD([w], lr=0.01)\n"
+        "for _ in range(STEPS):\n"
+        "    opt.zero_grad()\n"
+        "    (torch.randn(64, 256) @ w).relu().sum().backward()\n"
+        "    opt.step()\n"
+    )
+    statuses = []
+    for steps in (1, 2, 4):
+        proc = run([PYTHON, "-c", code.replace("STEPS", str(steps))],
+                   clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:auto"))
+        statuses.append(report(proc)["dtr.policy"])
+    assert statuses == [
+        "auto: trying dtr_eq (no period yet)",
+        "auto: trying dtr_ancestors (dtr_eq 0.000)",
+        "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000)",
+    ]
