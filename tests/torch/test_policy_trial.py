@@ -38,10 +38,9 @@ def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
     ratios = {"dtr_eq": float(m.group(2)), "dtr_ancestors": float(m.group(3)),
               "msps": float(m.group(4))}
     assert any(r > 0 for r in ratios.values()), ratios  # the steps did rematerialize
-    # The least ratio; on a tie (as printed, to 3 digits) the earlier candidate.
-    assert ratios[chosen] == min(ratios.values())
-    order = ["dtr_eq", "dtr_ancestors", "msps"]
-    assert all(ratios[c] > ratios[chosen] for c in order[:order.index(chosen)]), ratios
+    # The least ratio (printed to 3 digits, so a near-tie may print equal to an earlier
+    # candidate's; the unit tests check that exact ties keep the earlier one).
+    assert ratios[chosen] == min(ratios.values()), ratios
 
 
 def test_a_trace_marks_the_steps_and_a_replay_tries_the_candidates(lib, tmp_path):
