@@ -10,8 +10,8 @@
 // No policy is cheapest on every program: in replays of ten training traces at 0.3-0.7 of
 // their peaks, dtr_eq, msps and dtr_ancestors each won somewhere and each thrashed
 // somewhere (docs/simulator.md, "dtr_ancestors"), and live on this machine dtr_ancestors
-// cut the transformer's remat time by a quarter while it cost the chunked LSTM LM a third
-// more (docs/pytorch.md). A training loop repeats its step, so what a policy costs in one
+// cut the transformer's remat time by a quarter while the chunked LSTM LM's steps took a
+// third longer under it (docs/pytorch.md). A training loop repeats its step, so what a policy costs in one
 // step is a fair guess of what it costs in the next. A host that knows where a step ends
 // (the PyTorch host: each optimizer step) calls Engine::end_period there; `auto` then:
 //   - lets the first period go by under dtr_eq (set-up, and optimizer state made on the
