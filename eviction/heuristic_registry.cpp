@@ -31,7 +31,14 @@ const HeuristicInfo* HeuristicRegistry::find(const std::string& name) const {
 
 std::string HeuristicRegistry::names() const {
   std::string out;
-  for (const HeuristicInfo& e : entries_) out += (out.empty() ? "" : ", ") + e.name;
+  for (const std::string& name : names_without(0)) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+std::vector<std::string> HeuristicRegistry::names_without(uint32_t features) const {
+  std::vector<std::string> out;
+  for (const HeuristicInfo& e : entries_)
+    if (!(e.needs & features)) out.push_back(e.name);
   return out;
 }
 

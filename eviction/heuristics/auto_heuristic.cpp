@@ -11,9 +11,10 @@
 // their peaks, dtr_eq, msps and dtr_ancestors each won somewhere and each thrashed
 // somewhere (docs/simulator.md, "dtr_ancestors"), and live on this machine dtr_ancestors
 // cut the transformer's remat time by a quarter while the chunked LSTM LM's steps took a
-// third longer under it (docs/pytorch.md). A training loop repeats its step, so what a policy costs in one
-// step is a fair guess of what it costs in the next. A host that knows where a step ends
-// (the PyTorch host: each optimizer step) calls Engine::end_period there; `auto` then:
+// third longer under it (docs/pytorch.md). A training loop repeats its step, so what a
+// policy costs in one step is a fair guess of what it costs in the next. A host that knows
+// where a step ends (the PyTorch host: each optimizer step) calls Engine::end_period
+// there; `auto` then:
 //   - lets the first period go by under dtr_eq (set-up, and optimizer state made on the
 //     first step, are not what the run repeats);
 //   - runs each candidate for the next period, in order, and records its ratio of charged
@@ -29,6 +30,7 @@
 // says `ANNOTATE STEP` (trace format 4, which the PyTorch host writes at the same points);
 // without periods (DTR's logs, a script with no torch.optim optimizer) `auto` is dtr_eq
 // throughout.
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -81,7 +83,7 @@ class AutoHeuristic final : public Heuristic {
   std::string status() const override {
     std::string trial;
     for (size_t i = 0; i < candidates_.size(); ++i) {
-      if (ratios_[i] != ratios_[i]) continue;  // NaN: not tried yet
+      if (std::isnan(ratios_[i])) continue;  // not tried yet
       char ratio[32];
       std::snprintf(ratio, sizeof ratio, "%.3f", ratios_[i]);
       trial += (trial.empty() ? "" : ", ") + std::string(candidates_[i]->name()) + " " + ratio;

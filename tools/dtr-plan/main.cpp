@@ -267,8 +267,7 @@ int main(int argc, char** argv) {
       // Default: every policy that runs on byte accounting (allocator none, as the static
       // evaluator counts); `coop` needs the allocator's address order and is left out.
       if (policies.empty() && in.have_trace)
-        for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
-          if (!(h.needs & dtr::kFeatureAddressOrder)) policies.push_back(h.name);
+        policies = dtr::builtin_heuristics().names_without(dtr::kFeatureAddressOrder);
       if (!policies.empty() && !in.have_trace)
         throw dtr::PlanError("dynamic policies need --trace, not --graph; drop --policies");
       for (const std::string& p : policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});

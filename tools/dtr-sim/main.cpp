@@ -144,14 +144,13 @@ int main(int argc, char** argv) {
   CommonFlags sweep_flags;
   std::vector<std::string> sweep_traces;
   // Default: every registered policy; with --allocator none, those that need no addresses.
-  auto policy_list = [](bool with_addresses) {
+  auto policy_list = [](uint32_t without) {
     std::string list;
-    for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
-      if (with_addresses || !(h.needs & dtr::kFeatureAddressOrder))
-        list += (list.empty() ? "" : ",") + h.name;
+    for (const std::string& name : dtr::builtin_heuristics().names_without(without))
+      list += (list.empty() ? "" : ",") + name;
     return list;
   };
-  std::string sweep_policies = policy_list(true);
+  std::string sweep_policies = policy_list(0);
   std::string sweep_budgets = "0.1:0.9:0.1", sweep_csv, sweep_svg;
   unsigned sweep_threads = 0;
   bool sweep_quiet = false;
@@ -343,7 +342,7 @@ int main(int argc, char** argv) {
       spec.progress = !sweep_quiet;
       // The default list drops coop when there is no allocator to give it addresses.
       if (policies_flag->count() == 0 && config.allocator == "none")
-        sweep_policies = policy_list(false);
+        sweep_policies = policy_list(dtr::kFeatureAddressOrder);
       spec.policies = dtr::split_list(sweep_policies);
       const std::vector<dtr::ReplayResult> results = dtr::run_sweep(spec);
       if (!sweep_quiet) std::cout << dtr::format_sweep_table(results);

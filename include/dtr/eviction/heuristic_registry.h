@@ -29,6 +29,9 @@ class HeuristicRegistry {
   std::unique_ptr<Heuristic> make(const std::string& name, const HeuristicParams& params) const;
   const std::vector<HeuristicInfo>& entries() const { return entries_; }
   std::string names() const;  // "dtr, dtr_eq, ..."
+  // The entries that need none of `features`, in table order (kFeatureAddressOrder: the
+  // policies that run without an allocator).
+  std::vector<std::string> names_without(uint32_t features) const;
 
  private:
   std::vector<HeuristicInfo> entries_;
