@@ -57,3 +57,24 @@ TEST_CASE("packed mask: a buffer of more than two values is no mask", "[core][pa
   CHECK(dtr::pack_mask(values.data(), values.size(), 4, bits.data(), &one));
   CHECK_FALSE(dtr::pack_mask(values.data(), values.size(), 3, bits.data(), &one));  // no such word
 }
+
+TEST_CASE("packed mask: a third value anywhere in a long buffer is found", "[core][packed_mask]") {
+  // Note [Vector masks]: 4-byte words go eight at a time through a vector loop, the rest
+  // through the scalar tail; a third bit pattern must be caught in either, in any lane.
+  const uint32_t one = 0x3f800000u;
+  for (size_t n : {8, 16, 1001}) {
+    for (uint32_t third : {0x80000000u /* -0.0f */, 0x3f000000u /* 0.5f */, 1u}) {
+      for (size_t pos = 0; pos < n; pos += (n > 64 ? 37 : 1)) {
+        CAPTURE(n, third, pos);
+        std::vector<uint32_t> mask(n);
+        for (size_t i = 0; i < n; ++i) mask[i] = (i % 3 == 1) ? one : 0u;
+        mask[pos] = third;
+        std::vector<uint8_t> bits(dtr::packed_mask_bytes(n));
+        uint64_t got_one = 0;
+        // Every n here keeps two `one`s besides pos, so a third value first (taken as the
+        // buffer's `one`) is caught too.
+        CHECK_FALSE(dtr::pack_mask(mask.data(), n, 4, bits.data(), &got_one));
+      }
+    }
+  }
+}
