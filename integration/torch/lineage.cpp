@@ -110,7 +110,8 @@
 // mask's bytes) come from the same allocator, so the budget counts them; they go with the
 // op's lineage (drop_lineage). The engine charges a remat of that op what the packing took
 // (Note [Remat cost] in eviction/engine.cpp), so the policies see a mask as cheap to
-// evict; unpacking is somewhat faster than packing (about 1.0 against 1.6 ms for 8 MiB),
+// evict; unpacking is somewhat faster than packing (about 0.21 against 0.28 ms for 8 MiB
+// of float32 since Note [Vector masks] in core/packed_mask.cpp; 1.0 against 1.6 ms before),
 // so that cost is an upper bound. Before the first eviction nothing is packed: a run that
 // fits its budget pays nothing, and masks drawn before then are replayed as before. A run
 // that records a trace (DTR_TRACE) packs from the start, so that the trace, which is
