@@ -224,7 +224,7 @@ std::string AllocatorOom::message() const {
     if (untracked_bytes() >= kUntrackedWorthNaming)
       out += ", untracked " + format_bytes(untracked_bytes()) +
              " (outside dtr's lineage: tensors no recorded op has read yet, such as fresh "
-             "torch.randn results, and buffers ops allocate for themselves, such as a "
+             "torch.empty results, and buffers ops allocate for themselves, such as a "
              "convolution's workspace)";
   }
   out += "; largest free block " + format_bytes(largest_free_block_bytes) + "). ";

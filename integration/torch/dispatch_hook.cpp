@@ -48,9 +48,10 @@
 // Note [Never recompute]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Opaque ops run once and are never recomputed: their outputs stay pinned (the result of
-// torch.randn is pinned; the ops that read it stay recomputable). They are: ops outside aten
-// (a profiler op returns a tensor that owns a C++ object; collectives), ops tagged
-// nondeterministic_seeded or nondeterministic_bitwise, the empty* family (its values are
+// torch.randn_like is pinned; the ops that read it stay recomputable). They are: ops outside
+// aten (a profiler op returns a tensor that owns a C++ object; collectives), ops tagged
+// nondeterministic_seeded (except Note [Seeded ops] and [Seeded factories]) or
+// nondeterministic_bitwise, the empty* family (its values are
 // whatever memory held), resize_/set_ (they change a storage, not its values), in-place
 // ops that write more than one tensor (a foreach optimizer step: a remat would apply the
 // step again to every target that is still material), and ops that return no tensor.
@@ -77,10 +78,26 @@
 // runs that pass at their tested budgets ran out of memory (the CNN at 0.7 and 0.6,
 // resnet18 at 0.55, the DataLoader script, DDP), with parameters locked in the material
 // list; the exact chain was not analysed.
-// Other seeded ops (randn, randperm, native_dropout, the out-of-place bernoulli) stay
-// opaque. A fill that does not cover its storage is recorded as a new version (Note
-// [Mutation]), which replays the same way. Cost: a copy of the generator (about 5 KB for
-// the CPU one) per recorded fill.
+// Other seeded ops that return fresh draws are Note [Seeded factories]; the rest
+// (native_dropout, the `_like` factories, multinomial, ...) stay opaque. A fill that does
+// not cover its storage is recorded as a new version (Note [Mutation]), which replays the
+// same way. Cost: a copy of the generator (about 5 KB for the CPU one) per recorded fill.
+//
+// Note [Seeded factories]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// torch.randn, rand, randint, randperm, and the functional normal and bernoulli return
+// fresh draws: a synthetic input batch, noise a model adds inside its step. They are
+// recorded as the fills are (Note [Seeded ops]: in grad mode only, with a copy of the
+// generator's state taken before the op draws), so their outputs are evicted and made again
+// instead of pinned while they live. normal and bernoulli take a `Generator?` argument;
+// randn, rand, randint and randperm do not, but each has an overload that does (randn.
+// generator, randint.low_generator: the same arguments with one `Generator?` more), and the
+// recorded call is that overload with the copy in its place. The CPU kernels of the plain
+// overloads call the same code with the default generator, so a remat draws the same bits,
+// and the program's generators are not advanced. Overloads without such a twin (randn.names)
+// and the `_like` factories, which have none, stay opaque. A batch drawn with randn in grad
+// mode is recorded too; the test scripts draw theirs under torch.no_grad(), as a loader's
+// batch is data no remat can make again (docs/pytorch.md, "At 224x224").
 //
 // Note [Batch norm]
 // ~~~~~~~~~~~~~~~~~
@@ -196,6 +213,48 @@ const std::unordered_set<std::string>& seeded_fill_names() {
   return names;
 }
 
+// Note [Seeded factories]: ops that return fresh draws, replayed from a copy of their
+// generator.
+const std::unordered_set<std::string>& seeded_factory_names() {
+  static const std::unordered_set<std::string> names = {
+      "aten::randn",    "aten::rand",   "aten::randint",
+      "aten::randperm", "aten::normal", "aten::bernoulli",
+  };
+  return names;
+}
+
+bool is_generator_type(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::OptionalType &&
+         type->containedType(0)->kind() == c10::TypeKind::GeneratorType;
+}
+
+// The index of the op's `Generator?` argument (the last, should there be several); -1 if
+// it has none.
+int16_t generator_argument(const c10::FunctionSchema& schema) {
+  int16_t at = -1;
+  for (size_t i = 0; i < schema.arguments().size(); ++i)
+    if (is_generator_type(schema.arguments()[i].type())) at = static_cast<int16_t>(i);
+  return at;
+}
+
+// The index of the `Generator?` argument of `with`, when `with` takes exactly the
+// arguments of `op` (names and types) plus that one; -1 otherwise.
+int16_t inserted_generator(const c10::FunctionSchema& op, const c10::FunctionSchema& with) {
+  const std::vector<c10::Argument>& a = op.arguments();
+  const std::vector<c10::Argument>& b = with.arguments();
+  if (b.size() != a.size() + 1 || op.returns().size() != with.returns().size()) return -1;
+  int16_t at = -1;
+  for (size_t i = 0, j = 0; j < b.size(); ++j) {
+    if (at < 0 && is_generator_type(b[j].type()) && (i == a.size() || a[i].name() != b[j].name())) {
+      at = static_cast<int16_t>(j);
+      continue;
+    }
+    if (i == a.size() || a[i].name() != b[j].name() || *a[i].type() != *b[j].type()) return -1;
+    ++i;
+  }
+  return at;
+}
+
 bool is_tensor_type(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) return true;
   if (type->kind() == c10::TypeKind::ListType)
@@ -233,17 +292,34 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
   if (seeded_fill_names().count(name) && op.hasTag(at::Tag::nondeterministic_seeded) &&
       !op.hasTag(at::Tag::nondeterministic_bitwise) && info.write_args.size() == 1 &&
       info.write_args[0] == 0 && returns_all_written) {
-    for (size_t i = 0; i < schema.arguments().size(); ++i) {
-      const c10::TypePtr& type = schema.arguments()[i].type();
-      if (type->kind() == c10::TypeKind::OptionalType &&
-          type->containedType(0)->kind() == c10::TypeKind::GeneratorType)
-        info.generator_arg = static_cast<int16_t>(i);
-    }
+    info.generator_arg = generator_argument(schema);
     if (info.generator_arg >= 0) {
       info.kind = OpKind::compute;
       info.in_place = true;
       info.overwrites = true;
       info.packs_mask = name == "aten::bernoulli_";  // Note [Packed masks] in lineage.cpp
+      return info;
+    }
+  }
+  // Note [Seeded factories]
+  if (seeded_factory_names().count(name) && op.hasTag(at::Tag::nondeterministic_seeded) &&
+      !op.hasTag(at::Tag::nondeterministic_bitwise) && info.write_args.empty() && !returns_alias &&
+      info.num_returns == 1 && returns_tensor) {
+    info.generator_arg = generator_argument(schema);
+    bool tensor_args = false;
+    for (const c10::Argument& a : schema.arguments()) tensor_args |= is_tensor_type(a.type());
+    if (info.generator_arg < 0 && !tensor_args) {
+      // randn -> randn.generator, randint.low -> randint.low_generator
+      const std::string& overload = schema.overload_name();
+      const c10::optional<c10::OperatorHandle> with = c10::Dispatcher::singleton().findSchema(
+          {name, overload.empty() ? "generator" : overload + "_generator"});
+      if (with) {
+        info.generator_arg = inserted_generator(schema, with->schema());
+        if (info.generator_arg >= 0) info.replay_op = *with;
+      }
+    }
+    if (info.generator_arg >= 0) {
+      info.kind = OpKind::compute;
       return info;
     }
   }
@@ -292,6 +368,7 @@ const Classified& op_info(const c10::OperatorHandle& op) {
     c.opaque_fill.kind = OpKind::opaque;
     c.opaque_fill.in_place = c.opaque_fill.overwrites = false;
     c.opaque_fill.generator_arg = -1;
+    c.opaque_fill.replay_op.reset();
     c.opaque_fill.packs_mask = false;
   }
   return cache.emplace(key, std::move(c)).first->second;

@@ -654,9 +654,12 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     pending.args[4] = c10::IValue();
   }
   // Note [Seeded ops] (dispatch_hook.cpp): the generator's state before the op draws.
-  if (info.generator_arg >= 0)
+  if (info.generator_arg >= 0) {
+    if (info.replay_op)  // Note [Seeded factories]: its overload's argument, None as called
+      pending.args.insert(pending.args.begin() + info.generator_arg, c10::IValue());
     pending.args[info.generator_arg] =
         torch_compat::snapshot_generator(pending.args[info.generator_arg]);
+  }
 }
 
 // A new mark for a walk over storages: marks_[s] == the value returned means "marked in
@@ -927,7 +930,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
         recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns,
                        remat_ns);
       OpRec& r = ops_[id];
-      r.op = op;
+      r.op = info.replay_op ? *info.replay_op : op;  // Note [Seeded factories]
       r.args.assign(std::make_move_iterator(pending.args.begin()),
                     std::make_move_iterator(pending.args.end()));
       r.input_slots.assign(pending.input_slots.begin(), pending.input_slots.end());

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -78,6 +79,10 @@ struct OpInfo {
   // A seeded fill (bernoulli_, uniform_, ...): its `Generator?` argument, whose state is
   // kept for replays (Note [Seeded ops] in dispatch_hook.cpp); -1 for other ops.
   int16_t generator_arg = -1;
+  // A seeded factory whose schema has no `Generator?` argument (randn, rand, randint,
+  // randperm): the overload that has one, which its remats call; generator_arg is that
+  // argument's index there (Note [Seeded factories] in dispatch_hook.cpp).
+  std::optional<c10::OperatorHandle> replay_op;
   // Runs the op in place of its kernel where it can, with less memory and the same bits
   // (Note [Lean batch-norm backward] in compat.cpp); false: run the kernel.
   LeanKernel lean_kernel = nullptr;

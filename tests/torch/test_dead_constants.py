@@ -14,7 +14,8 @@ model = nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 256), nn.Ta
                       nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 10))
 
 def micro_batch():
-    x = torch.randn(512, 256)  # a constant to lineage; dead once this returns
+    with torch.no_grad():  # a constant to lineage, as a loader's batch is (a draw in grad
+        x = torch.randn(512, 256)  # mode is recorded: Note [Seeded factories]); dead on return
     F.cross_entropy(model(x), torch.randint(0, 10, (512,))).backward()
 
 micro_batch()

@@ -8,17 +8,20 @@ from conftest import PYTHON, clean_env, run
 SCRIPT = r"""
 import torch, dtr
 torch.manual_seed(0)
-x = torch.randn(1024, 1024)          # 4 MiB, seeded random: pinned, never recomputed
+with torch.no_grad():                # outside autograd a draw is opaque (Note [Seeded factories])
+    x = torch.randn(1024, 1024)      # 4 MiB, seeded random: pinned, never recomputed
 y = x * 2                            # 4 MiB, recomputable
 z = y * 2                            # 12 MiB live: fits the 13 MiB budget
 u = z * 2                            # 4 more: y (live, recomputable) is evicted, no error
 print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])
 print("Y", float(y[0, 0]) == float(x[0, 0]) * 2)   # y comes back
 del y, z, u
-big = torch.randn(1024, 1024)        # a second and a third pinned 4 MiB
-big2 = torch.randn(1024, 1024)
+with torch.no_grad():
+    big = torch.randn(1024, 1024)    # a second and a third pinned 4 MiB
+    big2 = torch.randn(1024, 1024)
 try:
-    w = torch.randn(1024, 1024)      # a fourth: only pinned bytes are left
+    with torch.no_grad():
+        w = torch.randn(1024, 1024)  # a fourth: only pinned bytes are left
 except torch.cuda.OutOfMemoryError as e:
     print("OOM", str(e).replace("\n", " "))
 print("AFTER", float(x.sum()) == float(x.sum()))

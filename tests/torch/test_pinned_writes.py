@@ -13,7 +13,8 @@ WRITE = r"""
 import json, torch, dtr
 MiB = 1 << 20
 torch.manual_seed(0)
-p = torch.randn(MiB // 4)                 # 1 MiB, random: pinned (Note [Seeded ops])
+with torch.no_grad():                     # a draw outside autograd is opaque
+    p = torch.randn(MiB // 4)             # 1 MiB, random: pinned (Note [Seeded factories])
 big = p.expand(8, -1) * 2.0               # 8 MiB, made from p at once
 small = (p.expand(8, -1) * 1.5)[0, :8192].clone()  # 32 KiB, through a dead 8 MiB one
 with dtr.disable():  # copies made outside lineage: exporting big itself would pin it

@@ -80,7 +80,8 @@ import sys, torch, dtr
 MiB = 1 << 20
 def make(n, seed):
     torch.manual_seed(seed)
-    return torch.randn(n // 4)
+    with torch.no_grad():  # pinned: opaque outside autograd (Note [Seeded factories])
+        return torch.randn(n // 4)
 a = torch.empty(16 * MiB // 4)
 b = make(2 * MiB, 1)
 del a

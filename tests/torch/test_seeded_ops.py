@@ -4,7 +4,10 @@ under a budget and recomputed from a copy of their generator's state. Their valu
 what the program's generators draw afterwards, must be the bits of a run without the
 library; before, they were pinned and this script ran out of memory. Once the budget
 binds, dropout masks are kept packed to bits and unpacked instead (Note [Packed masks] in
-integration/torch/lineage.cpp), with the same bits."""
+integration/torch/lineage.cpp), with the same bits. Seeded factories (randn, rand, randint,
+randperm, normal, bernoulli: Note [Seeded factories]) are recomputed the same way.
+And since Note [Vector masks] (core/packed_mask.cpp) float32 masks pack through SSE2: the
+dropout test below checks those bits too."""
 import json
 
 from conftest import PYTHON, clean_env, run
@@ -103,3 +106,53 @@ def test_dropout_masks_are_packed_and_unpacked_bit_identical(lib, tmp_path):
     assert 4 <= counts["True", False][0] < 12 and counts["True", False][1] >= 1, counts
     assert counts["True", True][0] == 12 and counts["True", True][1] >= 1, counts
     assert counts["False", True] == (0, 0), counts
+
+
+FACTORIES = r"""
+import struct, torch
+torch.manual_seed(0)
+n = 1 << 18  # 1 MiB of float32 each: 13 MiB of draws under an 8 MiB budget
+g = torch.Generator().manual_seed(7)
+draws = [torch.randn(n) for _ in range(3)] + [torch.rand(n) for _ in range(3)]
+draws += [torch.randint(0, 1000, (n // 2,)), torch.randint(1000, (n // 2,), generator=g)]
+draws += [torch.randperm(n // 2), torch.normal(torch.zeros(n), 2.0),
+          torch.normal(0.0, 1.0, (n,), generator=g)]
+draws += [torch.bernoulli(torch.full((n,), 0.3)), torch.randn(n, generator=g)]
+with torch.no_grad():
+    kept = torch.randn(n)  # outside grad mode: opaque, as an initialisation is
+w = torch.arange(n, dtype=torch.float64)
+for i, m in enumerate(draws + [kept]):
+    print("digest", i, struct.pack("<d", torch.sum(m.double() * w[: m.numel()]).item()).hex())
+print("next", struct.pack("<4f", *torch.rand(4).tolist()).hex(),
+      struct.pack("<f", torch.randn(1, generator=g).item()).hex())
+import dtr
+if dtr.is_loaded():
+    st = dtr.memory_stats()
+    print("stats", st["dtr.num_evictions"], st["dtr.num_remats"], st["allocated_bytes.all.peak"])
+"""
+
+
+def test_seeded_factories_are_recomputed_bit_identical(lib, tmp_path):
+    # Note [Seeded factories] (dispatch_hook.cpp): randn, rand, randint and randperm are
+    # recorded as their `.generator` overloads with a copy of the generator, normal and
+    # bernoulli with their own argument; evicted draws are made again with the same bits,
+    # and what the generators draw next is what it would be without the library.
+    plain = run([PYTHON, "-c", FACTORIES], clean_env()).stdout.splitlines()
+    assert len(plain) == 15
+    trace, timeline = tmp_path / "factories.trace", tmp_path / "factories.json"
+    under = run([PYTHON, "-c", FACTORIES],
+                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:8M", DTR_TRACE=str(trace),
+                          DTR_TIMELINE=str(timeline)))
+    lines = under.stdout.splitlines()
+    assert lines[:15] == plain, under.stdout + under.stderr
+    evictions, remats, peak = map(int, lines[15].split()[1:])
+    assert evictions > 0 and peak <= 8 << 20, lines[15]
+    # Each kind of draw was evicted and made again by its own op.
+    made = {e["name"] for e in json.loads(timeline.read_text())["traceEvents"]
+            if e.get("cat") == "remat"}
+    for op in ("randn", "rand", "randint", "randperm", "normal", "bernoulli"):
+        assert f"aten::{op}" in made, made
+    # The trace records them as ops, the one drawn under no_grad as a constant.
+    text = trace.read_text()
+    assert text.count('"NAME":"aten::randn"') == 4 + 1  # and the last line's randn(1)
+    assert text.count('"NAME":"aten::randperm"') == 1

@@ -18,8 +18,9 @@ from torch.utils.data import DataLoader, Dataset
 class RandomImages(Dataset):
     def __init__(self, count, size):
         g = torch.Generator().manual_seed(1234)
-        self.images = torch.randn(count, 3, size, size, generator=g)
-        self.labels = torch.randint(0, 10, (count,), generator=g)
+        with torch.no_grad():  # data, as read from disk: drawn outside autograd
+            self.images = torch.randn(count, 3, size, size, generator=g)
+            self.labels = torch.randint(0, 10, (count,), generator=g)
 
     def __len__(self):
         return len(self.labels)

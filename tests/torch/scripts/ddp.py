@@ -37,8 +37,9 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(100 + rank)  # each rank its own shard of data
     for step in range(args.steps):
-        x = torch.randn(args.batch, 3, args.size, args.size, generator=gen)
-        y = torch.randint(0, 10, (args.batch,), generator=gen)
+        with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
+            x = torch.randn(args.batch, 3, args.size, args.size, generator=gen)
+            y = torch.randint(0, 10, (args.batch,), generator=gen)
         opt.zero_grad()
         loss = loss_fn(ddp(x), y)
         loss.backward()

@@ -28,8 +28,9 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     for step in range(args.steps):
-        x = torch.randn(args.batch, 256)
-        y = torch.randint(0, 10, (args.batch,))
+        with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
+            x = torch.randn(args.batch, 256)
+            y = torch.randint(0, 10, (args.batch,))
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()

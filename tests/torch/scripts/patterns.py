@@ -26,6 +26,8 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
   two_losses    two losses on one forward pass, each with its own backward (the first
                 with retain_graph=True), their gradients summed in .grad, as multi-task
                 training and auxiliary losses do
+  noise         noise drawn inside the step and added to the input (torch.randn in grad
+                mode, as a denoising objective draws it)
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
 eval<step> <bits> <value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for
@@ -47,7 +49,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
 PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save",
-            "ema", "reload", "two_losses")
+            "ema", "reload", "two_losses", "noise")
 
 
 class MLP(nn.Module):
@@ -95,7 +97,8 @@ def main():
         schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
 
     def batch():
-        return torch.randn(args.batch, 512), torch.randint(0, 10, (args.batch,))
+        with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
+            return torch.randn(args.batch, 512), torch.randint(0, 10, (args.batch,))
 
     for step in range(args.steps):
         start = time.perf_counter()
@@ -124,6 +127,8 @@ def main():
                 aux = 0.01 * out.pow(2).mean()
                 aux.backward()
                 print(f"loss aux{step} {bits(aux)} {float(aux):.6f}", flush=True)
+            elif args.pattern == "noise":
+                loss = F.cross_entropy(model(x + 0.1 * torch.randn(x.shape)), y)
             elif args.pattern == "amp":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = F.cross_entropy(model(x), y)

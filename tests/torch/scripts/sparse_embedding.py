@@ -47,8 +47,9 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     for step in range(args.steps):
         start = time.perf_counter()
-        tokens = torch.randint(0, args.vocab, (args.batch, args.seq))
-        labels = torch.randint(0, 10, (args.batch,))
+        with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
+            tokens = torch.randint(0, args.vocab, (args.batch, args.seq))
+            labels = torch.randint(0, 10, (args.batch,))
         sparse_opt.zero_grad()
         dense_opt.zero_grad()
         loss = loss_fn(model(tokens), labels)

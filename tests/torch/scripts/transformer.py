@@ -50,7 +50,8 @@ def main():
     model.train()
     for step in range(args.steps):
         start = time.perf_counter()
-        tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
+        with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
+            tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         opt.zero_grad()
         logits = model(inputs)

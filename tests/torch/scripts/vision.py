@@ -31,8 +31,9 @@ def main():
     model.train()
     for step in range(args.steps):
         start = time.perf_counter()
-        x = torch.randn(args.batch, 3, args.size, args.size)
-        y = torch.randint(0, 10, (args.batch,))
+        with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
+            x = torch.randn(args.batch, 3, args.size, args.size)
+            y = torch.randint(0, 10, (args.batch,))
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
