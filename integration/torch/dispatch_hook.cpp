@@ -350,8 +350,8 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
   return info;
 }
 
-// An op's info, and for a seeded fill the same op as opaque: what it is outside grad mode
-// (Note [Seeded ops]).
+// An op's info, and for a seeded fill or factory the same op as opaque: what it is outside
+// grad mode (Note [Seeded ops], Note [Seeded factories]).
 struct Classified {
   OpInfo info, opaque_fill;
 };
