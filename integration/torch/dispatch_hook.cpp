@@ -51,10 +51,10 @@
 // torch.randn_like is pinned; the ops that read it stay recomputable). They are: ops outside
 // aten (a profiler op returns a tensor that owns a C++ object; collectives), ops tagged
 // nondeterministic_seeded (except Note [Seeded ops] and [Seeded factories]) or
-// nondeterministic_bitwise, the empty* family (its values are
-// whatever memory held), resize_/set_ (they change a storage, not its values), in-place
-// ops that write more than one tensor (a foreach optimizer step: a remat would apply the
-// step again to every target that is still material), and ops that return no tensor.
+// nondeterministic_bitwise, the empty* family (its values are whatever memory held),
+// resize_/set_ (they change a storage, not its values), in-place ops that write more than
+// one tensor (a foreach optimizer step: a remat would apply the step again to every target
+// that is still material), and ops that return no tensor.
 // A written storage of an opaque op is pinned (Note [Mutation] in lineage.cpp).
 // Except seeded fills (Note [Seeded ops]).
 //

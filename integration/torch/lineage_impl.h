@@ -76,8 +76,9 @@ struct OpInfo {
   bool overwrites = false;
   // native_batch_norm in training mode: remat passes no running stats (Note [Batch norm]).
   bool batch_norm = false;
-  // A seeded fill (bernoulli_, uniform_, ...): its `Generator?` argument, whose state is
-  // kept for replays (Note [Seeded ops] in dispatch_hook.cpp); -1 for other ops.
+  // A seeded fill (bernoulli_, uniform_, ...) or factory (randn, normal, ...): its
+  // `Generator?` argument, whose state is kept for replays (Note [Seeded ops], Note [Seeded
+  // factories] in dispatch_hook.cpp); -1 for other ops.
   int16_t generator_arg = -1;
   // A seeded factory whose schema has no `Generator?` argument (randn, rand, randint,
   // randperm): the overload that has one, which its remats call; generator_arg is that
