@@ -1,5 +1,5 @@
 // auto_heuristic.cpp: `auto`, which tries dtr_eq, dtr_ancestors and msps for one period of
-// the program each and keeps the one whose period cost the least (Note [Policy trial]).
+// the program each and then runs the one whose periods cost the least (Note [Policy trial]).
 //
 // It scores with one candidate at a time and delegates every call to it, so a search under
 // `auto` is the active candidate's search. The engine provides the union of the
@@ -21,8 +21,13 @@
 //     remat compute to model compute in that period (charged costs, not wall time: the
 //     machine's drift between periods cancels in the ratio, and op times are the noisy
 //     part of a wall clock, Note [Noisy op times] in eviction/op_costs.cpp);
-//   - keeps the least ratio for the rest of the run (ties: the earlier candidate, so
-//     dtr_eq where no period needed a remat).
+//   - then keeps running the candidate whose periods cost the least on average, and goes
+//     on measuring: the chosen candidate's later periods join its trial period in its
+//     mean, so a choice made on one lucky period is undone once the candidate's mean
+//     passes another's (ties: the earlier candidate, so dtr_eq where no period needed a
+//     remat). One period is a small sample: in a replay of the chunked LSTM LM at 0.7 of
+//     its peak, msps's trial period was the cheapest and msps then cost the run 1.325
+//     against dtr_eq's 1.045 (docs/simulator.md, "Policy trial").
 // A period in which the program asked for no compute (two optimizer steps back to back)
 // measures nothing and does not count. A candidate's period also pays for some of what
 // the one before it evicted; the boundary sits after the optimizer step, where the step's
@@ -30,7 +35,6 @@
 // says `ANNOTATE STEP` (trace format 4, which the PyTorch host writes at the same points);
 // without periods (DTR's logs, a script with no torch.optim optimizer) `auto` is dtr_eq
 // throughout.
-#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -52,7 +56,7 @@ class AutoHeuristic final : public Heuristic {
       candidates_.push_back(info().make(params));
       needs_ |= candidates_.back()->needs();
     }
-    ratios_.assign(candidates_.size(), std::numeric_limits<double>::quiet_NaN());
+    measured_.resize(candidates_.size());
   }
   std::string_view name() const override { return "auto"; }
   uint32_t needs() const override { return needs_; }
@@ -61,36 +65,44 @@ class AutoHeuristic final : public Heuristic {
   double lower_bound(const Engine& e, StorageId s) override { return active().lower_bound(e, s); }
 
   void on_period(const PeriodCost& cost) override {
-    if (chosen_ || cost.model_compute_ns == 0) return;  // Note [Policy trial]
+    if (cost.model_compute_ns == 0) return;  // Note [Policy trial]
     if (!warmed_up_) {
       warmed_up_ = true;
       return;
     }
-    ratios_[active_] = double(cost.remat_compute_ns) / double(cost.model_compute_ns);
-    if (active_ + 1 < candidates_.size()) {
+    Measured& m = measured_[active_];
+    m.sum += double(cost.remat_compute_ns) / double(cost.model_compute_ns);
+    ++m.periods;
+    if (!chosen_ && active_ + 1 < candidates_.size()) {
       ++active_;
       return;
     }
     size_t best = 0;
-    for (size_t i = 1; i < ratios_.size(); ++i)
-      if (ratios_[i] < ratios_[best]) best = i;
+    for (size_t i = 1; i < measured_.size(); ++i)
+      if (measured_[i].mean() < measured_[best].mean()) best = i;
+    if (chosen_ && best != active_) ++switches_;  // a choice undone, not the trial's end
     active_ = best;
     chosen_ = true;
   }
 
-  // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098)", "auto: trying
-  // dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)".
+  // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
+  // trying dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)"; a choice
+  // undone by later periods adds "; 1 switch".
   std::string status() const override {
     std::string trial;
     for (size_t i = 0; i < candidates_.size(); ++i) {
-      if (std::isnan(ratios_[i])) continue;  // not tried yet
-      char ratio[32];
-      std::snprintf(ratio, sizeof ratio, "%.3f", ratios_[i]);
+      const Measured& m = measured_[i];
+      if (m.periods == 0) continue;  // not tried yet
+      char ratio[64];
+      std::snprintf(ratio, sizeof ratio, m.periods > 1 ? "%.3f over %llu steps" : "%.3f", m.mean(),
+                    (unsigned long long)m.periods);
       trial += (trial.empty() ? "" : ", ") + std::string(candidates_[i]->name()) + " " + ratio;
     }
     std::string out = "auto: ";
     if (!chosen_ && warmed_up_) out += "trying ";
     out += std::string(active().name());
+    if (switches_ > 0)
+      trial += "; " + std::to_string(switches_) + (switches_ > 1 ? " switches" : " switch");
     out += trial.empty() ? " (no period yet)" : " (" + trial + ")";
     return out;
   }
@@ -99,11 +111,20 @@ class AutoHeuristic final : public Heuristic {
   Heuristic& active() const { return *candidates_[active_]; }
 
   std::vector<std::unique_ptr<Heuristic>> candidates_;
-  std::vector<double> ratios_;  // remat / model compute of each candidate's period; NaN: none
+  // Each candidate's periods: the sum of their ratios of remat to model compute.
+  struct Measured {
+    double sum = 0;
+    uint64_t periods = 0;
+    double mean() const {
+      return periods ? sum / double(periods) : std::numeric_limits<double>::infinity();
+    }
+  };
+  std::vector<Measured> measured_;
   uint32_t needs_ = 0;
   size_t active_ = 0;
   bool warmed_up_ = false;
-  bool chosen_ = false;
+  bool chosen_ = false;  // the trial is over
+  uint64_t switches_ = 0;
 };
 
 }  // namespace

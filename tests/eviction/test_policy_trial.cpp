@@ -98,10 +98,31 @@ TEST_CASE("auto scores as dtr_eq until it has tried its candidates", "[eviction]
   CHECK(p.engine.heuristic().status() ==
         "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200)");
   CHECK(p.picks_a());
-  p.period(1000, 0);  // chosen for good: later periods change nothing
-  p.period(1000, 900);
+}
+
+TEST_CASE("auto goes on measuring its choice and undoes it when its mean passes another's",
+          "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  p.period(0, 0);       // warm-up
+  p.period(1000, 150);  // dtr_eq: 0.15
+  p.period(1000, 100);  // dtr_ancestors: 0.1, the cheapest trial period
+  p.period(1000, 200);  // msps: 0.2
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200)");
+        "auto: dtr_ancestors (dtr_eq 0.150, dtr_ancestors 0.100, msps 0.200)");
+  p.period(1000, 0);  // dtr_ancestors again: mean 0.05
+  CHECK(p.engine.heuristic().status() ==
+        "auto: dtr_ancestors (dtr_eq 0.150, dtr_ancestors 0.050 over 2 steps, msps 0.200)");
+  p.period(1000, 500);  // mean (0.1 + 0 + 0.5) / 3 = 0.2, above dtr_eq's 0.15
+  CHECK(p.engine.heuristic().status() ==
+        "auto: dtr_eq (dtr_eq 0.150, dtr_ancestors 0.200 over 3 steps, msps 0.200; 1 switch)");
+  CHECK(p.picks_c());   // scoring as dtr_eq again
+  p.period(1000, 350);  // dtr_eq's mean: 0.25, above the others' 0.2: the earlier of them
+  CHECK(p.engine.heuristic().status() ==
+        "auto: dtr_ancestors (dtr_eq 0.250 over 2 steps, dtr_ancestors 0.200 over 3 steps, "
+        "msps 0.200; 2 switches)");
+  CHECK(p.picks_a());
+  p.period(0, 0);  // a period without compute changes nothing
+  CHECK(p.engine.heuristic().status().find("2 switches") != std::string::npos);
 }
 
 TEST_CASE("auto keeps dtr_eq on ties and where dtr_eq is cheapest", "[eviction][trial]") {
