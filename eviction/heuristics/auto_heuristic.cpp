@@ -133,8 +133,9 @@ HeuristicInfo auto_heuristic_info() {
   uint32_t needs = 0;
   for (auto info : kCandidates) needs |= info().needs;
   return {"auto",
-          "tries dtr_eq, dtr_ancestors and msps for one step each and keeps the cheapest (steps: "
-          "the PyTorch host's optimizer steps, ANNOTATE STEP in its traces; none: dtr_eq)",
+          "tries dtr_eq, dtr_ancestors and msps for one step each, then runs the one whose steps "
+          "cost the least on average (steps: the PyTorch host's optimizer steps, ANNOTATE STEP in "
+          "its traces; none: dtr_eq) (default)",
           needs,
           [](const HeuristicParams& params) { return std::make_unique<AutoHeuristic>(params); }};
 }

@@ -21,7 +21,7 @@ class DtrEqHeuristic final : public Heuristic {
 }  // namespace
 
 HeuristicInfo dtr_eq_heuristic_info() {
-  return {"dtr_eq", "h_DTR^eq: like dtr, neighbourhood approximated by union-find classes (default)",
+  return {"dtr_eq", "h_DTR^eq: like dtr, neighbourhood approximated by union-find classes",
           kFeatureStaleness | kFeatureEqClasses,
           [](const HeuristicParams&) { return std::make_unique<DtrEqHeuristic>(); }};
 }

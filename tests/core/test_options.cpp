@@ -104,7 +104,7 @@ TEST_CASE("option table lists every option in order", "[core][options]") {
 TEST_CASE("defaults come from the table", "[core][options]") {
   const Config config;
   CHECK(config.budget.kind == Budget::Kind::unlimited);
-  CHECK(config.policy == "dtr_eq");
+  CHECK(config.policy == "auto");
   CHECK(config.search == "full");
   CHECK(config.sample == 0u);
   CHECK(config.seed == 0u);

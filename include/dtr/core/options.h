@@ -39,7 +39,7 @@ struct Budget {
   X(budget, Budget, "budget", "DTR_BUDGET", "0",                                                   \
     "hard cap on live bytes: bytes with K/M/G suffix, or a ratio (0,1] of the baseline peak "      \
     "(simulator only); 0 = unlimited")                                                             \
-  X(policy, std::string, "policy", "DTR_POLICY", "dtr_eq",                                         \
+  X(policy, std::string, "policy", "DTR_POLICY", "auto",                                           \
     "eviction heuristic, by registry name (see `dtr-sim policies`)")                               \
   X(search, std::string, "search", "DTR_SEARCH", "full",                                           \
     "candidate search: `full` scans every evictable storage, `sample` scores a random subset")     \

@@ -36,7 +36,7 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline = nullptr);
 
 struct ReplayOptions {
   Budget budget;  // ratio of the baseline peak, or bytes
-  std::string policy = "dtr_eq";
+  std::string policy = "auto";  // as the options table (Note [Policy trial])
   SearchMode search = SearchMode::full;
   uint32_t sample = 0;
   bool dead_first = false;  // option `dead_first`
