@@ -79,7 +79,8 @@
 // resnet18 at 0.55, the DataLoader script, DDP), with parameters locked in the material
 // list; the exact chain was not analysed.
 // Other seeded ops that return fresh draws are Note [Seeded factories]; the rest
-// (native_dropout, the `_like` factories, multinomial, ...) stay opaque. A fill that does
+// (native_dropout, multinomial, ...) stay opaque; the `_like` factories are Note [Seeded
+// like factories]. A fill that does
 // not cover its storage is recorded as a new version (Note [Mutation]), which replays the
 // same way. Cost: a copy of the generator (about 5 KB for the CPU one) per recorded fill.
 //
@@ -95,9 +96,24 @@
 // recorded call is that overload with the copy in its place. The CPU kernels of the plain
 // overloads call the same code with the default generator, so a remat draws the same bits,
 // and the program's generators are not advanced. Overloads without such a twin (randn.names)
-// and the `_like` factories, which have none, stay opaque. A batch drawn with randn in grad
+// stay opaque; the `_like` factories have none and are Note [Seeded like factories]. A batch drawn with randn in grad
 // mode is recorded too; the test scripts draw theirs under torch.no_grad(), as a loader's
 // batch is data no remat can make again (docs/pytorch.md, "At 224x224").
+//
+// Note [Seeded like factories]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch.randn_like, rand_like and randint_like have no overload with a generator, and
+// they are the common way to draw noise inside a step (a VAE's `std * randn_like(std)`, a
+// diffusion loss's `randn_like(x0)`). Their 1.13 CPU kernels are empty_like followed by a
+// seeded fill: normal_(0, 1), uniform_(0, 1), random_(low, high). In grad mode, for a
+// strided CPU result, the fallback runs them as that pair itself, each through the
+// dispatcher from the top, so the fill is recorded as Note [Seeded ops] records fills:
+// with a copy of the generator, its result evictable and drawn again bit-identically, and
+// without a dependence on `self`, whose shape, strides and dtype the empty_like has read.
+// The pair draws the same bits as the kernel and leaves the generator where the kernel
+// leaves it, for every memory format and dtype tried (tests/torch/test_seeded_ops.py runs
+// them against the run without the library). Elsewhere (no_grad, CUDA, sparse) the op
+// runs as before, opaque.
 //
 // Note [Batch norm]
 // ~~~~~~~~~~~~~~~~~
@@ -157,6 +173,8 @@
 // fallback runs until the first op has installed it), so that a baseline run's peak, of
 // which budgets are fractions, counts the same copies as a run under a budget.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -300,6 +318,13 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
       info.packs_mask = name == "aten::bernoulli_";  // Note [Packed masks] in lineage.cpp
       return info;
     }
+  }
+  // Note [Seeded like factories]
+  if (name == "aten::randn_like" || name == "aten::rand_like" || name == "aten::randint_like") {
+    info.like_fill = name == "aten::randn_like"  ? LikeFill::normal
+                     : name == "aten::rand_like" ? LikeFill::uniform
+                                                 : LikeFill::random;
+    return info;  // opaque where the fallback does not run it as its fill
   }
   // Note [Seeded factories]
   if (seeded_factory_names().count(name) && op.hasTag(at::Tag::nondeterministic_seeded) &&
@@ -587,13 +612,53 @@ void watch_faults() {
 
 // --- the fallback ----------------------------------------------------------------------------
 
+// Note [Seeded like factories]: runs a `_like` factory as empty_like and its fill, each
+// through the dispatcher (this one's fallback included); false, with the stack untouched,
+// where the result would not be a strided CPU tensor.
+bool draw_like(const c10::OperatorHandle& op, LikeFill fill, torch::jit::Stack& stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  const auto arg = [&](const char* name) -> const c10::IValue& {
+    const c10::optional<int> at = schema.argumentIndexWithName(name);
+    static const c10::IValue none;
+    return at ? stack[stack.size() - n + static_cast<size_t>(*at)] : none;
+  };
+  const at::Tensor& self = arg("self").toTensor();
+  const auto dtype = arg("dtype").toOptional<c10::ScalarType>();
+  const auto layout = arg("layout").toOptional<c10::Layout>();
+  const auto device = arg("device").toOptional<c10::Device>();
+  const auto pin_memory = arg("pin_memory").toOptional<bool>();
+  const auto memory_format = arg("memory_format").toOptional<c10::MemoryFormat>();
+  if (!self.is_cpu() || self.layout() != c10::kStrided || (device && !device->is_cpu()) ||
+      (layout && *layout != c10::kStrided))
+    return false;
+  at::Tensor out = at::empty_like(self, dtype, layout, device, pin_memory, memory_format);
+  switch (fill) {
+    case LikeFill::normal: out.normal_(0, 1); break;
+    case LikeFill::uniform: out.uniform_(0, 1); break;
+    case LikeFill::random: {
+      const c10::IValue& low = arg("low");
+      out.random_(low.isInt() ? low.toInt() : 0, arg("high").toInt());
+      break;
+    }
+    case LikeFill::none: return false;
+  }
+  torch::jit::drop(stack, n);
+  torch::jit::push(stack, std::move(out));
+  return true;
+}
+
 void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                   torch::jit::Stack* stack) {
+  const Classified& classified = op_info(op);
+  // Note [Seeded like factories]: before the guard below, so that the pair comes back here.
+  if (classified.info.like_fill != LikeFill::none && c10::GradMode::is_enabled() && recording() &&
+      the_lineage() && draw_like(op, classified.info.like_fill, *stack))
+    return;
   c10::impl::ExcludeDispatchKeyGuard no_reentry(kDtrKey);
   const c10::DispatchKeySet below =
       ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kDtrKey);
   Lineage* lineage = the_lineage();
-  const Classified& classified = op_info(op);
   const OpInfo& info = classified.info.generator_arg >= 0 && !c10::GradMode::is_enabled()
                            ? classified.opaque_fill
                            : classified.info;

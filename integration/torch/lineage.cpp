@@ -273,9 +273,10 @@ void for_each_cpu_tensor(const c10::IValue& v, F&& f, G&& other_layout = G{}) {
   }
 }
 
-// Whether writing all of `t` writes every byte of its storage.
+// Whether writing all of `t` writes every byte of its storage: dense without overlap, in
+// any order of dimensions (channels-last, transposed), from the storage's start to its end.
 bool covers_storage(const at::Tensor& t) {
-  return t.is_contiguous() && t.storage_offset() == 0 &&
+  return t.is_non_overlapping_and_dense() && t.storage_offset() == 0 &&
          t.numel() * static_cast<int64_t>(t.element_size()) ==
              static_cast<int64_t>(t.storage().nbytes());
 }

@@ -63,6 +63,8 @@ enum class OpKind : uint8_t {
 
 using LeanKernel = bool (*)(torch::jit::Stack& stack);
 
+enum class LikeFill : uint8_t { none, normal, uniform, random };
+
 struct OpInfo {
   OpKind kind = OpKind::opaque;
   uint16_t num_args = 0;
@@ -90,6 +92,9 @@ struct OpInfo {
   // bernoulli_: what it writes is kept packed to bits once the budget binds (Note [Packed
   // masks] in lineage.cpp).
   bool packs_mask = false;
+  // randn_like, rand_like, randint_like: the fill their kernels draw with, which the
+  // fallback runs instead in grad mode (Note [Seeded like factories] in dispatch_hook.cpp).
+  LikeFill like_fill = LikeFill::none;
   // Not an aten:: op (c10d's collectives, an extension's kernels): it may hand its
   // tensors' addresses to other threads, so they are never moved (Note [Moving storages]).
   bool foreign = false;

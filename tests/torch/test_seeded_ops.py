@@ -5,7 +5,8 @@ what the program's generators draw afterwards, must be the bits of a run without
 library; before, they were pinned and this script ran out of memory. Once the budget
 binds, dropout masks are kept packed to bits and unpacked instead (Note [Packed masks] in
 integration/torch/lineage.cpp), with the same bits. Seeded factories (randn, rand, randint,
-randperm, normal, bernoulli: Note [Seeded factories]) are recomputed the same way.
+randperm, normal, bernoulli: Note [Seeded factories]) are recomputed the same way, and so are
+the `_like` factories (Note [Seeded like factories]).
 And since Note [Vector masks] (core/packed_mask.cpp) float32 masks pack through SSE2: the
 dropout test below checks those bits too."""
 import json
@@ -156,3 +157,61 @@ def test_seeded_factories_are_recomputed_bit_identical(lib, tmp_path):
     text = trace.read_text()
     assert text.count('"NAME":"aten::randn"') == 4 + 1  # and the last line's randn(1)
     assert text.count('"NAME":"aten::randperm"') == 1
+
+
+LIKE = r"""
+import struct, torch
+torch.manual_seed(0)
+n = 1 << 18  # 1 MiB of float32 each: 12.5 MiB of draws and 3 MiB of shapes under a 12 MiB budget
+base = torch.zeros(n)
+cl = torch.zeros(8, 8, 64, 64).to(memory_format=torch.channels_last)  # 1 MiB, permuted
+tr = torch.zeros(512, 512).t()  # 1 MiB, transposed
+draws = [torch.randn_like(base) for _ in range(3)] + [torch.rand_like(base) for _ in range(3)]
+draws += [torch.randn_like(cl), torch.rand_like(tr), torch.randn_like(base, dtype=torch.float64)]
+draws += [torch.randint_like(base, 1000), torch.randint_like(base, -5, 5)]
+draws += [torch.randint_like(tr, 3, 9, dtype=torch.int64)[:256]]
+with torch.no_grad():
+    kept = torch.randn_like(base)  # outside grad mode: opaque, as an initialisation is
+del base, cl, tr  # the draws' remats need only their generators' copies
+w = torch.arange(n, dtype=torch.float64)
+for i, m in enumerate(draws + [kept]):
+    print("digest", i, m.stride(), m.dtype,
+          struct.pack("<d", torch.sum(m.double().reshape(-1) * w[: m.numel()]).item()).hex())
+print("next", struct.pack("<4f", *torch.rand(4).tolist()).hex())
+import dtr
+if dtr.is_loaded():
+    st = dtr.memory_stats()
+    print("stats", st["dtr.num_evictions"], st["dtr.num_remats"], st["allocated_bytes.all.peak"])
+"""
+
+
+def test_like_factories_are_recomputed_bit_identical(lib, tmp_path):
+    # Note [Seeded like factories] (dispatch_hook.cpp): randn_like, rand_like and
+    # randint_like run as empty_like and a recorded fill; evicted draws are made again by
+    # their fills with the same bits and strides, and the generator draws next what it
+    # would without the library.
+    plain = run([PYTHON, "-c", LIKE], clean_env()).stdout.splitlines()
+    assert len(plain) == 14
+    trace, timeline = tmp_path / "like.trace", tmp_path / "like.json"
+    under = run([PYTHON, "-c", LIKE],
+                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:12M", DTR_TRACE=str(trace),
+                          DTR_TIMELINE=str(timeline)))
+    lines = under.stdout.splitlines()
+    assert lines[:14] == plain, under.stdout + under.stderr
+    evictions, remats, peak = map(int, lines[14].split()[1:])
+    assert evictions > 0 and remats > 0 and peak <= 12 << 20, lines[14]
+    made = {e["name"] for e in json.loads(timeline.read_text())["traceEvents"]
+            if e.get("cat") == "remat"}
+    for op in ("normal_", "uniform_", "random_"):
+        assert f"aten::{op}" in made, made
+    # Each draw is its fill over an empty_like, channels-last and transposed ones too
+    # (Note [Overwrite] in lineage.cpp): the trace has no randn_like, and no fill reads a
+    # tensor, `self` (base, cl, tr) or the empty_like's.
+    events = [json.loads(l) for l in trace.read_text().splitlines()]
+    calls = [e for e in events if e.get("INSTRUCTION") == "CALL"]
+    names = [c["NAME"] for c in calls]
+    assert "aten::randn_like" not in names and names.count("aten::normal_") == 5, names
+    assert names.count("aten::uniform_") == 4 and names.count("aten::random_") == 3, names
+    for c in calls:
+        if c["NAME"] in ("aten::normal_", "aten::uniform_", "aten::random_"):
+            assert c["ARGS"] == [], c  # overwrites its empty_like whole: reads nothing

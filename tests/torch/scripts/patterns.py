@@ -28,6 +28,9 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
                 training and auxiliary losses do
   noise         noise drawn inside the step and added to the input (torch.randn in grad
                 mode, as a denoising objective draws it)
+  reparam       a VAE's reparameterisation: a scale from the first layer, std = exp(...),
+                z = x + torch.randn_like(std) * std fed to the model, and a KL-style term
+                on std added to the loss
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
 eval<step> <bits> <value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for
@@ -49,7 +52,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
 PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save",
-            "ema", "reload", "two_losses", "noise")
+            "ema", "reload", "two_losses", "noise", "reparam")
 
 
 class MLP(nn.Module):
@@ -129,6 +132,11 @@ def main():
                 print(f"loss aux{step} {bits(aux)} {float(aux):.6f}", flush=True)
             elif args.pattern == "noise":
                 loss = F.cross_entropy(model(x + 0.1 * torch.randn(x.shape)), y)
+            elif args.pattern == "reparam":
+                std = torch.exp(0.5 * model.layers[0](x).clamp(-4.0, 4.0))
+                z = x + torch.randn_like(std) * std
+                kl = 0.5 * (std.pow(2) - 2.0 * std.log() - 1.0).mean()
+                loss = F.cross_entropy(model(z), y) + 0.01 * kl
             elif args.pattern == "amp":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = F.cross_entropy(model(x), y)
