@@ -78,11 +78,10 @@
 // runs that pass at their tested budgets ran out of memory (the CNN at 0.7 and 0.6,
 // resnet18 at 0.55, the DataLoader script, DDP), with parameters locked in the material
 // list; the exact chain was not analysed.
-// Other seeded ops that return fresh draws are Note [Seeded factories]; the rest
-// (native_dropout, multinomial, ...) stay opaque; the `_like` factories are Note [Seeded
-// like factories]. A fill that does
-// not cover its storage is recorded as a new version (Note [Mutation]), which replays the
-// same way. Cost: a copy of the generator (about 5 KB for the CPU one) per recorded fill.
+// Other seeded ops that return fresh draws are Note [Seeded factories] and Note [Seeded
+// like factories]; the rest (native_dropout, multinomial, ...) stay opaque. A fill that
+// does not cover its storage is recorded as a new version (Note [Mutation]), which replays
+// the same way. Cost: a copy of the generator (about 5 KB for the CPU one) per recorded fill.
 //
 // Note [Seeded factories]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -96,9 +95,10 @@
 // recorded call is that overload with the copy in its place. The CPU kernels of the plain
 // overloads call the same code with the default generator, so a remat draws the same bits,
 // and the program's generators are not advanced. Overloads without such a twin (randn.names)
-// stay opaque; the `_like` factories have none and are Note [Seeded like factories]. A batch drawn with randn in grad
-// mode is recorded too; the test scripts draw theirs under torch.no_grad(), as a loader's
-// batch is data no remat can make again (docs/pytorch.md, "At 224x224").
+// stay opaque; the `_like` factories have none (Note [Seeded like factories]). A batch
+// drawn with randn in grad mode is recorded too; the test scripts draw theirs under
+// torch.no_grad(), as a loader's batch is data no remat can make again (docs/pytorch.md,
+// "At 224x224").
 //
 // Note [Seeded like factories]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~

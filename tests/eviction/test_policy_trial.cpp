@@ -102,24 +102,25 @@ TEST_CASE("auto scores as dtr_eq until it has tried its candidates", "[eviction]
 
 TEST_CASE("auto goes on measuring its choice and undoes it when its mean passes another's",
           "[eviction][trial]") {
+  // Ratios exact in binary, so the means and the ties below are exact.
   AncestorsProgram p(builtin_heuristics().make("auto", {}));
   p.period(0, 0);       // warm-up
-  p.period(1000, 150);  // dtr_eq: 0.15
-  p.period(1000, 100);  // dtr_ancestors: 0.1, the cheapest trial period
-  p.period(1000, 200);  // msps: 0.2
+  p.period(1000, 250);  // dtr_eq: 0.25
+  p.period(1000, 125);  // dtr_ancestors: 0.125, the cheapest trial period
+  p.period(1000, 500);  // msps: 0.5
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.150, dtr_ancestors 0.100, msps 0.200)");
-  p.period(1000, 0);  // dtr_ancestors again: mean 0.05
+        "auto: dtr_ancestors (dtr_eq 0.250, dtr_ancestors 0.125, msps 0.500)");
+  p.period(1000, 125);  // dtr_ancestors again: mean 0.125
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.150, dtr_ancestors 0.050 over 2 steps, msps 0.200)");
-  p.period(1000, 500);  // mean (0.1 + 0 + 0.5) / 3 = 0.2, above dtr_eq's 0.15
+        "auto: dtr_ancestors (dtr_eq 0.250, dtr_ancestors 0.125 over 2 steps, msps 0.500)");
+  p.period(1000, 1250);  // mean (0.125 + 0.125 + 1.25) / 3 = 0.5, above dtr_eq's 0.25
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_eq (dtr_eq 0.150, dtr_ancestors 0.200 over 3 steps, msps 0.200; 1 switch)");
-  CHECK(p.picks_c());   // scoring as dtr_eq again
-  p.period(1000, 350);  // dtr_eq's mean: 0.25, above the others' 0.2: the earlier of them
+        "auto: dtr_eq (dtr_eq 0.250, dtr_ancestors 0.500 over 3 steps, msps 0.500; 1 switch)");
+  CHECK(p.picks_c());    // scoring as dtr_eq again
+  p.period(1000, 1000);  // dtr_eq's mean: 0.625; the others tie at 0.5: the earlier
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.250 over 2 steps, dtr_ancestors 0.200 over 3 steps, "
-        "msps 0.200; 2 switches)");
+        "auto: dtr_ancestors (dtr_eq 0.625 over 2 steps, dtr_ancestors 0.500 over 3 steps, "
+        "msps 0.500; 2 switches)");
   CHECK(p.picks_a());
   p.period(0, 0);  // a period without compute changes nothing
   CHECK(p.engine.heuristic().status().find("2 switches") != std::string::npos);
