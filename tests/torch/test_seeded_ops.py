@@ -10,8 +10,37 @@ the `_like` factories (Note [Seeded like factories]).
 And since Note [Vector masks] (core/packed_mask.cpp) float32 masks pack through SSE2: the
 dropout test below checks those bits too."""
 import json
+from types import SimpleNamespace
 
 from conftest import PYTHON, clean_env, run
+
+# The last line of the scripts given to draws_under_budget, under the library: what the
+# run evicted and remade, and its peak.
+STATS = r"""
+import dtr
+if dtr.is_loaded():
+    st = dtr.memory_stats()
+    print("stats", st["dtr.num_evictions"], st["dtr.num_remats"], st["allocated_bytes.all.peak"])
+"""
+
+
+def draws_under_budget(lib, tmp_path, script, budget_mib):
+    """`script` without the library and under a budget, traced: the lines both printed
+    (which must be equal), the run's evictions and remats (its peak must be within the
+    budget), the trace's text and the ops its remats ran (from the timeline)."""
+    plain = run([PYTHON, "-c", script + STATS], clean_env()).stdout.splitlines()
+    trace, timeline = tmp_path / "draws.trace", tmp_path / "draws.json"
+    under = run([PYTHON, "-c", script + STATS],
+                clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{budget_mib}M",
+                          DTR_TRACE=str(trace), DTR_TIMELINE=str(timeline)))
+    lines = under.stdout.splitlines()
+    assert lines[:-1] == plain, under.stdout + under.stderr
+    evictions, remats, peak = map(int, lines[-1].split()[1:])
+    assert peak <= budget_mib << 20, lines[-1]
+    made = {e["name"] for e in json.loads(timeline.read_text())["traceEvents"]
+            if e.get("cat") == "remat"}
+    return SimpleNamespace(lines=plain, evictions=evictions, remats=remats,
+                           trace=trace.read_text(), made=made)
 
 SCRIPT = r"""
 import struct, torch
@@ -26,27 +55,16 @@ for i, m in enumerate(masks + [u, v]):
     print("digest", i, struct.pack("<d", torch.sum(m * w).item()).hex())
 print("next", struct.pack("<4f", *torch.rand(4).tolist()).hex(),
       struct.pack("<f", torch.randn(1, generator=g).item()).hex())
-import dtr
-if dtr.is_loaded():
-    st = dtr.memory_stats()
-    print("stats", st["dtr.num_evictions"], st["dtr.num_remats"], st["allocated_bytes.all.peak"])
 """
 
 
 def test_seeded_fills_are_recomputed_bit_identical(lib, tmp_path):
-    plain = run([PYTHON, "-c", SCRIPT], clean_env())
-    trace = tmp_path / "seeded.trace"
-    under = run([PYTHON, "-c", SCRIPT],
-                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:8M", DTR_TRACE=str(trace)))
-    ours = [l for l in under.stdout.splitlines() if not l.startswith("stats")]
-    assert ours == plain.stdout.splitlines(), under.stdout + under.stderr
-    assert len(ours) == 15
-    evictions, remats, peak = map(int, under.stdout.splitlines()[-1].split()[1:])
-    assert peak <= 8 << 20
+    draws = draws_under_budget(lib, tmp_path, SCRIPT, 8)
+    assert len(draws.lines) == 15
     # 14 MiB of draws in 8 MiB: draws were evicted and made again, not just the products.
-    assert evictions > 0 and remats >= 6, under.stdout
+    assert draws.evictions > 0 and draws.remats >= 6, draws
     # The trace records them as ops (a replay may recompute them), not as constants.
-    text = trace.read_text()
+    text = draws.trace
     assert text.count('"NAME":"aten::bernoulli_"') == 12
     assert '"NAME":"aten::uniform_"' in text and '"NAME":"aten::normal_"' in text
 
@@ -126,10 +144,6 @@ for i, m in enumerate(draws + [kept]):
     print("digest", i, struct.pack("<d", torch.sum(m.double() * w[: m.numel()]).item()).hex())
 print("next", struct.pack("<4f", *torch.rand(4).tolist()).hex(),
       struct.pack("<f", torch.randn(1, generator=g).item()).hex())
-import dtr
-if dtr.is_loaded():
-    st = dtr.memory_stats()
-    print("stats", st["dtr.num_evictions"], st["dtr.num_remats"], st["allocated_bytes.all.peak"])
 """
 
 
@@ -138,23 +152,14 @@ def test_seeded_factories_are_recomputed_bit_identical(lib, tmp_path):
     # recorded as their `.generator` overloads with a copy of the generator, normal and
     # bernoulli with their own argument; evicted draws are made again with the same bits,
     # and what the generators draw next is what it would be without the library.
-    plain = run([PYTHON, "-c", FACTORIES], clean_env()).stdout.splitlines()
-    assert len(plain) == 15
-    trace, timeline = tmp_path / "factories.trace", tmp_path / "factories.json"
-    under = run([PYTHON, "-c", FACTORIES],
-                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:8M", DTR_TRACE=str(trace),
-                          DTR_TIMELINE=str(timeline)))
-    lines = under.stdout.splitlines()
-    assert lines[:15] == plain, under.stdout + under.stderr
-    evictions, remats, peak = map(int, lines[15].split()[1:])
-    assert evictions > 0 and peak <= 8 << 20, lines[15]
+    draws = draws_under_budget(lib, tmp_path, FACTORIES, 8)
+    assert len(draws.lines) == 15
+    assert draws.evictions > 0, draws
     # Each kind of draw was evicted and made again by its own op.
-    made = {e["name"] for e in json.loads(timeline.read_text())["traceEvents"]
-            if e.get("cat") == "remat"}
     for op in ("randn", "rand", "randint", "randperm", "normal", "bernoulli"):
-        assert f"aten::{op}" in made, made
+        assert f"aten::{op}" in draws.made, draws.made
     # The trace records them as ops, the one drawn under no_grad as a constant.
-    text = trace.read_text()
+    text = draws.trace
     assert text.count('"NAME":"aten::randn"') == 4 + 1  # and the last line's randn(1)
     assert text.count('"NAME":"aten::randperm"') == 1
 
@@ -178,10 +183,6 @@ for i, m in enumerate(draws + [kept]):
     print("digest", i, m.stride(), m.dtype,
           struct.pack("<d", torch.sum(m.double().reshape(-1) * w[: m.numel()]).item()).hex())
 print("next", struct.pack("<4f", *torch.rand(4).tolist()).hex())
-import dtr
-if dtr.is_loaded():
-    st = dtr.memory_stats()
-    print("stats", st["dtr.num_evictions"], st["dtr.num_remats"], st["allocated_bytes.all.peak"])
 """
 
 
@@ -190,24 +191,15 @@ def test_like_factories_are_recomputed_bit_identical(lib, tmp_path):
     # randint_like run as empty_like and a recorded fill; evicted draws are made again by
     # their fills with the same bits and strides, and the generator draws next what it
     # would without the library.
-    plain = run([PYTHON, "-c", LIKE], clean_env()).stdout.splitlines()
-    assert len(plain) == 14
-    trace, timeline = tmp_path / "like.trace", tmp_path / "like.json"
-    under = run([PYTHON, "-c", LIKE],
-                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:12M", DTR_TRACE=str(trace),
-                          DTR_TIMELINE=str(timeline)))
-    lines = under.stdout.splitlines()
-    assert lines[:14] == plain, under.stdout + under.stderr
-    evictions, remats, peak = map(int, lines[14].split()[1:])
-    assert evictions > 0 and remats > 0 and peak <= 12 << 20, lines[14]
-    made = {e["name"] for e in json.loads(timeline.read_text())["traceEvents"]
-            if e.get("cat") == "remat"}
+    draws = draws_under_budget(lib, tmp_path, LIKE, 12)
+    assert len(draws.lines) == 14
+    assert draws.evictions > 0 and draws.remats > 0, draws
     for op in ("normal_", "uniform_", "random_"):
-        assert f"aten::{op}" in made, made
+        assert f"aten::{op}" in draws.made, draws.made
     # Each draw is its fill over an empty_like, channels-last and transposed ones too
     # (Note [Overwrite] in lineage.cpp): the trace has no randn_like, and no fill reads a
     # tensor, `self` (base, cl, tr) or the empty_like's.
-    events = [json.loads(l) for l in trace.read_text().splitlines()]
+    events = [json.loads(l) for l in draws.trace.splitlines()]
     calls = [e for e in events if e.get("INSTRUCTION") == "CALL"]
     names = [c["NAME"] for c in calls]
     assert "aten::randn_like" not in names and names.count("aten::normal_") == 5, names
