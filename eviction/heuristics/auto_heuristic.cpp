@@ -70,19 +70,19 @@ class AutoHeuristic final : public Heuristic {
       warmed_up_ = true;
       return;
     }
+    const bool chosen = trial_over();  // before this period
     Measured& m = measured_[active_];
     m.sum += double(cost.remat_compute_ns) / double(cost.model_compute_ns);
     ++m.periods;
-    if (!chosen_ && active_ + 1 < candidates_.size()) {
+    if (!chosen && active_ + 1 < candidates_.size()) {
       ++active_;
       return;
     }
     size_t best = 0;
     for (size_t i = 1; i < measured_.size(); ++i)
       if (measured_[i].mean() < measured_[best].mean()) best = i;
-    if (chosen_ && best != active_) ++switches_;  // a choice undone, not the trial's end
+    if (chosen && best != active_) ++switches_;  // a choice undone, not the trial's end
     active_ = best;
-    chosen_ = true;
   }
 
   // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
@@ -99,7 +99,7 @@ class AutoHeuristic final : public Heuristic {
       trial += (trial.empty() ? "" : ", ") + std::string(candidates_[i]->name()) + " " + ratio;
     }
     std::string out = "auto: ";
-    if (!chosen_ && warmed_up_) out += "trying ";
+    if (!trial_over() && warmed_up_) out += "trying ";
     out += std::string(active().name());
     if (switches_ > 0)
       trial += "; " + std::to_string(switches_) + (switches_ > 1 ? " switches" : " switch");
@@ -109,6 +109,8 @@ class AutoHeuristic final : public Heuristic {
 
  private:
   Heuristic& active() const { return *candidates_[active_]; }
+  // The candidates are tried in order, so the trial is over once the last has a period.
+  bool trial_over() const { return measured_.back().periods > 0; }
 
   std::vector<std::unique_ptr<Heuristic>> candidates_;
   // Each candidate's periods: the sum of their ratios of remat to model compute.
@@ -123,7 +125,6 @@ class AutoHeuristic final : public Heuristic {
   uint32_t needs_ = 0;
   size_t active_ = 0;
   bool warmed_up_ = false;
-  bool chosen_ = false;  // the trial is over
   uint64_t switches_ = 0;
 };
 

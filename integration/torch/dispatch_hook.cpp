@@ -48,9 +48,10 @@
 // Note [Never recompute]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Opaque ops run once and are never recomputed: their outputs stay pinned (the result of
-// torch.randn_like is pinned; the ops that read it stay recomputable). They are: ops outside
-// aten (a profiler op returns a tensor that owns a C++ object; collectives), ops tagged
-// nondeterministic_seeded (except Note [Seeded ops] and [Seeded factories]) or
+// torch.multinomial, or of torch.randn under no_grad, is pinned; the ops that read it stay
+// recomputable). They are: ops outside aten (a profiler op returns a tensor that owns a C++
+// object; collectives), ops tagged nondeterministic_seeded (except Note [Seeded ops],
+// [Seeded factories] and [Seeded like factories], in grad mode) or
 // nondeterministic_bitwise, the empty* family (its values are whatever memory held),
 // resize_/set_ (they change a storage, not its values), in-place ops that write more than
 // one tensor (a foreach optimizer step: a remat would apply the step again to every target
