@@ -739,10 +739,15 @@ void Lineage::pin_live_descendants(StorageId root) {
 // every policy thrashed or ran out of memory at 0.5-0.9 in the simulator. So a full collect
 // that finds a dead constant of kMinEvictableBytes or more still needed pins the live
 // storages that were written in place as new versions (Note [Mutation]) and reach it
-// through dead storages only, where they are material (a pin costs no memory then), and
-// marks again: the constant and the dead storages between are discarded once nothing else
-// reaches it. An evicted one keeps its lineage until it is refilled (the next micro-batch's
-// in-place add does that) and a later collect pins it. Small dead constants (Note [Small
+// through dead storages only, where their current version is material (a pin costs no
+// memory then), and marks again: the constant and the dead storages between are discarded
+// once nothing else reaches it. An evicted one keeps its lineage until it is refilled (the
+// next micro-batch's in-place add does that) and a later collect pins it. So does one a
+// remat is refilling, whose storage is material with an older version only: a full collect
+// can run inside a remat (an eviction request for its outputs), and pinning the storage
+// there ran a second remat of it inside the first and then discarded the lineage the first
+// was following, which it met as an internal error (a packed GRU's gradient at 0.8 of its
+// peak; tests/torch/test_remat.py, gru_packed). Small dead constants (Note [Small
 // storages]) are left alone: they cost next to nothing, and a first version that cut at
 // them too ran resnet18 out of memory at 0.5x of its peak with 99 MiB pinned (what it had
 // pinned was not looked into). Only storages written in place are cut loose: their lineage
@@ -780,7 +785,7 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
       visit(cs);
       if (storages_[cs].dead)
         stack.push_back(cs);
-      else if (storages_[cs].versions > 0 && engine_->is_material(cs))
+      else if (storages_[cs].versions > 0 && engine_->is_defined(storages_[cs].current))
         to_pin.push_back(storages_[cs].current);
     });
   }
