@@ -2,9 +2,9 @@
 script's run with DTR_TRACE (no budget), and at each fraction of the live allocator-only
 peak runs the script live and replays the trace in dtr-sim at the same budget in bytes.
 Prints, per fraction, the overhead (1 + remat compute / model compute) and the peak of
-each, side by side. The replay runs twice: as DTR's simulator would (dtr_eq), and with
-lazy_release:True, which models how the live host learns of deaths (Note [Dead storages
-in the replay] below):
+each, side by side. The replay runs twice: as DTR's simulator would (dtr_eq), and as the
+host runs (dtr.runs.HOST_MODEL): lazy_release:True, which models how the live host learns
+of deaths (Note [Dead storages in the replay] below), and the host's own defaults:
 
     /usr/bin/python3 bench/torch_sim_vs_live.py [--fractions 0.7,0.6] -- script.py args...
 
@@ -37,6 +37,9 @@ from dtr import runs  # noqa: E402
 # frees only the dead storages a remat brought back first, and still ran out of memory
 # at 0.8 in one trace of three. See docs/pytorch.md, "Simulator against the live run".
 HOST_MODEL = runs.HOST_MODEL
+# The policy of every run, live and replayed, so that the two sides compare like with like
+# (the live default, auto, needs step marks a replay of DTR's kind does not model).
+POLICY = "dtr_eq"
 
 
 def main():
@@ -60,12 +63,13 @@ def main():
         print(f"{path.name}: live baseline peak {free.peak_bytes / 2**20:.1f} MiB; trace of "
               f"{traced.report['dtr.num_ops']} ops")
         print("| budget | live overhead | sim overhead | live peak | sim peak | live evictions |"
-              " sim evictions | sim status | sim, lazy_release: overhead, status |")
+              " sim evictions | sim status | sim as the host: overhead, status |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for fraction in map(float, args.fractions.split(",")):
-            live = runs.run(path, script[1:], conf=f"budget:{int(free.peak_bytes * fraction)}")
-            sim = runs.simulate(args.sim, trace, "dtr_eq", free.peak_bytes * fraction)
-            host = runs.simulate(args.sim, trace, "dtr_eq", free.peak_bytes * fraction,
+            live = runs.run(path, script[1:],
+                            conf=f"budget:{int(free.peak_bytes * fraction)},policy:{POLICY}")
+            sim = runs.simulate(args.sim, trace, POLICY, free.peak_bytes * fraction)
+            host = runs.simulate(args.sim, trace, POLICY, free.peak_bytes * fraction,
                                  conf=HOST_MODEL)
             if sim is None or host is None:
                 runs.fail(f"dtr-sim failed on {trace} at {fraction}")
@@ -101,8 +105,9 @@ def compare_reserved_limits(args, path, script_args, trace, peak):
             limit = int(budget * factor)
             for compact in ("True", "False"):
                 live = runs.run(path, script_args, conf=f"budget:{budget},reserved_limit:{limit},"
-                                                         f"compact:{compact}")
-                sim = runs.simulate(args.sim, trace, "dtr_eq", budget, conf=f"compact:{compact}",
+                                                         f"compact:{compact},policy:{POLICY}")
+                sim = runs.simulate(args.sim, trace, POLICY, budget,
+                                    conf=f"compact:{compact},dead_first:True",
                                     reserved_limit=limit)
                 if sim is None:
                     runs.fail(f"dtr-sim failed on {trace} at {budget} B, limit {limit} B")

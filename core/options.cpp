@@ -577,6 +577,15 @@ Config::Config() {
 #undef DTR_OPTIONS_DEFAULT
 }
 
+Config Config::for_pytorch() {
+  Config config;
+#define DTR_PYTORCH_DEFAULT(member, k, value) \
+  assign<decltype(config.member)>(config.member, k, value, " (PyTorch default)");
+  DTR_PYTORCH_DEFAULTS(DTR_PYTORCH_DEFAULT)
+#undef DTR_PYTORCH_DEFAULT
+  return config;
+}
+
 void Config::set(std::string_view key, std::string_view value) { set_option(*this, key, value, ""); }
 
 void Config::apply_conf(std::string_view conf) { apply_conf_text(*this, conf); }
@@ -603,11 +612,20 @@ std::string Config::get(std::string_view key) const {
 
 const std::vector<OptionInfo>& option_table() {
   // Immutable after its first (thread-safe) initialization.
-  static const std::vector<OptionInfo> table = {
+  static const std::vector<OptionInfo> table = [] {
+    std::vector<OptionInfo> rows = {
 #define DTR_OPTIONS_INFO(member, type, k, env, def, doc) OptionInfo{k, env, def, doc},
-      DTR_OPTIONS(DTR_OPTIONS_INFO)
+        DTR_OPTIONS(DTR_OPTIONS_INFO)
 #undef DTR_OPTIONS_INFO
-  };
+    };
+    for (OptionInfo& row : rows) {
+#define DTR_PYTORCH_INFO(member, k, value) \
+  if (std::string_view(row.key) == k) row.pytorch_default = value;
+      DTR_PYTORCH_DEFAULTS(DTR_PYTORCH_INFO)
+#undef DTR_PYTORCH_INFO
+    }
+    return rows;
+  }();
   return table;
 }
 
@@ -636,6 +654,10 @@ std::string config_markdown() {
          "counts as unset. An unknown key or a value that does not parse is an error that "
          "names the option and lists the valid keys. Options reach the runtime as a `Config` "
          "value; the libraries hold no global configuration.\n\n";
+  out += "The defaults are the simulator's (`dtr-sim`), which replay DTR's logs as DTR's own "
+         "simulator does. The PyTorch host starts from a few defaults of its own, measured "
+         "better for live training runs; the default column gives them as \"(PyTorch: ...)\", "
+         "and a replay that models the host sets them in its `DTR_CONF`.\n\n";
   out += "## DTR_CONF syntax\n\n";
   out += "`DTR_CONF` is tokenized like PyTorch's `PYTORCH_CUDA_ALLOC_CONF`: comma-separated "
          "`key:value` pairs, with whitespace around keys and values ignored. A value that holds "
@@ -653,9 +675,11 @@ std::string config_markdown() {
   out += "| --- | --- | --- | --- |\n";
   for (const OptionInfo& option : table) {
     const std::string_view def = option.default_value;
+    std::string cell = def.empty() ? std::string("(empty)") : "`" + markdown_cell(def) + "`";
+    if (option.pytorch_default)
+      cell += " (PyTorch: `" + markdown_cell(option.pytorch_default) + "`)";
     out += "| `" + markdown_cell(option.key) + "` | `" + markdown_cell(option.env) + "` | " +
-           (def.empty() ? std::string("(empty)") : "`" + markdown_cell(def) + "`") + " | " +
-           markdown_cell(option.doc) + " |\n";
+           cell + " | " + markdown_cell(option.doc) + " |\n";
   }
   return out;
 }

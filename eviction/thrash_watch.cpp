@@ -2,6 +2,7 @@
 #include "dtr/eviction/thrash_watch.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/core/options.h"
@@ -49,14 +50,13 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // raised error (to save a checkpoint, or to lower its batch size and go on) must be able
 // to run ops afterwards. dtr.set_budget() re-arms it.
 //
-// What the message suggests besides a larger budget comes from runs that thrashed here:
-// policy msps passed the chunked LSTM LM at 0.5 of its peak in 42 runs of 42, where dtr_eq
-// thrashed in some (docs/pytorch.md, "Where dtr_eq thrashes"); dead_first:True took the
-// gradient-chain patterns (patterns.py two_losses, grad_penalty, hooks) lower, without
-// warnings where dtr_eq warned. Neither is the default: msps is no better elsewhere, and
-// dead_first departs from DTR's simulator; unbounded (dead_first_ratio:0) it doubled the
-// remats of densenet121 at 0.5, bounded by the default ratio it does not (docs/pytorch.md,
-// "Bounded dead-first").
+// What the message suggests besides a larger budget comes from runs that thrashed here,
+// and only what the run does not already do: policy msps passed the chunked LSTM LM at 0.5
+// of its peak in 42 runs of 42, where dtr_eq thrashed in some (docs/pytorch.md, "Where
+// dtr_eq thrashes"), but is no better elsewhere, so it is not the default; dead_first:True
+// took the gradient-chain patterns (patterns.py two_losses, grad_penalty, hooks) lower,
+// without warnings where dtr_eq warned, and is the PyTorch host's default, so a live run
+// is told of it only where it was turned off.
 //
 // It never changes what the run computes: `warn` prints one line, `raise` throws
 // PyTorch's out-of-memory error before the next op starts (nothing is then locked or half
@@ -90,12 +90,16 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
                 double(remat_ns) * 1e-9, double(model_ns) * 1e-9,
                 windowed_ ? "in the last stretch of the run" : "since the budget was set",
                 windowed_ ? "that stretch" : "the run", overhead, max_overhead_, budget.c_str());
+  std::vector<std::string> tries;
+  if (policy_ != "msps") tries.push_back("policy:msps (it scores by bytes freed per second of remat)");
+  if (!dead_first_) tries.push_back("dead_first:True (it evicts what remats brought back first)");
+  std::string advice = "Raise the budget";
+  for (size_t i = 0; i < tries.size(); ++i)
+    advice += (i == 0 ? ", or try " : " or ") + tries[i];
   return std::string("dtr: thrashing: ") + numbers +
          ". The budget is near the least this program needs at once, so each eviction "
-         "forces another remat. Raise the budget, or try policy:msps (it scores by bytes "
-         "freed per second of remat) or dead_first:True (it evicts what remats brought back "
-         "first); on_thrash:raise makes this an out-of-memory error, "
-         "max_overhead:0 turns the check off (Note [Thrashing in a live run])";
+         "forces another remat. " + advice + "; on_thrash:raise makes this an out-of-memory "
+         "error, max_overhead:0 turns the check off (Note [Thrashing in a live run])";
 }
 
 }  // namespace dtr

@@ -363,7 +363,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
       allocator_(allocator),
       history_(history),
       median_costs_(parse_op_cost(config.op_cost) == OpCostMode::median),
-      thrash_watch_(config.max_overhead),
+      thrash_watch_(config.max_overhead, config.policy, config.dead_first),
       thrash_action_(parse_thrash_action(config.on_thrash)),
       plan_(std::move(plan)) {
   EngineConfig ec;

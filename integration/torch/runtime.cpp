@@ -6,9 +6,10 @@
 // LD_PRELOAD to the shim, and leaves it as it was where there is none):
 //  1. hand LD_PRELOAD to the preload shim, so Python children start dtr too and other
 //     children do not load libtorch (Note [Preload shim] in process_kind.cpp);
-//  2. read the options: defaults, DTR_CONF, DTR_* (dtr::Config::apply_environment, which
-//     only uses getenv); a bad one ends the process (Note [Bad configuration]); files a
-//     child of another dtr process writes get its pid (Note [Files of child processes]);
+//  2. read the options: defaults (with the host's own, Config::for_pytorch), DTR_CONF,
+//     DTR_* (dtr::Config::apply_environment, which only uses getenv); a bad one ends the
+//     process (Note [Bad configuration]); files a child of another dtr process writes get
+//     its pid (Note [Files of child processes]);
 //  3. build the CachingAllocator over a HostBackend with the budget, and install it as
 //     PyTorch's CPU allocator; a second load in the same process changes nothing;
 //  4. with `report` (DTR_REPORT=1), register the summary printed at exit.
@@ -319,7 +320,7 @@ void load_runtime() {
   }
   const bool preload_named_library = hand_ld_preload_to_shim(/*started=*/true);
   if (runtime()) return;  // this copy is already up
-  Config config;
+  Config config = Config::for_pytorch();
   uint64_t budget_bytes = kUnlimitedBytes;
   uint64_t reserved_limit_bytes = kUnlimitedBytes;
   try {

@@ -42,9 +42,10 @@ class Run:
         return self.report.get("allocated_bytes.all.peak")
 
 
-# dtr-sim's DTR_CONF for replays of a PyTorch trace that model the live host's late-found
-# deaths (Note [Dead storages in the replay] in bench/torch_sim_vs_live.py).
-HOST_MODEL = "lazy_release:True"
+# dtr-sim's DTR_CONF for replays of a PyTorch trace that model the live host: its
+# late-found deaths (Note [Dead storages in the replay] in bench/torch_sim_vs_live.py) and
+# its own defaults (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h).
+HOST_MODEL = "lazy_release:True,dead_first:True"
 
 
 def library_path():

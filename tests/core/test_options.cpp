@@ -119,6 +119,33 @@ TEST_CASE("defaults come from the table", "[core][options]") {
   }
 }
 
+TEST_CASE("the PyTorch host's defaults differ only where the table says so", "[core][options]") {
+  const Config sim;
+  const Config host = Config::for_pytorch();
+  CHECK_FALSE(sim.dead_first);  // the simulator: as simrd
+  CHECK(host.dead_first);
+  for (const auto& option : dtr::option_table()) {
+    INFO("option: " << option.key);
+    if (option.pytorch_default == nullptr) {
+      CHECK(host.get(option.key) == sim.get(option.key));
+    } else {
+      CHECK(host.get(option.key) != sim.get(option.key));
+      Config reparsed;
+      reparsed.set(option.key, option.pytorch_default);
+      CHECK(reparsed.get(option.key) == host.get(option.key));
+    }
+  }
+  // DTR_CONF and DTR_<NAME> still have the last word.
+  EnvGuard env;
+  clear_dtr_environment(env);
+  env.set("DTR_CONF", "dead_first:False");
+  Config config = Config::for_pytorch();
+  config.apply_environment();
+  CHECK_FALSE(config.dead_first);
+  CHECK_THAT(dtr::config_markdown(),
+             Catch::Contains("| `dead_first` | `DTR_DEAD_FIRST` | `False` (PyTorch: `True`) |"));
+}
+
 TEST_CASE("parse_size reads binary suffixes", "[core][options]") {
   CHECK(dtr::parse_size("512") == 512u);
   CHECK(dtr::parse_size("0") == 0u);

@@ -22,7 +22,7 @@ Stats totals(uint64_t model_ns, uint64_t remat_ns) {
 
 TEST_CASE("the watch fires once remats pass (max_overhead - 1) times the ops",
           "[eviction][thrash]") {
-  ThrashWatch watch(2.0);
+  ThrashWatch watch(2.0, "dtr_eq", false);
   watch.rearm(totals(0, 0), 64ull << 20);
   CHECK_FALSE(watch.check(totals(4 * kSecond, 3 * kSecond)));  // 1.75x
   CHECK_FALSE(watch.check(totals(4 * kSecond, 4 * kSecond)));  // exactly 2x: not over
@@ -39,8 +39,26 @@ TEST_CASE("the watch fires once remats pass (max_overhead - 1) times the ops",
   CHECK_FALSE(watch.check(totals(4 * kSecond, 50 * kSecond)));
 }
 
+TEST_CASE("the watch suggests only what the run does not already do", "[eviction][thrash]") {
+  const auto message = [](const std::string& policy, bool dead_first) {
+    ThrashWatch watch(2.0, policy, dead_first);
+    watch.rearm(totals(0, 0), 64ull << 20);
+    return watch.check(totals(kSecond, 5 * kSecond)).value_or("");
+  };
+  // The PyTorch host's defaults: dead_first is on, so only msps is left to try.
+  std::string m = message("auto", true);
+  CHECK(m.find("Raise the budget, or try policy:msps (it scores by bytes freed per second of "
+               "remat); on_thrash:raise") != std::string::npos);
+  CHECK(m.find("dead_first") == std::string::npos);
+  m = message("msps", false);
+  CHECK(m.find("Raise the budget, or try dead_first:True (it evicts what remats brought back "
+               "first); on_thrash:raise") != std::string::npos);
+  CHECK(m.find("policy:msps") == std::string::npos);
+  CHECK(message("msps", true).find("Raise the budget; on_thrash:raise") != std::string::npos);
+}
+
 TEST_CASE("the watch ignores less than a second of remats", "[eviction][thrash]") {
-  ThrashWatch watch(2.0);
+  ThrashWatch watch(2.0, "dtr_eq", false);
   watch.rearm(totals(0, 0), 1 << 20);
   CHECK_FALSE(watch.check(totals(kSecond / 100, ThrashWatch::kMinRematNs - 1)));
   CHECK(watch.check(totals(kSecond / 100, ThrashWatch::kMinRematNs)));
@@ -48,7 +66,7 @@ TEST_CASE("the watch ignores less than a second of remats", "[eviction][thrash]"
 
 TEST_CASE("the watch counts from the last budget change and fires again after it",
           "[eviction][thrash]") {
-  ThrashWatch watch(3.0);
+  ThrashWatch watch(3.0, "dtr_eq", false);
   watch.rearm(totals(0, 0), kUnlimitedBytes);
   REQUIRE(watch.check(totals(kSecond, 3 * kSecond)));  // 4x
   // A new budget: 10 s of ops and 3 s of remats before it are not counted.
@@ -67,7 +85,7 @@ TEST_CASE("a collapse after a long healthy stretch is found within minutes of re
   // would pass 2 only after about 3 200 s of such remats (720 + r > 3600 + r / 10).
   for (const uint64_t offset_steps : {0u, 30u, 59u}) {  // where in a window the collapse comes
     CAPTURE(offset_steps);
-    ThrashWatch watch(2.0);
+    ThrashWatch watch(2.0, "dtr_eq", false);
     watch.rearm(totals(0, 0), 64ull << 20);
     uint64_t model = 0, remat = 0;
     for (uint64_t step = 0; step < 3600 + offset_steps; ++step) {
@@ -88,7 +106,7 @@ TEST_CASE("a collapse after a long healthy stretch is found within minutes of re
 }
 
 TEST_CASE("max_overhead 0 turns the watch off", "[eviction][thrash]") {
-  ThrashWatch watch(0.0);
+  ThrashWatch watch(0.0, "dtr_eq", false);
   watch.rearm(totals(0, 0), 1 << 20);
   CHECK_FALSE(watch.check(totals(kSecond, 100 * kSecond)));
 }

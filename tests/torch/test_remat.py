@@ -76,21 +76,24 @@ SCRIPTS = {
     # checkpoint loaded back mid-run (at 0.7 the old and the loaded state do not both fit).
     "ema": (("patterns.py", "--pattern", "ema", "--steps", "3"), (0.8,)),
     "reload": (("patterns.py", "--pattern", "reload", "--steps", "3"), (0.8,)),
-    # Two backward passes summed into .grad (the first with retain_graph=True): dtr_eq
-    # passes 0.9 and 0.85 but remats cost about 2.5 times the ops there, and runs out of
-    # memory at 0.8; msps passes 0.8 (docs/pytorch.md, "Training-loop patterns").
-    "two_losses": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.9,)),
-    "two_losses_msps": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.8,)),
+    # Two backward passes summed into .grad (the first with retain_graph=True): without
+    # dead_first it ran out of memory at 0.8 under dtr_eq and auto; with the host's default
+    # dead_first 0.8 passed 3 of 3 (each warned of thrashing), 0.75 0 of 3 (docs/pytorch.md,
+    # "Training-loop patterns").
+    "two_losses": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.9, 0.8)),
     # Noise drawn in grad mode inside each step, recomputed from a copy of the generator
     # (Note [Seeded factories]; 3, 21 randn remats at 0.7, 0.6); 0.55 failed 3 of 3.
     "noise": (("patterns.py", "--pattern", "noise", "--steps", "3"), (0.8, 0.7, 0.6)),
     # A VAE's z = x + randn_like(std) * std (Note [Seeded like factories]: 10 normal_
     # re-draws at 0.7 in one run); 0.6 passed 3 of 3 (each warned of thrashing), 0.55 0 of 3.
     "reparam": (("patterns.py", "--pattern", "reparam", "--steps", "3"), (0.8, 0.7, 0.6)),
+    # A GAN: two Adam optimizers, the discriminator's step, then the generator's through it,
+    # noise drawn in grad mode. 0.6 passed 3 of 3 (each warned of thrashing), 0.5 0 of 2.
+    "gan": (("patterns.py", "--pattern", "gan", "--steps", "3"), (0.8, 0.6)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.
-CONF = {"lstm_lm_chunked": "policy:msps", "two_losses_msps": "policy:msps"}
+CONF = {"lstm_lm_chunked": "policy:msps"}
 
 CASES = [(name, fraction) for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
 

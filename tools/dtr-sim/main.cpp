@@ -229,8 +229,12 @@ int main(int argc, char** argv) {
       if (options_markdown) {
         std::cout << dtr::config_markdown();
       } else {
-        for (const dtr::OptionInfo& o : dtr::option_table())
-          std::printf("%-13s %-17s default %-7s %s\n", o.key, o.env, o.default_value, o.doc);
+        for (const dtr::OptionInfo& o : dtr::option_table()) {
+          const std::string host =
+              o.pytorch_default ? std::string(" (PyTorch: ") + o.pytorch_default + ")" : "";
+          std::printf("%-13s %-17s default %-7s %s%s\n", o.key, o.env, o.default_value, o.doc,
+                      host.c_str());
+        }
       }
       return 0;
     }

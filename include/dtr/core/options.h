@@ -48,7 +48,8 @@ struct Budget {
   X(dead_first, bool, "dead_first", "DTR_DEAD_FIRST", "False",                                     \
     "evict storages only lineage still holds (rematerialized intermediates) before live ones, "    \
     "within dead_first_ratio (Note [Dead storages first]: better on chains and summed "            \
-    "gradients); False = as DTR's simulator (simrd) does")                                         \
+    "gradients, and near the least memory a training step needs); False = as DTR's simulator "    \
+    "(simrd) does")                                                                                \
   X(dead_first_ratio, double, "dead_first_ratio", "DTR_DEAD_FIRST_RATIO", "16",                    \
     "with dead_first: take the best dead storage only while its score is at most this many "       \
     "times the best score of the usual search over the whole pool (Note [Dead storages first]); "  \
@@ -121,12 +122,23 @@ struct Budget {
     "allocated bytes and the budget")                                                              \
   X(report, bool, "report", "DTR_REPORT", "False", "print a summary of the run at exit")
 
+// Defaults of the PyTorch host where they differ from the table's (Config::for_pytorch). The
+// table's defaults are the simulator's, which replay DTR's logs as DTR's simulator (simrd)
+// does (Note [Faithful to simrd] in eviction/engine.cpp); these were measured better in live
+// training runs (docs/pytorch.md, "Dead storages first by default"). A replay that models
+// the host sets them in its DTR_CONF (dtr.runs.HOST_MODEL).
+// X(member, "key", "value")
+#define DTR_PYTORCH_DEFAULTS(X) X(dead_first, "dead_first", "True")
+
 struct Config {
 #define DTR_OPTIONS_MEMBER(member, type, key, env, def, doc) type member{};
   DTR_OPTIONS(DTR_OPTIONS_MEMBER)
 #undef DTR_OPTIONS_MEMBER
 
   Config();  // all defaults from the table
+  // The table's defaults with the PyTorch host's own (DTR_PYTORCH_DEFAULTS) over them; the
+  // host applies DTR_CONF and DTR_* to this.
+  static Config for_pytorch();
 
   // Sets one option from its text form; throws ConfigError (unknown key lists the valid keys).
   void set(std::string_view key, std::string_view value);
@@ -144,6 +156,7 @@ struct OptionInfo {
   const char* env;
   const char* default_value;
   const char* doc;
+  const char* pytorch_default = nullptr;  // the host's own default, if it has one
 };
 const std::vector<OptionInfo>& option_table();
 

@@ -31,13 +31,18 @@ wide, batch 1024) trained for a few SGD steps on random data. Knows nothing of d
   reparam       a VAE's reparameterisation: a scale from the first layer, std = exp(...),
                 z = x + torch.randn_like(std) * std fed to the model, and a KL-style term
                 on std added to the loss
+  gan           a GAN: the model is the discriminator (its first output the logit), a
+                2-layer generator makes fakes from noise drawn in grad mode; each step
+                trains the discriminator on real and detached fake batches, then the
+                generator through the discriminator, each with its own Adam optimizer
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>` (and `loss
-eval<step> <bits> <value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for
-the gradient norm of clip, `loss save<step> <sha256 prefix> <bytes>` for the checkpoint of
-save, `loss ema<step> <bits> <value>` for the average model of ema), and at the end `param
-<name> <sha256 of the parameter's raw bytes>` (ema: the average's and the last copy's
-too), so two runs can be compared bit for bit.
+gen<step> <bits> <value>` for the generator's loss of gan, `loss eval<step> <bits>
+<value>` for the evaluation of hooks, `loss norm<step> <bits> <value>` for the gradient
+norm of clip, `loss save<step> <sha256 prefix> <bytes>` for the checkpoint of save, `loss
+ema<step> <bits> <value>` for the average model of ema), and at the end `param <name>
+<sha256 of the parameter's raw bytes>` (ema: the average's and the last copy's too; gan:
+the generator's too), so two runs can be compared bit for bit.
 """
 import argparse
 import copy
@@ -52,7 +57,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
 PATTERNS = ("grad_penalty", "jit", "hooks", "checkpoint", "accumulate", "amp", "clip", "save",
-            "ema", "reload", "two_losses", "noise", "reparam")
+            "ema", "reload", "two_losses", "noise", "reparam", "gan")
 
 
 class MLP(nn.Module):
@@ -93,6 +98,11 @@ def main():
             p.register_hook(lambda g: g * 0.5)
     opt = torch.optim.SGD(model.parameters(), lr=0.05,
                           momentum=0.9 if args.pattern in ("save", "reload") else 0.0)
+    gen = None
+    if args.pattern == "gan":
+        gen = nn.Sequential(nn.Linear(128, 512), nn.Tanh(), nn.Linear(512, 512))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.5, 0.999))
+        gen_opt = torch.optim.Adam(gen.parameters(), lr=1e-4, betas=(0.5, 0.999))
     average = copy.deepcopy(model) if args.pattern == "ema" else None
     best = None
     saved = None
@@ -137,6 +147,12 @@ def main():
                 z = x + torch.randn_like(std) * std
                 kl = 0.5 * (std.pow(2) - 2.0 * std.log() - 1.0).mean()
                 loss = F.cross_entropy(model(z), y) + 0.01 * kl
+            elif args.pattern == "gan":
+                fake = gen(torch.randn(args.batch, 128))
+                real = model(x)[:, 0]
+                judged = model(fake.detach())[:, 0]
+                loss = (F.binary_cross_entropy_with_logits(real, torch.ones_like(real))
+                        + F.binary_cross_entropy_with_logits(judged, torch.zeros_like(judged)))
             elif args.pattern == "amp":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = F.cross_entropy(model(x), y)
@@ -148,6 +164,13 @@ def main():
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             print(f"loss norm{step} {bits(norm)} {float(norm):.6f}", flush=True)
         opt.step()
+        if args.pattern == "gan":
+            gen_opt.zero_grad()
+            judged = model(fake)[:, 0]
+            gen_loss = F.binary_cross_entropy_with_logits(judged, torch.ones_like(judged))
+            gen_loss.backward()
+            gen_opt.step()
+            print(f"loss gen{step} {bits(gen_loss)} {float(gen_loss):.6f}", flush=True)
         if args.pattern == "clip":
             schedule.step()
         if args.pattern == "save":
@@ -180,6 +203,8 @@ def main():
             model.train()
         print(f"time {step} {time.perf_counter() - start:.4f}", flush=True)
     tensors = list(model.named_parameters())
+    if gen is not None:
+        tensors += [("gen." + n, p) for n, p in gen.named_parameters()]
     if average is not None:
         tensors += [("average." + n, p) for n, p in average.named_parameters()]
         tensors += [("best." + n, t) for n, t in best.items()]
