@@ -579,7 +579,7 @@ Config::Config() {
 
 Config Config::for_pytorch() {
   Config config;
-#define DTR_PYTORCH_DEFAULT(member, k, value) \
+#define DTR_PYTORCH_DEFAULT(member, k, value)                                                      \
   assign<decltype(config.member)>(config.member, k, value, " (PyTorch default)");
   DTR_PYTORCH_DEFAULTS(DTR_PYTORCH_DEFAULT)
 #undef DTR_PYTORCH_DEFAULT
@@ -619,7 +619,7 @@ const std::vector<OptionInfo>& option_table() {
 #undef DTR_OPTIONS_INFO
     };
     for (OptionInfo& row : rows) {
-#define DTR_PYTORCH_INFO(member, k, value) \
+#define DTR_PYTORCH_INFO(member, k, value)                                                         \
   if (std::string_view(row.key) == k) row.pytorch_default = value;
       DTR_PYTORCH_DEFAULTS(DTR_PYTORCH_INFO)
 #undef DTR_PYTORCH_INFO
@@ -654,10 +654,11 @@ std::string config_markdown() {
          "counts as unset. An unknown key or a value that does not parse is an error that "
          "names the option and lists the valid keys. Options reach the runtime as a `Config` "
          "value; the libraries hold no global configuration.\n\n";
-  out += "The defaults are the simulator's (`dtr-sim`), which replay DTR's logs as DTR's own "
-         "simulator does. The PyTorch host starts from a few defaults of its own, measured "
-         "better for live training runs; the default column gives them as \"(PyTorch: ...)\", "
-         "and a replay that models the host sets them in its `DTR_CONF`.\n\n";
+  out +=
+      "The defaults are the simulator's (`dtr-sim`), which replay DTR's logs as DTR's own "
+      "simulator does. The PyTorch host starts from a few defaults of its own, measured "
+      "better for live training runs; the default column gives them as \"(PyTorch: ...)\", "
+      "and a replay that models the host sets them in its `DTR_CONF`.\n\n";
   out += "## DTR_CONF syntax\n\n";
   out += "`DTR_CONF` is tokenized like PyTorch's `PYTORCH_CUDA_ALLOC_CONF`: comma-separated "
          "`key:value` pairs, with whitespace around keys and values ignored. A value that holds "
@@ -678,8 +679,8 @@ std::string config_markdown() {
     std::string cell = def.empty() ? std::string("(empty)") : "`" + markdown_cell(def) + "`";
     if (option.pytorch_default)
       cell += " (PyTorch: `" + markdown_cell(option.pytorch_default) + "`)";
-    out += "| `" + markdown_cell(option.key) + "` | `" + markdown_cell(option.env) + "` | " +
-           cell + " | " + markdown_cell(option.doc) + " |\n";
+    out += "| `" + markdown_cell(option.key) + "` | `" + markdown_cell(option.env) + "` | " + cell +
+           " | " + markdown_cell(option.doc) + " |\n";
   }
   return out;
 }

@@ -91,15 +91,19 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
                 windowed_ ? "in the last stretch of the run" : "since the budget was set",
                 windowed_ ? "that stretch" : "the run", overhead, max_overhead_, budget.c_str());
   std::vector<std::string> tries;
-  if (policy_ != "msps") tries.push_back("policy:msps (it scores by bytes freed per second of remat)");
+  if (policy_ != "msps")
+    tries.push_back("policy:msps (it scores by bytes freed per second of remat)");
   if (!dead_first_) tries.push_back("dead_first:True (it evicts what remats brought back first)");
   std::string advice = "Raise the budget";
-  for (size_t i = 0; i < tries.size(); ++i)
-    advice += (i == 0 ? ", or try " : " or ") + tries[i];
-  return std::string("dtr: thrashing: ") + numbers +
-         ". The budget is near the least this program needs at once, so each eviction "
-         "forces another remat. " + advice + "; on_thrash:raise makes this an out-of-memory "
-         "error, max_overhead:0 turns the check off (Note [Thrashing in a live run])";
+  for (size_t i = 0; i < tries.size(); ++i) advice += (i == 0 ? ", or try " : " or ") + tries[i];
+  std::string message = std::string("dtr: thrashing: ") + numbers +
+                        ". The budget is near the least this program needs at once, so each "
+                        "eviction forces another remat. ";
+  message += advice;
+  message +=
+      "; on_thrash:raise makes this an out-of-memory error, max_overhead:0 turns the "
+      "check off (Note [Thrashing in a live run])";
+  return message;
 }
 
 }  // namespace dtr

@@ -48,7 +48,7 @@ struct Budget {
   X(dead_first, bool, "dead_first", "DTR_DEAD_FIRST", "False",                                     \
     "evict storages only lineage still holds (rematerialized intermediates) before live ones, "    \
     "within dead_first_ratio (Note [Dead storages first]: better on chains and summed "            \
-    "gradients, and near the least memory a training step needs); False = as DTR's simulator "    \
+    "gradients, and near the least memory a training step needs); False = as DTR's simulator "     \
     "(simrd) does")                                                                                \
   X(dead_first_ratio, double, "dead_first_ratio", "DTR_DEAD_FIRST_RATIO", "16",                    \
     "with dead_first: take the best dead storage only while its score is at most this many "       \
