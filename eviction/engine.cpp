@@ -69,8 +69,9 @@
 // which dead_first alone skips while dead storages are there. The PyTorch host turns the
 // bounded form on by default (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h): in live
 // runs it took the lowest budgets lower and ended thrashing (a GAN at 0.7 of its peak:
-// 11.8 s of remats under dtr_eq, 1.4 s with it) at no measured cost above them
-// (docs/pytorch.md, "Dead storages first by default"); the simulator keeps simrd's choice.
+// 11.8 s of remats under dtr_eq, 1.4 s with it), for about a hundredth of a step's time on
+// the transformers at 0.5x, within the bench's spread (docs/pytorch.md, "Dead storages
+// first by default"); the simulator keeps simrd's choice.
 //
 // Note [Relaxed remat locks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~

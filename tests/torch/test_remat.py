@@ -78,8 +78,8 @@ SCRIPTS = {
     "reload": (("patterns.py", "--pattern", "reload", "--steps", "3"), (0.8,)),
     # Two backward passes summed into .grad (the first with retain_graph=True): without
     # dead_first it ran out of memory at 0.8 under dtr_eq and auto; with the host's default
-    # dead_first 0.8 passed 3 of 3 (each warned of thrashing), 0.75 0 of 3 (docs/pytorch.md,
-    # "Training-loop patterns").
+    # dead_first 0.8 passed 3 of 3 (each warned of thrashing), 0.75 2 of 2 in one search and
+    # 0 of 3 in the next (docs/pytorch.md, "Training-loop patterns").
     "two_losses": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.9, 0.8)),
     # Noise drawn in grad mode inside each step, recomputed from a copy of the generator
     # (Note [Seeded factories]; 3, 21 randn remats at 0.7, 0.6); 0.55 failed 3 of 3.
