@@ -848,12 +848,17 @@ uint64_t Engine::compact_allocator(uint64_t bytes_requested, BlockMover& mover) 
   return released;
 }
 
-void Engine::end_period() {
+PeriodCost Engine::period_cost() const {
   const auto since = [](uint64_t now, uint64_t then) { return now > then ? now - then : 0; };
   PeriodCost cost;
   cost.model_compute_ns = since(stats_.model_compute_ns, period_start_.model_compute_ns);
   cost.remat_compute_ns = since(stats_.remat_compute_ns, period_start_.remat_compute_ns);
   cost.num_remats = since(stats_.num_remats, period_start_.num_remats);
+  return cost;
+}
+
+void Engine::end_period() {
+  const PeriodCost cost = period_cost();
   period_start_ = stats_;
   heuristic_->on_period(cost);
 }
@@ -1120,6 +1125,7 @@ void Engine::compute(TensorId t, bool remat) {
   for (StorageId s : overflow) admit(s);
   stats_.allocated_current = live_bytes_;
   stats_.allocation_peak = std::max(stats_.allocation_peak, stats_.allocation_current);
+  if (remat) heuristic_->on_remat(period_cost());  // Note [Thrashing period] in auto_heuristic.cpp
 }
 
 // --- evicted neighbourhoods and eq classes --------------------------------------------------

@@ -34,9 +34,38 @@
 // activations are dead, which keeps that small. A replay ends periods where the trace
 // says `ANNOTATE STEP` (trace format 4, which the PyTorch host writes at the same points);
 // without periods (DTR's logs, a script with no torch.optim optimizer) `auto` is dtr_eq
-// throughout.
+// throughout, unless it thrashes (Note [Thrashing period]).
+//
+// Note [Thrashing period]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A period is the unit of the trial, but one period under the wrong candidate can cost
+// more than the rest of the run. A bidirectional GRU over packed sequences with SGD at 0.75
+// of its peak (`gru_packed.py --optimizer sgd`; docs/pytorch.md, "A thrashing first step")
+// spent its first step, the warm-up, under dtr_eq: 89 s live against 0.2 s without the
+// library, and in a replay of that step 1875 times the step's own compute, where
+// dtr_ancestors paid 6.4 and msps 12.1. That step has the run's longest sequences; the
+// later steps took under 2 s under any candidate. So `auto` watches each remat
+// (Heuristic::on_remat) and leaves the active candidate within the period once the remats
+// since it took over pass kCutRatio times the program's compute, counted as the larger of
+// the period's so far and the whole last period's (so a period's early remats are not
+// judged against its first few ops), and at least kCutMinNs:
+//   - the candidate's cut-short stretch counts as one of its periods, at that ratio;
+//   - the next untried candidate takes over (after the trial: the one of least mean,
+//     which stays the same one if the others did worse);
+//   - the rest of the period is not measured, as it pays for what the candidate before
+//     evicted, and each further cut within the same period needs twice the ratio of the
+//     one before: with a single cut per period the next candidate could not be left
+//     however it did, and with an equal ratio it was cut for the first one's mess (a
+//     replay of the GRU at 0.7 with the cut at 8: dtr_ancestors was cut in the first step
+//     too, 5.6 in all, against 3.8 with the doubling; dtr_ancestors alone 2.0).
+// kCutRatio is 4, overhead 5 within one period: in replays of twelve training traces at
+// 0.4-0.8 of their peaks (docs/simulator.md, "Thrashing period"), no replay that stayed
+// under overhead 2 changed, and the GRU at 0.7 went from 282 to 2.4 (3.8 with the cut at
+// 8).
+#include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,8 +94,13 @@ class AutoHeuristic final : public Heuristic {
   double lower_bound(const Engine& e, StorageId s) override { return active().lower_bound(e, s); }
 
   void on_period(const PeriodCost& cost) override {
+    // The engine's period counters restart, so a cut's mark goes whatever the period was.
+    const bool cut = cut_at_.has_value();
+    cut_at_.reset();
+    cuts_in_period_ = 0;
     if (cost.model_compute_ns == 0) return;  // Note [Policy trial]
-    if (!warmed_up_) {
+    last_period_model_ns_ = cost.model_compute_ns;
+    if (!warmed_up_ || cut) {  // Note [Thrashing period]: the rest of a cut period
       warmed_up_ = true;
       return;
     }
@@ -78,16 +112,39 @@ class AutoHeuristic final : public Heuristic {
       ++active_;
       return;
     }
-    size_t best = 0;
-    for (size_t i = 1; i < measured_.size(); ++i)
-      if (measured_[i].mean() < measured_[best].mean()) best = i;
+    const size_t best = least_mean();
     if (chosen && best != active_) ++switches_;  // a choice undone, not the trial's end
+    active_ = best;
+  }
+
+  void on_remat(const PeriodCost& so_far) override {  // Note [Thrashing period]
+    const PeriodCost from = cut_at_.value_or(PeriodCost{});
+    if (so_far.remat_compute_ns < from.remat_compute_ns + kCutMinNs) return;
+    const uint64_t remat_ns = so_far.remat_compute_ns - from.remat_compute_ns;
+    const double ops_ns =
+        double(std::max<uint64_t>({so_far.model_compute_ns, last_period_model_ns_, 1}));
+    const double ratio = double(remat_ns) / ops_ns;
+    if (ratio <= kCutRatio * double(uint64_t{1} << std::min(cuts_in_period_, 16u))) return;
+    Measured& m = measured_[active_];
+    m.sum += ratio;
+    ++m.periods;
+    ++cuts_;
+    ++cuts_in_period_;
+    cut_at_ = so_far;
+    warmed_up_ = true;
+    if (measured_[active_ + 1 < measured_.size() ? active_ + 1 : active_].periods == 0) {
+      ++active_;  // the next untried candidate
+      return;
+    }
+    const size_t best = least_mean();
+    if (best != active_) ++switches_;
     active_ = best;
   }
 
   // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
   // trying dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)"; a choice
-  // undone by later periods adds "; 1 switch".
+  // undone by later periods adds "; 1 switch", a candidate left within a period "; 1
+  // thrashing period cut short" (Note [Thrashing period]).
   std::string status() const override {
     std::string trial;
     for (size_t i = 0; i < candidates_.size(); ++i) {
@@ -103,14 +160,30 @@ class AutoHeuristic final : public Heuristic {
     out += std::string(active().name());
     if (switches_ > 0)
       trial += "; " + std::to_string(switches_) + (switches_ > 1 ? " switches" : " switch");
+    if (cuts_ > 0)
+      trial += "; " + std::to_string(cuts_) +
+               (cuts_ > 1 ? " thrashing periods cut short" : " thrashing period cut short");
     out += trial.empty() ? " (no period yet)" : " (" + trial + ")";
     return out;
   }
 
  private:
   Heuristic& active() const { return *candidates_[active_]; }
+  // The candidate of least mean; ties: the earlier one.
+  size_t least_mean() const {
+    size_t best = 0;
+    for (size_t i = 1; i < measured_.size(); ++i)
+      if (measured_[i].mean() < measured_[best].mean()) best = i;
+    return best;
+  }
   // The candidates are tried in order, so the trial is over once the last has a period.
   bool trial_over() const { return measured_.back().periods > 0; }
+
+  // Note [Thrashing period]: remats past this multiple of the program's compute, and
+  // past kCutMinNs (charged), cut a candidate's period short; each further cut within the
+  // same period needs twice the ratio.
+  static constexpr double kCutRatio = 4.0;
+  static constexpr uint64_t kCutMinNs = 100'000'000;
 
   std::vector<std::unique_ptr<Heuristic>> candidates_;
   // Each candidate's periods: the sum of their ratios of remat to model compute.
@@ -126,6 +199,10 @@ class AutoHeuristic final : public Heuristic {
   size_t active_ = 0;
   bool warmed_up_ = false;
   uint64_t switches_ = 0;
+  uint64_t cuts_ = 0;
+  unsigned cuts_in_period_ = 0;        // each doubles the ratio the next cut in the period needs
+  uint64_t last_period_model_ns_ = 0;  // the model compute of the last period with any
+  std::optional<PeriodCost> cut_at_;   // the period so far when the active candidate took over
 };
 
 }  // namespace
@@ -136,7 +213,8 @@ HeuristicInfo auto_heuristic_info() {
   return {"auto",
           "tries dtr_eq, dtr_ancestors and msps for one step each, then runs the one whose steps "
           "cost the least on average (steps: the PyTorch host's optimizer steps, ANNOTATE STEP in "
-          "its traces; none: dtr_eq) (default)",
+          "its traces; none: dtr_eq); leaves one within a step whose remats pass 4x the "
+          "program's compute (default)",
           needs,
           [](const HeuristicParams& params) { return std::make_unique<AutoHeuristic>(params); }};
 }

@@ -20,14 +20,14 @@ namespace {
 struct AncestorsProgram {
   LogicalClock clock{1};
   Engine engine;
-  TensorId a = 0, c = 0;
+  TensorId a = 0, b = 0, c = 0;
   explicit AncestorsProgram(std::unique_ptr<Heuristic> h)
       : engine(EngineConfig{}, std::move(h), clock) {
     std::vector<TensorId> out;
     engine.call(100, {}, {{1000, -1}}, out);
     a = out.back();
     engine.call(1000, {a}, {{1000, -1}}, out);
-    const TensorId b = out.back();
+    b = out.back();
     engine.call(300, {}, {{1000, -1}}, out);
     c = out.back();
     REQUIRE(engine.drop(engine.storage_of(b)));
@@ -39,6 +39,15 @@ struct AncestorsProgram {
     engine.stats().remat_compute_ns += remat;
     engine.end_period();
   }
+  // Within the current period: the program computes `model` ns and remats take `remat` ns
+  // (b's remat, 1000 ns, included), so the engine hands the heuristic the period so far.
+  void remats(uint64_t model, uint64_t remat) {
+    engine.stats().model_compute_ns += model;
+    engine.stats().remat_compute_ns += remat - 1000;
+    REQUIRE(engine.materialize(b).ok());
+    REQUIRE(engine.drop(engine.storage_of(b)));
+  }
+  std::string status() const { return engine.heuristic().status(); }
   bool picks_a() { return engine.choose_victim() == engine.storage_of(a); }
   bool picks_c() { return engine.choose_victim() == engine.storage_of(c); }
 };
@@ -145,4 +154,105 @@ TEST_CASE("the engine keeps auto's candidates' features up to date from the star
   REQUIRE(info != nullptr);
   for (const char* name : {"dtr_eq", "dtr_ancestors", "msps"})
     CHECK((builtin_heuristics().find(name)->needs & ~info->needs) == 0);
+}
+
+TEST_CASE("the engine hands the heuristic the period so far at each remat", "[eviction][trial]") {
+  struct Spy : Heuristic {
+    std::vector<PeriodCost>* seen;
+    explicit Spy(std::vector<PeriodCost>* s) : seen(s) {}
+    std::string_view name() const override { return "spy"; }
+    uint32_t needs() const override { return 0; }
+    double score(const Engine&, StorageId) override { return 1.0; }
+    void on_remat(const PeriodCost& so_far) override { seen->push_back(so_far); }
+  };
+  std::vector<PeriodCost> seen;
+  LogicalClock clock{1};
+  Engine engine(EngineConfig{}, std::make_unique<Spy>(&seen), clock);
+  std::vector<TensorId> out;
+  engine.call(100, {}, {{1000, -1}}, out);
+  const TensorId x = out.back();
+  engine.end_period();
+  engine.call(50, {}, {{1000, -1}}, out);
+  CHECK(seen.empty());  // ops the program asked for are not remats
+  REQUIRE(engine.drop(engine.storage_of(x)));
+  REQUIRE(engine.materialize(x).ok());
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].model_compute_ns == 50);  // since the period's start
+  CHECK(seen[0].remat_compute_ns == 100);
+  CHECK(seen[0].num_remats == 1);
+  const PeriodCost now = engine.period_cost();
+  CHECK(now.remat_compute_ns == 100);
+}
+
+// Note [Thrashing period] in auto_heuristic.cpp. Times in ms.
+constexpr uint64_t kMs = 1'000'000;
+
+TEST_CASE("auto leaves a candidate that thrashes within a period", "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  // The warm-up period, under dtr_eq: 10 ms of ops, then remats.
+  p.remats(10 * kMs, 90 * kMs);  // 9x, past 4, but under the 100 ms floor
+  CHECK(p.status() == "auto: dtr_eq (no period yet)");
+  p.remats(990 * kMs, 14910 * kMs);  // 15 s against 1 s of ops so far: 15x
+  CHECK(p.status() == "auto: trying dtr_ancestors (dtr_eq 15.000; 1 thrashing period cut short)");
+  CHECK(p.picks_a());     // dtr_ancestors scores now, within the same period
+  p.remats(0, 70 * kMs);  // counted from the cut: 70 ms, under the floor
+  // 7 s from the cut: 7x the period's ops, past 4 but not past the 8 that a second cut
+  // within one period needs.
+  p.remats(0, 6930 * kMs);
+  CHECK(p.status() == "auto: trying dtr_ancestors (dtr_eq 15.000; 1 thrashing period cut short)");
+  p.period(6 * kMs, 0);  // the rest of the cut period (16 ms of ops) is not measured
+  CHECK(p.status() == "auto: trying dtr_ancestors (dtr_eq 15.000; 1 thrashing period cut short)");
+  p.period(16 * kMs, 4 * kMs);  // dtr_ancestors' period: 0.25
+  p.period(16 * kMs, 8 * kMs);  // msps: 0.5
+  CHECK(p.status() ==
+        "auto: dtr_ancestors (dtr_eq 15.000, dtr_ancestors 0.250, msps 0.500; 1 "
+        "thrashing period cut short)");
+}
+
+TEST_CASE("a period's end clears auto's cut, whatever the period computed", "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  p.period(10 * kMs - 1400, 0);  // warm-up: 10 ms of ops with the program's first three
+  p.remats(0, 150 * kMs);        // no ops yet in this period: 15x the last one's, a cut
+  CHECK(p.status() ==
+        "auto: trying dtr_ancestors (dtr_eq 15.000; 1 thrashing period cut short)");
+  p.period(0, 0);  // a period with no ops: not counted, but the engine's counters restart,
+                   // and the cut's 150 ms mark must not outlive them
+  p.remats(0, 1000);  // 1 us of remats in the new period
+  CHECK(p.status() ==
+        "auto: trying dtr_ancestors (dtr_eq 15.000; 1 thrashing period cut short)");
+  p.period(16 * kMs, 4 * kMs);  // measured in full: the cut's period ended above
+  CHECK(p.status() == "auto: trying msps (dtr_eq 15.000, dtr_ancestors 0.250; 1 thrashing "
+                      "period cut short)");
+}
+
+TEST_CASE("auto judges a period's remats against the whole last period's ops",
+          "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  p.period(100 * kMs, 0);  // warm-up: 100 ms of ops
+  // Early in the next period: 1 ms of ops so far, 150 ms of remats. 150x the period so far,
+  // but 1.5x the last period: a dear period, not a thrashing one.
+  p.remats(1 * kMs, 150 * kMs);
+  CHECK(p.status() == "auto: trying dtr_eq (no period yet)");
+  p.remats(0, 700 * kMs);  // 850 ms: 8.5x the last period's ops, past 4
+  CHECK(p.status() == "auto: trying dtr_ancestors (dtr_eq 8.500; 1 thrashing period cut short)");
+}
+
+TEST_CASE("after its trial, auto leaves a thrashing choice for the cheapest other",
+          "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  p.period(0, 0);               // warm-up
+  p.period(16 * kMs, 8 * kMs);  // dtr_eq: 0.5
+  p.period(16 * kMs, 2 * kMs);  // dtr_ancestors: 0.125
+  p.period(16 * kMs, 4 * kMs);  // msps: 0.25
+  CHECK(p.status().rfind("auto: dtr_ancestors (", 0) == 0);
+  p.remats(16 * kMs, 160 * kMs);  // 10x: dtr_ancestors' mean becomes (0.125 + 10) / 2
+  CHECK(p.status() ==
+        "auto: msps (dtr_eq 0.500, dtr_ancestors 5.062 over 2 steps, msps 0.250; "
+        "1 switch; 1 thrashing period cut short)");
+  CHECK(p.picks_a());
+  // msps thrashes too (from the cut: 400 / 16 = 25, past the 8 a second cut in the period
+  // needs; mean 12.625): dtr_eq's 0.5 is least.
+  p.remats(0, 400 * kMs);
+  CHECK(p.status().rfind("auto: dtr_eq (", 0) == 0);
+  CHECK(p.picks_c());
 }

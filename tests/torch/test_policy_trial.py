@@ -120,3 +120,24 @@ def test_an_optimizer_step_ends_a_period(lib):
         "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000)",
         "auto: dtr_eq (dtr_eq 0.000 over 3 steps, dtr_ancestors 0.000, msps 0.000)",
     ]
+
+
+def test_auto_cuts_a_thrashing_first_step_short(lib):
+    # Note [Thrashing period]: the packed GRU's first step has its longest sequences, and at
+    # 0.75 of the run's peak dtr_eq's remats in it passed 1000 times the step's own compute
+    # (89 s live against 0.2 s without the library). auto trains that step under dtr_eq (the
+    # warm-up) and must leave dtr_eq within the step, not at its end.
+    args = ("gru_packed.py", "--steps", "3", "--optimizer", "sgd")
+    baseline = Result(run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
+    budget = int(0.75 * baseline.stats["allocated_bytes.all.peak"])
+    plain = Result(run(driver(*args), clean_env()))
+    proc = run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
+                                        DTR_CONF=f"budget:{budget}"))
+    cut, summary = Result(proc), report(proc)
+    assert cut.losses() == plain.losses()
+    assert cut.params() == plain.params() and cut.buffers() == plain.buffers()
+    assert summary["allocated_bytes.all.peak"] <= budget
+    status = summary["dtr.policy"]
+    m = re.match(rf"^auto: .*\(dtr_eq {MEAN}, .*; 1 thrashing period cut short\)$", status)
+    assert m, status
+    assert float(m.group(1)) >= 4, status  # cut past 4 times the program's compute (3 digits)

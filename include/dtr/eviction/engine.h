@@ -163,6 +163,8 @@ class Engine {
   // replay: at ANNOTATE STEP): tells the heuristic what the period cost
   // (Heuristic::on_period), counted from the previous call or the engine's start.
   void end_period();
+  // What the current period has cost so far (from the last end_period() or the start).
+  PeriodCost period_cost() const;
   // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not
   // to make room; counted in dtr.num_plan_drops. False, and nothing done, when `s` is not
   // evictable (evicted, locked or pinned).

@@ -52,6 +52,9 @@ class Heuristic {
   // Optional: a period of the program ended (Engine::end_period). A heuristic that picks
   // its scoring by what periods cost (`auto`) listens; the others ignore it.
   virtual void on_period(const PeriodCost& cost) {}
+  // Optional: a remat ran; `so_far` is what the current period has cost up to now
+  // (Engine::period_cost). `auto` listens, to leave a candidate that thrashes.
+  virtual void on_remat(const PeriodCost& so_far) {}
   // What a report says the policy is: its name, or `auto`'s choice and trial.
   virtual std::string status() const { return std::string(name()); }
 };

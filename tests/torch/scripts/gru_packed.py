@@ -1,7 +1,7 @@
 """A bidirectional 2-layer nn.GRU classifier over variable-length sequences, fed through
 nn.utils.rnn.pack_padded_sequence (enforce_sorted=False) and unpacked with
-pad_packed_sequence; masked mean pooling plus the last hidden states -> Linear; Adam and
-clip_grad_norm_. Knows nothing of dtr.
+pad_packed_sequence; masked mean pooling plus the last hidden states -> Linear; Adam (or
+SGD, `--optimizer sgd`) and clip_grad_norm_. Knows nothing of dtr.
 
 Prints `loss <step> <float32 bit pattern in hex> <value>` per step and `param <name>
 <sha256 of the parameter's raw bytes>` at the end, so two runs can be compared bit for bit.
@@ -41,11 +41,15 @@ def main():
     parser.add_argument("--seq", type=int, default=48)
     parser.add_argument("--vocab", type=int, default=2000)
     parser.add_argument("--hidden", type=int, default=192)
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     model = Net(args.vocab, 96, args.hidden)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if args.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     for step in range(args.steps):
