@@ -9,8 +9,10 @@ For each model (an unmodified training script in tests/torch/scripts/) this meas
   4. live runs under budget = fraction x baseline peak, from 0.9 down, per policy, until a
      budget fails (the lowest feasible fraction is the last one that ran). Each runs with
      `on_thrash:raise`: a run whose remats pass max_overhead (2x the program's own ops) stops
-     with status `thrash` rather than running on, as lru on densenet121 at 0.6 did for over
-     16 minutes (2026-11-29) where a 4-step run takes seconds.
+     with status `thrash` rather than running on; and one still going after 20 times the
+     allocator-only run's time (at least 2 minutes) is killed, status `timeout`: lru on
+     densenet121 at 0.5 sat over 16 minutes in one backward pass (2026-11-29), where the
+     raise cannot reach (Note [Thrashing within one op] in integration/torch/lineage.cpp).
 It writes docs/results.md (tables), docs/results/results.csv (every row) and
 docs/results/overhead.svg (overhead against budget per model: live and simulated panels
 side by side, one line per policy), drawn by `dtr-sim plot`.
@@ -150,8 +152,16 @@ def best_static(plan, trace, fractions, out_csv, time_limit):
     return best, []
 
 
+# A budgeted run is stopped after the larger of these: TIMEOUT_RATIO times the slowest
+# allocator-only run's wall time, or TIMEOUT_MIN_S seconds (status `timeout`).
+TIMEOUT_RATIO = 20
+TIMEOUT_MIN_S = 120
+
+
 def live_status(run):
-    """`ok`, `thrash` (on_thrash:raise fired), `oom` or `failed`."""
+    """`ok`, `thrash` (on_thrash:raise fired), `timeout`, `oom` or `failed`."""
+    if run.timed_out:
+        return "timeout"
     if run.returncode == 0:
         return "ok"
     if "dtr: thrashing" in run.stderr:
@@ -181,6 +191,9 @@ def evaluate(name, config, tools, tmp, progress):
         runs.fail(f"{name}: the baseline or the traced run failed", traced)
     fractions, policies = config["fractions"], config["policies"]
     peak = base.peak_bytes
+    # A budgeted run still going after this long has thrashed within one op, where the
+    # raise cannot reach it (Note [Thrashing within one op] in integration/torch/lineage.cpp).
+    timeout = max(TIMEOUT_MIN_S, TIMEOUT_RATIO * max(r.wall_s for r in bases))
     plain_step = runs.median([step_time(r) for r in plains])
     base_step = runs.median([step_time(r) for r in bases])
     sim = simulate(tools["sim"], trace, policies, [(f, int(peak * f)) for f in fractions],
@@ -193,7 +206,7 @@ def evaluate(name, config, tools, tmp, progress):
     for policy in policies:
         for i, fraction in enumerate(fractions):
             run = runs.run(path, args, conf=f"budget:{int(peak * fraction)},policy:{policy},"
-                           "on_thrash:raise")
+                           "on_thrash:raise", timeout=timeout)
             s = sim.get((policy, fraction), {})
             row = dict(model=name, policy=policy, budget=fraction,
                        budget_bytes=int(peak * fraction), status=live_status(run),
@@ -305,7 +318,9 @@ def write_markdown(path, models, config, minutes, command):
            f"with OpenBLAS) in {minutes:.0f} minutes; do not edit by hand. Each budgeted "
            "configuration ran once (median step time over the steps after the first), with "
            "`on_thrash:raise`: status `thrash` is a run stopped once its remats passed "
-           "`max_overhead` (twice its own ops), counted as infeasible like `oom`; the plain "
+           "`max_overhead` (twice its own ops), `timeout` one killed after 20 times the "
+           "allocator-only run's time (at least 2 minutes); both count as infeasible, like "
+           "`oom`. The plain "
            "and allocator-only references ran 3 times each, interleaved (median). Step times "
            "on this shared 2-core machine vary by tens of percent between runs, so single "
            "step-time ratios are rough; the compute overheads are not affected."

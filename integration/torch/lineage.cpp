@@ -992,15 +992,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   }
   // Note [Warm start in PyTorch]: the op's inputs are unlocked now.
   if (guide_ && recorded != kNoId) guide_->end_op(*engine_, recorded);
-  if (std::optional<std::string> thrash = thrash_watch_.check(engine_->stats())) {
-    ++engine_->stats().num_thrash_alerts;  // Note [Thrashing in a live run]
-    if (thrash_action_ == ThrashAction::raise) {
-      thrash_error_ = std::move(*thrash);
-    } else {
-      std::fprintf(stderr, "%s\n", thrash->c_str());
-      std::fflush(stderr);
-    }
-  }
+  watch_for_thrash();
   ++ops_recorded_;
   // What the last full collect kept, not active_ now: active_ grows with every op until
   // the next full collect, so comparing with it would put that off for good.
@@ -1041,8 +1033,30 @@ void Lineage::abort_op(PendingOp& pending) {
 
 // --- the engine's side ---------------------------------------------------------------------
 
+// Note [Thrashing within one op]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The watch (Note [Thrashing in a live run] in eviction/thrash_watch.cpp) was asked after
+// each op only. One op's inputs can take a cascade of remats that does not end for
+// minutes: lru on densenet121 at 0.5 of its peak sat in the first backward pass for over
+// 16 minutes (2026-11-29, `make eval`), and the run said nothing. So each remat asks too,
+// before it runs, with the remats before it counted. A warning prints at once. A raise
+// still waits for the next op (Lineage::before_op): an exception cannot leave the engine
+// in the middle of a remat, so a cascade that never ends is warned of but not stopped.
+void Lineage::watch_for_thrash() {
+  std::optional<std::string> thrash = thrash_watch_.check(engine_->stats());
+  if (!thrash) return;
+  ++engine_->stats().num_thrash_alerts;  // Note [Thrashing in a live run]
+  if (thrash_action_ == ThrashAction::raise) {
+    thrash_error_ = std::move(*thrash);
+  } else {
+    std::fprintf(stderr, "%s\n", thrash->c_str());
+    std::fflush(stderr);
+  }
+}
+
 void Lineage::on_compute(OpId op, bool remat) {
   DTR_CHECK(remat, "the torch host runs each op itself before recording it");
+  watch_for_thrash();  // Note [Thrashing within one op]
   // What the remat really took; the engine charges the op's remat cost (Note [Noisy op
   // times]). Parents were refilled by calls of their own, so nothing is timed twice.
   struct Timed {

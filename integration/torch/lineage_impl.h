@@ -200,6 +200,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // A training step ended (Note [Step marks] in dispatch_hook.cpp): Engine::end_period,
   // and a STEP annotation in the trace.
   void end_period();
+  // Asks the thrash watch; warns or arms the raise (Note [Thrashing within one op]).
+  void watch_for_thrash();
 
   // The first half of a collect: releases storages found dead since the last scan, among
   // the `newest` storages adopted last (all by default: Note [Temporaries]).

@@ -26,6 +26,7 @@ class Run:
     report: dict = field(default_factory=dict)  # the library's summary, {} without it
     stderr: str = ""
     max_rss_kib: int = 0  # the process's peak resident set (getrusage of the child)
+    timed_out: bool = False  # killed at run()'s timeout
 
     def losses(self):
         return [l.split()[2] for l in self.lines if l.startswith("loss ")]
@@ -53,8 +54,10 @@ def library_path():
 
 
 def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/python3",
-        extra_env=None):
-    """Runs `script` once. conf=None with library=True: the library with its defaults."""
+        extra_env=None, timeout=None):
+    """Runs `script` once. conf=None with library=True: the library with its defaults.
+    With `timeout` (seconds of wall time) a run still going then is killed (SIGKILL), and
+    its returncode is -9 with `timed_out` set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTR_") and k != "LD_PRELOAD"}
     env["OMP_NUM_THREADS"] = str(threads)
     env.update(extra_env or {})
@@ -67,7 +70,17 @@ def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/py
         start = time.perf_counter()
         proc = subprocess.Popen([python, str(script), *map(str, args)], env=env,
                                 stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
+        timed_out = False
+        while True:
+            flags = 0 if timeout is None or timed_out else os.WNOHANG
+            pid, status, usage = os.wait4(proc.pid, flags)  # this child's own rusage
+            if pid:
+                break
+            if time.perf_counter() - start > timeout:
+                proc.kill()
+                timed_out = True
+            else:
+                time.sleep(0.05)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -77,7 +90,8 @@ def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/py
     for line in stderr.splitlines():
         if line.startswith("dtr: report "):
             report = json.loads(line[len("dtr: report "):])
-    return Run(proc.returncode, wall, stdout.splitlines(), report, stderr, usage.ru_maxrss)
+    return Run(proc.returncode, wall, stdout.splitlines(), report, stderr, usage.ru_maxrss,
+               timed_out)
 
 
 def simulate(sim, trace, policy, budget_bytes, conf="", reserved_limit=None):

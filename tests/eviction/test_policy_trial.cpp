@@ -52,20 +52,25 @@ struct AncestorsProgram {
   bool picks_c() { return engine.choose_victim() == engine.storage_of(c); }
 };
 
+// Records what the engine hands a heuristic: each period's cost, and the period so far at
+// each remat.
+struct Spy : Heuristic {
+  std::vector<PeriodCost>* periods;
+  std::vector<PeriodCost>* remats;
+  Spy(std::vector<PeriodCost>* p, std::vector<PeriodCost>* r) : periods(p), remats(r) {}
+  std::string_view name() const override { return "spy"; }
+  uint32_t needs() const override { return 0; }
+  double score(const Engine&, StorageId) override { return 1.0; }
+  void on_period(const PeriodCost& cost) override { periods->push_back(cost); }
+  void on_remat(const PeriodCost& so_far) override { remats->push_back(so_far); }
+};
+
 }  // namespace
 
 TEST_CASE("end_period hands the heuristic what the period cost", "[eviction][trial]") {
-  struct Spy : Heuristic {
-    std::vector<PeriodCost>* seen;
-    explicit Spy(std::vector<PeriodCost>* s) : seen(s) {}
-    std::string_view name() const override { return "spy"; }
-    uint32_t needs() const override { return 0; }
-    double score(const Engine&, StorageId) override { return 1.0; }
-    void on_period(const PeriodCost& cost) override { seen->push_back(cost); }
-  };
-  std::vector<PeriodCost> seen;
+  std::vector<PeriodCost> seen, remats;
   LogicalClock clock{1};
-  Engine engine(EngineConfig{}, std::make_unique<Spy>(&seen), clock);
+  Engine engine(EngineConfig{}, std::make_unique<Spy>(&seen, &remats), clock);
   std::vector<TensorId> out;
   engine.call(100, {}, {{1000, -1}}, out);
   const TensorId x = out.back();
@@ -73,6 +78,7 @@ TEST_CASE("end_period hands the heuristic what the period cost", "[eviction][tri
   engine.end_period();
   REQUIRE(engine.drop(engine.storage_of(x)));
   REQUIRE(engine.materialize(x).ok());  // one remat of x's op: 100 ns
+  CHECK(remats.size() == 1);
   engine.call(70, {x}, {{1000, -1}}, out);
   engine.end_period();
   engine.end_period();  // an empty period
@@ -157,17 +163,9 @@ TEST_CASE("the engine keeps auto's candidates' features up to date from the star
 }
 
 TEST_CASE("the engine hands the heuristic the period so far at each remat", "[eviction][trial]") {
-  struct Spy : Heuristic {
-    std::vector<PeriodCost>* seen;
-    explicit Spy(std::vector<PeriodCost>* s) : seen(s) {}
-    std::string_view name() const override { return "spy"; }
-    uint32_t needs() const override { return 0; }
-    double score(const Engine&, StorageId) override { return 1.0; }
-    void on_remat(const PeriodCost& so_far) override { seen->push_back(so_far); }
-  };
-  std::vector<PeriodCost> seen;
+  std::vector<PeriodCost> periods, seen;
   LogicalClock clock{1};
-  Engine engine(EngineConfig{}, std::make_unique<Spy>(&seen), clock);
+  Engine engine(EngineConfig{}, std::make_unique<Spy>(&periods, &seen), clock);
   std::vector<TensorId> out;
   engine.call(100, {}, {{1000, -1}}, out);
   const TensorId x = out.back();

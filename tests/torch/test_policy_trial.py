@@ -25,16 +25,24 @@ def report(proc):
     return json.loads(lines[-1][len("dtr: report "):])
 
 
-def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
-    baseline = Result(run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
-    budget = int(0.5 * baseline.stats["allocated_bytes.all.peak"])
-    plain = Result(run(driver(*ARGS), clean_env()))
-    proc = run(driver(*ARGS), clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
-                                        DTR_CONF=f"budget:{budget},policy:auto"))
-    trial, summary = Result(proc), report(proc)
-    assert trial.losses() == plain.losses()
-    assert trial.params() == plain.params() and trial.buffers() == plain.buffers()
+def under_budget(lib, args, fraction):
+    """Runs `args` at `fraction` of its remat:False peak under the default policy (auto);
+    checks it matches the run without the library bit for bit and stays within the budget,
+    and returns its report."""
+    baseline = Result(run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
+    budget = int(fraction * baseline.stats["allocated_bytes.all.peak"])
+    plain = Result(run(driver(*args), clean_env()))
+    proc = run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
+                                        DTR_CONF=f"budget:{budget}"))
+    result, summary = Result(proc), report(proc)
+    assert result.losses() == plain.losses()
+    assert result.params() == plain.params() and result.buffers() == plain.buffers()
     assert summary["allocated_bytes.all.peak"] <= budget
+    return summary
+
+
+def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
+    summary = under_budget(lib, ARGS, 0.5)
     assert summary["dtr.num_evictions"] > 0, summary
     m = TRIED.match(summary["dtr.policy"])
     assert m, summary["dtr.policy"]
@@ -127,16 +135,7 @@ def test_auto_cuts_a_thrashing_first_step_short(lib):
     # 0.75 of the run's peak dtr_eq's remats in it passed 1000 times the step's own compute
     # (89 s live against 0.2 s without the library). auto trains that step under dtr_eq (the
     # warm-up) and must leave dtr_eq within the step, not at its end.
-    args = ("gru_packed.py", "--steps", "3", "--optimizer", "sgd")
-    baseline = Result(run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
-    budget = int(0.75 * baseline.stats["allocated_bytes.all.peak"])
-    plain = Result(run(driver(*args), clean_env()))
-    proc = run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_REPORT="1",
-                                        DTR_CONF=f"budget:{budget}"))
-    cut, summary = Result(proc), report(proc)
-    assert cut.losses() == plain.losses()
-    assert cut.params() == plain.params() and cut.buffers() == plain.buffers()
-    assert summary["allocated_bytes.all.peak"] <= budget
+    summary = under_budget(lib, ("gru_packed.py", "--steps", "3", "--optimizer", "sgd"), 0.75)
     status = summary["dtr.policy"]
     m = re.match(rf"^auto: .*\(dtr_eq {MEAN}, .*; 1 thrashing period cut short\)$", status)
     assert m, status
