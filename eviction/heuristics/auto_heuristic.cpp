@@ -108,13 +108,7 @@ class AutoHeuristic final : public Heuristic {
     Measured& m = measured_[active_];
     m.sum += double(cost.remat_compute_ns) / double(cost.model_compute_ns);
     ++m.periods;
-    if (!chosen && active_ + 1 < candidates_.size()) {
-      ++active_;
-      return;
-    }
-    const size_t best = least_mean();
-    if (chosen && best != active_) ++switches_;  // a choice undone, not the trial's end
-    active_ = best;
+    move_on(chosen);
   }
 
   void on_remat(const PeriodCost& so_far) override {  // Note [Thrashing period]
@@ -125,6 +119,7 @@ class AutoHeuristic final : public Heuristic {
         double(std::max<uint64_t>({so_far.model_compute_ns, last_period_model_ns_, 1}));
     const double ratio = double(remat_ns) / ops_ns;
     if (ratio <= kCutRatio * double(uint64_t{1} << std::min(cuts_in_period_, 16u))) return;
+    const bool chosen = trial_over();  // before this stretch
     Measured& m = measured_[active_];
     m.sum += ratio;
     ++m.periods;
@@ -132,13 +127,7 @@ class AutoHeuristic final : public Heuristic {
     ++cuts_in_period_;
     cut_at_ = so_far;
     warmed_up_ = true;
-    if (measured_[active_ + 1 < measured_.size() ? active_ + 1 : active_].periods == 0) {
-      ++active_;  // the next untried candidate
-      return;
-    }
-    const size_t best = least_mean();
-    if (best != active_) ++switches_;
-    active_ = best;
+    move_on(chosen);
   }
 
   // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
@@ -169,12 +158,19 @@ class AutoHeuristic final : public Heuristic {
 
  private:
   Heuristic& active() const { return *candidates_[active_]; }
-  // The candidate of least mean; ties: the earlier one.
-  size_t least_mean() const {
+  // After the active candidate's period (or cut-short stretch) was recorded: during the
+  // trial the next candidate in order takes over; after it, the one of least mean (ties:
+  // the earlier one), a switch if that undoes the choice, not if it ends the trial.
+  void move_on(bool trial_was_over) {
+    if (!trial_was_over && active_ + 1 < candidates_.size()) {
+      ++active_;
+      return;
+    }
     size_t best = 0;
     for (size_t i = 1; i < measured_.size(); ++i)
       if (measured_[i].mean() < measured_[best].mean()) best = i;
-    return best;
+    if (trial_was_over && best != active_) ++switches_;
+    active_ = best;
   }
   // The candidates are tried in order, so the trial is over once the last has a period.
   bool trial_over() const { return measured_.back().periods > 0; }
