@@ -42,6 +42,19 @@
 // walks it; every lock a frame takes is also pushed on `held_` from `held_begin`, so an
 // out-of-memory or thrash status unwinds all frames and leaves no storage locked.
 //
+// Note [Stopping a materialization]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A host that watches its remats' wall time (the torch host's thrash watch, Note
+// [Thrashing within one op] in integration/torch/lineage.cpp) may want a cascade stopped
+// that it cannot stop itself: an exception thrown from inside a remat would leave frames,
+// locks and half-made outputs behind. So after each remat the engine asks the host
+// (EngineHooks::stop_remats) and, on yes, unwinds as for `thrash` under max_remat_ns: every
+// frame of the materialization, with its locks. What was rematerialized stays material
+// and in the pool; the target stays undefined. Only an outermost materialization is
+// stopped: a nested one was started by the host while it ran an op of the outer one
+// (EngineHooks::on_compute), so its caller could only throw through the engine. The outer
+// one is asked once that op is done.
+//
 // Note [Dead storages first]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A storage nobody outside holds (ext_refs 0) is evicted eagerly when it dies, but a
@@ -1004,6 +1017,8 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     frames_.pop_back();
     if (is_remat) hooks_->after_remat(tensors_[t].op);
     if (config_.max_remat_ns != 0 && stats_.remat_compute_ns > config_.max_remat_ns)
+      return abandon(Status::thrashing());
+    if (is_remat && base_depth == 0 && hooks_->stop_remats())  // Note [Stopping a materialization]
       return abandon(Status::thrashing());
   }
   return Status::success();

@@ -60,7 +60,9 @@ ThrashAction parse_thrash_action(const std::string& text) {
 //
 // It never changes what the run computes: `warn` prints one line, `raise` throws
 // PyTorch's out-of-memory error before the next op starts (nothing is then locked or half
-// recorded), as an infeasible budget does.
+// recorded), as an infeasible budget does, or from an op whose inputs are cascading, once
+// the engine has unwound the cascade (Note [Thrashing within one op] in
+// integration/torch/lineage.cpp).
 void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
   from_ = current_ = Mark{now.model_compute_ns, now.remat_measured_ns};
   budget_bytes_ = budget_bytes;

@@ -524,11 +524,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!thrash_error_.empty()) {  // on_thrash:raise, Note [Thrashing in a live run]
-    const std::string message = std::move(thrash_error_);
-    thrash_error_.clear();
-    torch_compat::throw_out_of_memory(message);
-  }
+  if (!thrash_error_.empty()) throw_status(Status::thrashing());  // on_thrash:raise
   if (!other_layouts.empty()) {
     pending.record = false;
     for (const auto& [t, written] : other_layouts) hold_inner_tensors(t, written);
@@ -570,7 +566,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   const Status status = engine_->lock_tensors(to_lock);
   if (!status.ok()) {
     to_lock.clear();  // lock_tensors undid its locks
-    torch_compat::throw_out_of_memory("dtr: " + status.message());
+    throw_status(status);
   }
   if (info.foreign)  // Note [Moving storages]
     for (const at::Tensor& t : tensors)
@@ -720,7 +716,7 @@ void Lineage::pin_live_descendants(StorageId root) {
   });
   for (TensorId t : to_pin) {
     const Status status = pin_tensor(t);
-    if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+    if (!status.ok()) throw_status(status);
   }
 }
 
@@ -823,7 +819,7 @@ void Lineage::hold_inner_tensors(const at::Tensor& t, bool written) {
     const StorageId s = lookup(x.storage().unsafeGetStorageImpl());
     if (s == kNoId) continue;
     const Status status = pin_tensor(storages_[s].current);
-    if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+    if (!status.ok()) throw_status(status);
     allocator_.set_unmovable(x.storage().data());  // read past the dispatcher
     if (written && has_live_readers(s)) copy_on_write(s);
   }
@@ -1040,8 +1036,25 @@ void Lineage::abort_op(PendingOp& pending) {
 // minutes: lru on densenet121 at 0.5 of its peak sat in the first backward pass for over
 // 16 minutes (2026-11-29, `make eval`), and the run said nothing. So each remat asks too,
 // before it runs, with the remats before it counted. A warning prints at once. A raise
-// still waits for the next op (Lineage::before_op): an exception cannot leave the engine
-// in the middle of a remat, so a cascade that never ends is warned of but not stopped.
+// cannot be thrown from there (it would leave the engine in the middle of a remat), so it
+// is armed, and the engine, asked after that remat (stop_remats, Note [Stopping a
+// materialization] in eviction/engine.cpp), abandons the materialization with `thrash`;
+// the call that started it (locking an op's inputs, a pin, a raw access) then throws the
+// armed message. An op that was about to run does not run, nothing stays locked, and what
+// was rematerialized so far stays in memory as any evictable storage. A raise armed after
+// an op is thrown at the start of the next one (Lineage::before_op), or where a
+// materialization before it is stopped.
+void Lineage::throw_status(const Status& status) {
+  if (status.code == StatusCode::thrash && !thrash_error_.empty()) {
+    const std::string message = std::move(thrash_error_);
+    thrash_error_.clear();
+    torch_compat::throw_out_of_memory(message);
+  }
+  torch_compat::throw_out_of_memory("dtr: " + status.message());
+}
+
+bool Lineage::stop_remats() { return !thrash_error_.empty(); }
+
 void Lineage::watch_for_thrash() {
   std::optional<std::string> thrash = thrash_watch_.check(engine_->stats());
   if (!thrash) return;
@@ -1337,7 +1350,7 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
   if (s != kNoId) {  // else never evicted: nothing to refill or lock
     const TensorId t = storages_[s].current;
     const Status status = held ? engine_->lock_tensors({t}) : pin_tensor(t);
-    if (!status.ok()) torch_compat::throw_out_of_memory("dtr: " + status.message());
+    if (!status.ok()) throw_status(status);
     if (held) {
       held->locked.push_back(t);
       held->storages.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));

@@ -202,6 +202,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void end_period();
   // Asks the thrash watch; warns or arms the raise (Note [Thrashing within one op]).
   void watch_for_thrash();
+  // Throws PyTorch's out-of-memory error for a failed engine call: the armed thrash
+  // message for `thrash` (Note [Thrashing within one op]), else the status's own.
+  [[noreturn]] void throw_status(const Status& status);
 
   // The first half of a collect: releases storages found dead since the last scan, among
   // the `newest` storages adopted last (all by default: Note [Temporaries]).
@@ -215,6 +218,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void on_evict(StorageId s) override;
   void on_retire(OpId op) override;
   void on_retire_storage(StorageId s) override;
+  bool stop_remats() override;  // Note [Thrashing within one op]
   // EvictionCallback (the allocator, without its lock)
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
   uint64_t before_new_peak(uint64_t bytes_requested) override;
@@ -304,7 +308,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Note [Thrashing in a live run] in eviction/thrash_watch.cpp
   ThrashWatch thrash_watch_;
   const ThrashAction thrash_action_;
-  std::string thrash_error_;               // on_thrash:raise: raised at the start of the next op
+  // on_thrash:raise: raised at the start of the next op, or where the engine stopped a
+  // cascade of remats for it (Note [Thrashing within one op])
+  std::string thrash_error_;
   std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
   std::unique_ptr<Engine> engine_;

@@ -361,6 +361,95 @@ TEST_CASE("thrashing past the remat limit is reported", "[eviction]") {
   CHECK(why.empty());
 }
 
+// Note [Stopping a materialization]: a host asked after each remat may stop the cascade.
+struct StoppingHooks : EngineHooks {
+  Engine* engine = nullptr;
+  uint64_t stop_after = 0;  // remats before stop_remats says yes
+  uint64_t remats = 0;
+  TensorId nested = kNoId;  // materialized from inside the first remat when set
+  Status nested_status;
+  void on_compute(OpId, bool remat) override {
+    if (!remat) return;
+    ++remats;
+    if (nested != kNoId) {
+      const TensorId t = nested;
+      nested = kNoId;
+      nested_status = engine->materialize(t);
+    }
+  }
+  bool stop_remats() override { return remats >= stop_after; }
+};
+
+// A chain of 100-byte storages; each op costs 10 ns. All dropped, so each needs all before.
+std::vector<TensorId> dropped_chain(Engine& engine, int length) {
+  std::vector<TensorId> chain;
+  for (int i = 0; i < length; ++i) {
+    std::vector<TensorId> in, out;
+    if (!chain.empty()) in.push_back(chain.back());
+    REQUIRE(engine.call(10, in, {{100, -1}}, out).ok());
+    chain.push_back(out[0]);
+  }
+  for (TensorId t : chain) REQUIRE(engine.drop(engine.storage_of(t)));
+  return chain;
+}
+
+// An engine with room for 100 such storages, asking `hooks`.
+struct StoppingFixture {
+  LogicalClock clock{1};
+  StoppingHooks hooks;
+  std::unique_ptr<Engine> engine;
+  StoppingFixture() {
+    EngineConfig config;
+    config.budget_bytes = 100 * 100;
+    config.debug = 3;
+    engine =
+        std::make_unique<Engine>(config, builtin_heuristics().make("dtr_eq", {}), clock, &hooks);
+    hooks.engine = engine.get();
+  }
+};
+
+TEST_CASE("the host can stop a cascade of remats between two of them", "[eviction]") {
+  StoppingFixture f;
+  Engine& engine = *f.engine;
+  StoppingHooks& hooks = f.hooks;
+  const std::vector<TensorId> chain = dropped_chain(engine, 21);
+  hooks.stop_after = 5;
+  Status s = engine.materialize(chain[20]);
+  CHECK(s.code == StatusCode::thrash);
+  CHECK(engine.stats().num_remats == 5);  // chain[0..4], then stopped
+  CHECK(engine.is_defined(chain[4]));     // what was made stays
+  CHECK(!engine.is_defined(chain[5]));
+  CHECK(!engine.is_defined(chain[20]));
+  std::string why;
+  CHECK(engine.is_valid(&why));  // every frame's locks undone
+  CHECK(why.empty());
+  for (TensorId t : chain) CHECK(!engine.is_locked(engine.storage_of(t)));
+  // The host goes on: the next materialization starts from what the stopped one made.
+  hooks.stop_after = UINT64_MAX;
+  REQUIRE(engine.materialize(chain[20]).ok());
+  CHECK(engine.stats().num_remats == 21);
+}
+
+TEST_CASE("a materialization nested in a remat is not stopped, the outer one is", "[eviction]") {
+  StoppingFixture f;
+  Engine& engine = *f.engine;
+  StoppingHooks& hooks = f.hooks;
+  const std::vector<TensorId> outer = dropped_chain(engine, 10);
+  const std::vector<TensorId> inner = dropped_chain(engine, 3);
+  hooks.stop_after = 0;  // armed from the start
+  hooks.nested = inner[2];
+  Status s = engine.materialize(outer[9]);
+  CHECK(hooks.nested_status.ok());  // its caller is inside the engine: it runs to the end
+  CHECK(engine.is_defined(inner[2]));
+  CHECK(s.code == StatusCode::thrash);  // stopped after its first remat, outer[0]
+  CHECK(engine.is_defined(outer[0]));
+  CHECK(!engine.is_defined(outer[1]));
+  CHECK(engine.stats().num_remats == 4);
+  std::string why;
+  CHECK(engine.is_valid(&why));
+  CHECK(why.empty());
+}
+
 TEST_CASE("the registry lists every built-in policy and refuses unknown names", "[eviction][registry]") {
   const HeuristicRegistry& r = builtin_heuristics();
   for (const char* name :

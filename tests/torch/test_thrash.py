@@ -107,3 +107,53 @@ def test_set_budget_rearms_the_watch(lib):
     oom2 = next((l for l in proc.stdout.splitlines() if l.startswith("OOM2 ")), None)
     assert oom2 is not None and "dtr: thrashing: " in oom2, proc.stdout + proc.stderr
     assert alerts(proc) == "2", proc.stdout
+
+
+# One op whose input is the end of a long chain (matrix product, then tanh), all evicted:
+# locking it rematerializes the whole chain in one cascade. The chain is built for 2 s of
+# the program's own ops before the budget is set, so the watch, which counts from the
+# budget, sees remats only; it fires once they pass its 1 s floor, half way down the
+# chain. The inputs are drawn under no_grad, as a DataLoader's data: never recomputed.
+CASCADE = r"""
+import time, torch
+import dtr
+torch.manual_seed(0)
+with torch.no_grad():
+    w = torch.randn(512, 512)
+    x = torch.randn(512, 512)
+links = 0
+start = time.perf_counter()
+while time.perf_counter() - start < 2.0 or links < 50:
+    x = torch.tanh(x @ w)
+    links += 1
+expected = float(x.sum())
+dtr.set_budget("6M")
+filler = torch.ones(7 * 2 ** 17)  # 3.5 MiB: with w, the first x (pinned) and x, over 6 MiB
+del filler
+stats = dtr.memory_stats()
+print("EVICTED", stats["dtr.num_evictions"] > 0)
+before = stats["dtr.num_remats"]
+try:
+    x.sum()
+    print("NO RAISE")
+except torch.cuda.OutOfMemoryError as e:
+    print("OOM", str(e).replace("\n", " "))
+    print("REMATS", dtr.memory_stats()["dtr.num_remats"] - before, "OF", 2 * links)
+print("AFTER", float(x.sum()) == expected)
+print("ALERTS", dtr.memory_stats()["dtr.num_thrash_alerts"])
+"""
+
+
+def test_a_cascade_inside_one_op_is_stopped_with_on_thrash_raise(lib):
+    """Note [Thrashing within one op] (integration/torch/lineage.cpp): the raise comes
+    from the op whose input cascades, part way down the chain, not after the cascade; the
+    run then goes on, and reads the value it had before the budget was set."""
+    proc = run([PYTHON, "-c", CASCADE], clean_env(LD_PRELOAD=lib, DTR_CONF="on_thrash:raise"))
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
+    assert oom is not None, proc.stdout + proc.stderr
+    assert "dtr: thrashing: remats took " in oom and "budget 6.00 MiB" in oom, oom
+    remats, ops = map(int, re.search(r"^REMATS (\d+) OF (\d+)", proc.stdout, re.M).groups())
+    assert 0 < remats < ops, proc.stdout  # all of them, with the raise only after the op
+    assert "AFTER True" in proc.stdout, proc.stdout + proc.stderr
+    assert alerts(proc) == "1", proc.stdout

@@ -70,7 +70,8 @@ struct Budget {
     "[Thrashing in a live run]); 0 = never")                                                       \
   X(on_thrash, std::string, "on_thrash", "DTR_ON_THRASH", "warn",                                  \
     "PyTorch: what a run does once max_overhead is passed: `warn` prints one line saying what "    \
-    "to try; `raise` raises PyTorch's out-of-memory error at the next op (once per budget)")       \
+    "to try; `raise` raises PyTorch's out-of-memory error at the next op, or stops a cascade of "  \
+    "remats inside one op with it (once per budget)")                                              \
   X(reserved_limit, Budget, "reserved_limit", "DTR_RESERVED_LIMIT", "0",                           \
     "PyTorch: cap on reserved bytes, what the allocator holds from the system (live blocks, "      \
     "cached free ones, small allocations): bytes with K/M/G suffix; 0 = unlimited. A request "     \

@@ -97,6 +97,11 @@ class EngineHooks {
   // drop (Engine::drop) storages that are not locked, as a warm-start plan does with
   // intermediates it no longer needs (eviction/plan_guide.h).
   virtual void after_remat(OpId op) {}
+  // Asked after each remat of a materialization that is not nested in another (one the
+  // host started, not one an allocation inside a running op started): true abandons it,
+  // every lock it took undone, and it returns Status::thrashing() (Note [Stopping a
+  // materialization] in engine.cpp).
+  virtual bool stop_remats() { return false; }
   // Note [Retiring] in engine.cpp: `op` and its output tensors are forgotten (the host
   // may still read op_inputs/op_outputs/storage_of during the call); their ids come back
   // at the next reuse_retired().

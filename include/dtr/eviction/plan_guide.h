@@ -79,6 +79,7 @@ class PlanGuide : public EngineHooks {
   void on_compact(uint64_t blocks, uint64_t moved_bytes, uint64_t released_bytes) override {
     if (inner_) inner_->on_compact(blocks, moved_bytes, released_bytes);
   }
+  bool stop_remats() override { return inner_ && inner_->stop_remats(); }
   // Forgets the storage's creation index: its id may name a new storage after the host's
   // next Engine::reuse_retired() (Note [Creation index]).
   void on_retire_storage(StorageId s) override;

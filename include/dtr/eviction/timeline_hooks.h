@@ -67,6 +67,7 @@ class TimelineHooks : public EngineHooks {
   void on_retire_storage(StorageId s) override {
     if (inner_) inner_->on_retire_storage(s);
   }
+  bool stop_remats() override { return inner_ && inner_->stop_remats(); }
 
  private:
   uint32_t name_of(OpId op) const;
