@@ -97,8 +97,8 @@ class EngineHooks {
   // drop (Engine::drop) storages that are not locked, as a warm-start plan does with
   // intermediates it no longer needs (eviction/plan_guide.h).
   virtual void after_remat(OpId op) {}
-  // Asked after each remat of a materialization that is not nested in another (one the
-  // host started, not one an allocation inside a running op started): true abandons it,
+  // Asked after each remat of a materialization that is not nested in another (not one
+  // the host started while it ran an op of another, in on_compute): true abandons it,
   // every lock it took undone, and it returns Status::thrashing() (Note [Stopping a
   // materialization] in engine.cpp).
   virtual bool stop_remats() { return false; }
