@@ -11,8 +11,9 @@ For each model (an unmodified training script in tests/torch/scripts/) this meas
      `on_thrash:raise`: a run whose remats pass max_overhead (2x the program's own ops) stops
      with status `thrash` rather than running on; and one still going after 20 times the
      allocator-only run's time (at least 2 minutes) is killed, status `timeout`: lru on
-     densenet121 at 0.5 sat over 16 minutes in one backward pass (2026-11-29), where the
-     raise cannot reach (Note [Thrashing within one op] in integration/torch/lineage.cpp).
+     densenet121 at 0.5 once sat over 16 minutes in one backward pass (2026-11-29), where
+     the raise could not reach then; it now stops that cascade too (Note [Thrashing within
+     one op] in integration/torch/lineage.cpp), and the timeout is a backstop.
 It writes docs/results.md (tables), docs/results/results.csv (every row) and
 docs/results/overhead.svg (overhead against budget per model: live and simulated panels
 side by side, one line per policy), drawn by `dtr-sim plot`.
@@ -191,8 +192,9 @@ def evaluate(name, config, tools, tmp, progress):
         runs.fail(f"{name}: the baseline or the traced run failed", traced)
     fractions, policies = config["fractions"], config["policies"]
     peak = base.peak_bytes
-    # A budgeted run still going after this long has thrashed within one op, where the
-    # raise cannot reach it (Note [Thrashing within one op] in integration/torch/lineage.cpp).
+    # A budgeted run still going after this long is stopped. on_thrash:raise now stops a
+    # cascade within one op too (Note [Thrashing within one op] in
+    # integration/torch/lineage.cpp); this is the backstop for a run slow in some other way.
     timeout = max(TIMEOUT_MIN_S, TIMEOUT_RATIO * max(r.wall_s for r in bases))
     plain_step = runs.median([step_time(r) for r in plains])
     base_step = runs.median([step_time(r) for r in bases])
