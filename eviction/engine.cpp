@@ -1016,9 +1016,10 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     pending_.resize(frames_.back().pending_begin);
     frames_.pop_back();
     if (is_remat) hooks_->after_remat(tensors_[t].op);
-    if (config_.max_remat_ns != 0 && stats_.remat_compute_ns > config_.max_remat_ns)
-      return abandon(Status::thrashing());
-    if (is_remat && base_depth == 0 && hooks_->stop_remats())  // Note [Stopping a materialization]
+    const bool past_limit =
+        config_.max_remat_ns != 0 && stats_.remat_compute_ns > config_.max_remat_ns;
+    // Note [Stopping a materialization]: the host's own limit, on the outermost one only.
+    if (past_limit || (is_remat && base_depth == 0 && hooks_->stop_remats()))
       return abandon(Status::thrashing());
   }
   return Status::success();
