@@ -4,6 +4,8 @@ out-of-memory error with on_thrash:raise, which the script can catch and go on; 
 with max_overhead:0 or a budget with room. What the run computes never changes."""
 import re
 
+import pytest
+
 from conftest import PYTHON, clean_env, run
 
 # A chain of 1 MiB matrix products, all kept, read back to front under a budget that holds
@@ -114,7 +116,8 @@ def test_set_budget_rearms_the_watch(lib):
 # the program's own ops before the budget is set, so the watch, which counts from the
 # budget, sees remats only; it fires once they pass its 1 s floor, about a quarter of the
 # way down the chain (the remats would have to run 4 times as fast as the chain was built
-# for it not to fire at all, on a machine whose load changes). The inputs are drawn under no_grad, as a DataLoader's data: never recomputed.
+# for it not to fire at all, on a machine whose load changes). The inputs are drawn under
+# no_grad, as a DataLoader's data: never recomputed. TRIGGER is what starts the cascade.
 CASCADE = r"""
 import time, torch
 import dtr
@@ -135,7 +138,7 @@ stats = dtr.memory_stats()
 print("EVICTED", stats["dtr.num_evictions"] > 0)
 before = stats["dtr.num_remats"]
 try:
-    x.sum()
+    TRIGGER
     print("NO RAISE")
 except torch.cuda.OutOfMemoryError as e:
     print("OOM", str(e).replace("\n", " "))
@@ -145,11 +148,20 @@ print("ALERTS", dtr.memory_stats()["dtr.num_thrash_alerts"])
 """
 
 
-def test_a_cascade_inside_one_op_is_stopped_with_on_thrash_raise(lib):
+# Each way a materialization starts: locking an op's input; a raw access (Note [Raw
+# access]); the pins before an in-place write to a pinned storage that lineage read, here
+# w, whose live descendant is the chain's end (Note [Pinned writes]).
+TRIGGERS = {"op input": "x.sum()", "raw access": "x.numpy()", "pinned write": "w.mul_(1.0)"}
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS.values(), ids=TRIGGERS.keys())
+def test_a_cascade_inside_one_op_is_stopped_with_on_thrash_raise(lib, trigger):
     """Note [Thrashing within one op] (integration/torch/lineage.cpp): the raise comes
-    from the op whose input cascades, part way down the chain, not after the cascade; the
-    run then goes on, and reads the value it had before the budget was set."""
-    proc = run([PYTHON, "-c", CASCADE], clean_env(LD_PRELOAD=lib, DTR_CONF="on_thrash:raise"))
+    from the call whose materialization cascades, part way down the chain, not after the
+    cascade; the run then goes on, and reads the value it had before the budget was set
+    (the write did not run)."""
+    script = CASCADE.replace("TRIGGER", trigger)
+    proc = run([PYTHON, "-c", script], clean_env(LD_PRELOAD=lib, DTR_CONF="on_thrash:raise"))
     assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
     oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
     assert oom is not None, proc.stdout + proc.stderr
