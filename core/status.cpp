@@ -13,6 +13,7 @@ const char* Status::name() const {
     case StatusCode::ok: return "ok";
     case StatusCode::oom: return "oom";
     case StatusCode::thrash: return "thrash";
+    case StatusCode::refused: return "refused";
   }
   return "?";
 }
@@ -39,6 +40,9 @@ std::string Status::message() const {
     case StatusCode::thrash:
       return "dtr: rematerialization exceeded the overhead limit (max_overhead); "
              "raise the budget or the limit";
+    case StatusCode::refused:
+      return "dtr: an evicted storage cannot be rematerialized: the host refused to recompute "
+             "an op it needs, as what the op read has changed outside the engine's view";
     case StatusCode::oom: break;
   }
   std::string device;

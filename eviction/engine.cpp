@@ -55,6 +55,17 @@
 // (EngineHooks::on_compute), so its caller could only throw through the engine. The outer
 // one is asked once that op is done.
 //
+// Note [Refused remats]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A host may know that an op can no longer be recomputed faithfully: the torch host
+// fingerprints inputs whose memory the program can write without the dispatcher, and a
+// remat that would read changed bytes would make different values, silently (Note [Writes
+// outside the dispatcher] in integration/torch/lineage.cpp). So before each remat runs,
+// with its parents material and locked, the engine asks (EngineHooks::may_recompute) and,
+// on no, unwinds the materialization as in Note [Stopping a materialization], at any
+// depth: nothing of the refused op has run, its outputs stay undefined, the parents
+// already remade stay material, and the caller gets Status::refused().
+//
 // Note [Dead storages first]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A storage nobody outside holds (ext_refs 0) is evicted eagerly when it dies, but a
@@ -1005,6 +1016,8 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     const TensorId t = frame.tensor;
     const bool is_remat = frame.remat;
     const OpRec& op = ops_[tensors_[t].op];
+    // Note [Refused remats]
+    if (is_remat && !hooks_->may_recompute(tensors_[t].op)) return abandon(Status::refused());
     Status status = make_room(op.total_bytes);
     if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t);
     if (!status.ok()) return abandon(status);

@@ -210,6 +210,40 @@ constexpr size_t kNewestScanned = 16;
 // when recorded; they are still freed when they die.
 constexpr size_t kMinEvictableBytes = 16384;
 
+// Note [Writes outside the dispatcher]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A remat re-runs an op on the inputs its record holds, and gets the same bits only if
+// those hold the bytes they held when the op first ran. Every write through the dispatcher
+// keeps that true (Note [Mutation]); a write the dispatcher does not see does not. After
+// `u = torch.tanh(t @ t)`, `t.numpy()[:] = 0` (or a write to the array t was made from by
+// torch.from_numpy) made the next remat of an evicted u compute it from the zeros, and the
+// run went on with the wrong u and no word (found 2026-11-29); plain PyTorch keeps u as
+// it was computed. Storages the program can write that way are *exposed*: external memory
+// (is_external: a deleter neither ours nor PyTorch's default CPU allocator's, as for
+// from_numpy, from_blob, DLPack imports and shared memory, which another process may
+// write) and storages whose address was handed out for good (Note [Raw access] in
+// dispatch_hook.cpp: numpy, __dlpack__, data_ptr() and storage() outside a raw scope).
+// Both are pinned constants, never evicted; what is at stake is what ops computed from
+// them. So a recorded op keeps a fingerprint (std::hash of the bytes its view spans) of
+// each exposed input, and before a remat of it runs the host takes them again
+// (may_recompute). On a difference the engine abandons the materialization (Note [Refused
+// remats] in eviction/engine.cpp), and the call that wanted the value raises a
+// RuntimeError that names the op and what to do: the evicted result cannot be made again,
+// and every later read of it raises the same. The cost falls on exposed inputs only: one
+// fingerprint per recorded op that reads one and per remat of it (std::hash ran at 6.6
+// GB/s here, beside 4.5 GB/s for memcpy). An op whose exposed inputs span more than
+// kMaxFingerprintBytes (one that reads all of a large from_numpy dataset, as `X[idx]` does)
+// is not recorded instead: its outputs are constants (Note [Never recompute] in
+// dispatch_hook.cpp), so a later write to X cannot reach them. A storage exported before
+// lineage knows it, or an exposed one copied away (Note [Copy on write]), is exposed when
+// an op reads it (exposed_unknown_, weak references, at most kMaxExposedUnknown: past that
+// the oldest is forgotten, and a write to it goes unseen again).
+// Not covered: memory written while an op that reads it runs (another thread; a race
+// without dtr too), and C++ code that writes through an address it did not get from the
+// guard (Note [Raw access]).
+constexpr size_t kMaxFingerprintBytes = size_t{64} << 20;
+constexpr size_t kMaxExposedUnknown = 1024;
+
 // The tensor at `slot` of values[base...] (an argument or a return): a Stack, or an op
 // record's arguments.
 template <typename Values>
@@ -235,6 +269,21 @@ void set_slot_tensor(std::vector<c10::IValue>& values, size_t base, TensorSlot s
     v = std::move(list);
   }
 }
+
+// Note [Writes outside the dispatcher]: the bytes t's view spans in its storage, from its
+// first element to its last.
+std::string_view viewed_bytes(const at::Tensor& t) {
+  if (!t.has_storage() || t.storage().data() == nullptr || t.numel() == 0) return {};
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * std::abs(t.stride(d));
+  const size_t nbytes = t.storage().nbytes();
+  const size_t item = t.element_size();
+  const size_t begin = std::min(static_cast<size_t>(t.storage_offset()) * item, nbytes);
+  const size_t end = std::min(begin + static_cast<size_t>(extent) * item, nbytes);
+  return {static_cast<const char*>(t.storage().data()) + begin, end - begin};
+}
+
+uint64_t fingerprint(std::string_view bytes) { return std::hash<std::string_view>{}(bytes); }
 
 // A private view of `t`'s storage with t's metadata, no autograd: what lineage keeps.
 at::Tensor snapshot_of(const at::Tensor& t) {
@@ -440,12 +489,41 @@ bool Lineage::is_ours(const c10::StorageImpl& impl) const {
   return impl.data_ptr().get_deleter() == our_deleter_;
 }
 
+// Note [Writes outside the dispatcher]: a list of weak references, so a storage that died
+// is not taken for a new one at its address; the dead go first when it is full.
+void Lineage::remember_exposed(const c10::intrusive_ptr<c10::StorageImpl>& impl) {
+  if (exposed_unknown_.size() >= kMaxExposedUnknown) {
+    exposed_unknown_.erase(std::remove_if(exposed_unknown_.begin(), exposed_unknown_.end(),
+                                          [](const auto& w) { return w.expired(); }),
+                           exposed_unknown_.end());
+    if (exposed_unknown_.size() >= kMaxExposedUnknown)
+      exposed_unknown_.erase(exposed_unknown_.begin());
+  }
+  exposed_unknown_.emplace_back(impl);
+}
+
+// Note [Writes outside the dispatcher]
+bool Lineage::is_external(const c10::StorageImpl& impl) const {
+  if (impl.data() == nullptr || impl.nbytes() == 0) return false;
+  const c10::DeleterFnPtr deleter = impl.data_ptr().get_deleter();
+  return deleter != our_deleter_ && deleter != c10::GetDefaultCPUAllocator()->raw_deleter();
+}
+
 TensorId Lineage::register_constant(const at::Tensor& t) {
   TensorId id = kNoId;
   const Status status = engine_->record_constant(t.storage().nbytes(), id);
   DTR_CHECK(status.ok(), "recording a constant cannot fail");
   sync_tables();
-  adopt(engine_->storage_of(id), t.storage().getWeakStorageImpl(), id);
+  const StorageId s = engine_->storage_of(id);
+  adopt(s, t.storage().getWeakStorageImpl(), id);
+  // Note [Writes outside the dispatcher]
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  const auto known =
+      std::find_if(exposed_unknown_.begin(), exposed_unknown_.end(),
+                   [&](const auto& w) { return w._unsafe_get_target() == impl && !w.expired(); });
+  const bool was_exposed = known != exposed_unknown_.end();
+  if (was_exposed) exposed_unknown_.erase(known);
+  storages_[s].exposed = was_exposed || is_external(*impl);
   recording_->constant(id, t.storage().nbytes());
   // Note [Warm start in PyTorch]: the op's inputs are not locked yet.
   if (guide_) guide_->end_op(*engine_, engine_->op_of(id));
@@ -544,6 +622,11 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     }
   }
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
+  // Note [Writes outside the dispatcher]: an exposed input too large to fingerprint.
+  for (size_t k = 0; k < tensors.size() && pending.record; ++k)
+    if (pending.inputs[k] != kNoId && storages_[engine_->storage_of(pending.inputs[k])].exposed &&
+        viewed_bytes(tensors[k]).size() > kMaxFingerprintBytes)
+      pending.record = false;
   // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs
   // memory but not its old value: it is not refilled.
   int32_t overwritten = -1;
@@ -847,6 +930,10 @@ void Lineage::copy_on_write(StorageId s) {
   by_impl_.erase(user.get());
   by_impl_[copy.get()] = s;
   rec.impl = c10::weak_intrusive_ptr<c10::StorageImpl>(copy);
+  if (rec.exposed) {  // Note [Writes outside the dispatcher]: the copy is ours alone
+    rec.exposed = false;
+    remember_exposed(user);
+  }
   set_block_owner(s);
   cow_.emplace_back(user.get(), copy);
 }
@@ -911,6 +998,15 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       }
     }
     if (specs.empty()) recordable = false;
+    // Note [Writes outside the dispatcher]: the op did not write these (a written exposed
+    // storage is pinned, so its op is not recorded: Note [Mutation]).
+    c10::SmallVector<std::pair<TensorSlot, uint64_t>, 1> fingerprints;
+    for (size_t k = 0; k < pending.inputs.size() && recordable; ++k) {
+      if (!storages_[engine_->storage_of(pending.inputs[k])].exposed) continue;
+      const TensorSlot slot = pending.input_slots[k];
+      fingerprints.emplace_back(slot,
+                                fingerprint(viewed_bytes(slot_tensor(pending.args, 0, slot))));
+    }
     if (recordable) {
       // Note [Packed masks]
       c10::DataPtr mask_bits;
@@ -944,6 +1040,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.target_slot = target_slot;
       r.mask_bits = std::move(mask_bits);
       r.mask_one = mask_one;
+      r.fingerprints = std::move(fingerprints);
       if (r.mask_bits) ++engine_->stats().num_packed_masks;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
@@ -1050,10 +1147,33 @@ void Lineage::throw_status(const Status& status) {
     thrash_error_.clear();
     torch_compat::throw_out_of_memory(message);
   }
+  if (status.code == StatusCode::refused) {  // Note [Writes outside the dispatcher]
+    const std::string message = refusal_.empty() ? status.message() : std::move(refusal_);
+    refusal_.clear();
+    TORCH_CHECK(false, message);
+  }
   torch_compat::throw_out_of_memory("dtr: " + status.message());
 }
 
 bool Lineage::stop_remats() { return !thrash_error_.empty(); }
+
+// Note [Writes outside the dispatcher]
+bool Lineage::may_recompute(OpId op) {
+  const OpRec& r = ops_[op];
+  for (const auto& [slot, expected] : r.fingerprints) {
+    if (fingerprint(viewed_bytes(slot_tensor(r.args, 0, slot))) == expected) continue;
+    refusal_ = std::string("dtr: cannot recompute an evicted result of ") +
+               (r.op ? r.op->schema().name() : std::string("an op")) +
+               ": the memory of one of its inputs was written outside the dispatcher after the "
+               "op read it (through a numpy array, DLPack, data_ptr() or storage() of the "
+               "tensor, or the array it was made from with torch.from_numpy), so a remat would "
+               "compute other values. Write such tensors with torch ops, which dtr sees "
+               "(t.copy_(torch.from_numpy(a)), t[:] = ...), or change a clone() through numpy "
+               "(Note [Writes outside the dispatcher])";
+    return false;
+  }
+  return true;
+}
 
 void Lineage::watch_for_thrash() {
   std::optional<std::string> thrash = thrash_watch_.check(engine_->stats());
@@ -1357,8 +1477,28 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
       return;
     }
   }
-  // Pinned for good: the address is handed out and must not move (Note [Moving storages]).
-  if (!held && impl->data()) allocator_.set_unmovable(impl->data());
+  // Pinned for good: the address is handed out and must not move (Note [Moving storages]),
+  // and the program may write through it (Note [Writes outside the dispatcher]).
+  if (held || !impl->data()) return;
+  allocator_.set_unmovable(impl->data());
+  if (impl->nbytes() == 0) return;
+  if (s == kNoId) {  // exposed once an op reads it
+    if (!is_external(*impl))
+      remember_exposed(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+    return;
+  }
+  if (storages_[s].exposed) return;
+  storages_[s].exposed = true;
+  // The ops that read it so far read what it holds now: they get their fingerprints here.
+  for (const auto& [op, k] : storages_[s].readers) {
+    OpRec& r = ops_[op];
+    if (r.args.empty()) continue;
+    const TensorSlot slot = r.input_slots[k];
+    if (std::none_of(r.fingerprints.begin(), r.fingerprints.end(), [&](const auto& f) {
+          return f.first.index == slot.index && f.first.element == slot.element;
+        }))
+      r.fingerprints.emplace_back(slot, fingerprint(viewed_bytes(slot_tensor(r.args, 0, slot))));
+  }
 }
 
 bool Lineage::adopt_default_storage(const at::Tensor& tensor) {

@@ -219,6 +219,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void on_retire(OpId op) override;
   void on_retire_storage(StorageId s) override;
   bool stop_remats() override;  // Note [Thrashing within one op]
+  bool may_recompute(OpId op) override;  // Note [Writes outside the dispatcher]
   // EvictionCallback (the allocator, without its lock)
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
   uint64_t before_new_peak(uint64_t bytes_requested) override;
@@ -239,6 +240,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     bool dead = false;            // unreachable from the program: refs released
     bool discarded = false;       // Note [Collecting dead lineage]; also once retired
     bool death_traced = false;    // its RELEASEs are in the trace: Note [Tracing under a budget]
+    // The program can write its memory without the dispatcher: Note [Writes outside the
+    // dispatcher] in lineage.cpp.
+    bool exposed = false;
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -256,11 +260,15 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     // its nonzero elements; empty when a remat replays the op instead.
     c10::DataPtr mask_bits;
     uint64_t mask_one = 0;
+    // Note [Writes outside the dispatcher]: each exposed input's slot and the fingerprint
+    // of the bytes the op read there.
+    c10::SmallVector<std::pair<TensorSlot, uint64_t>, 1> fingerprints;
   };
 
   StorageId lookup(const c10::StorageImpl* impl) const;
   TensorId input_tensor(const at::Tensor& t, bool register_unknown);
   TensorId register_constant(const at::Tensor& t);
+  bool is_external(const c10::StorageImpl& impl) const;  // Note [Writes outside the dispatcher]
   void adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>& impl,
              TensorId current);
   void sync_tables();
@@ -327,6 +335,12 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   std::vector<uint32_t> marks_;    // begin_marks()
   std::vector<StorageId> retired_readers_;  // inputs of ops retired since the last reuse
   uint32_t mark_epoch_ = 0;
+  // Note [Writes outside the dispatcher]: exposed storages lineage does not know now
+  // (exported before an op read them, or copied away: Note [Copy on write]), exposed once
+  // read as constants; and why a remat was refused.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> exposed_unknown_;
+  void remember_exposed(const c10::intrusive_ptr<c10::StorageImpl>& impl);
+  std::string refusal_;
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
   // Storages running ops overwrite without locking them: Note [Moving storages].

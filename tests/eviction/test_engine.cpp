@@ -368,6 +368,7 @@ struct StoppingHooks : EngineHooks {
   uint64_t remats = 0;
   TensorId nested = kNoId;  // materialized from inside the first remat when set
   Status nested_status;
+  OpId refused = kNoId;  // may_recompute says no for it (Note [Refused remats])
   void on_compute(OpId, bool remat) override {
     if (!remat) return;
     ++remats;
@@ -378,6 +379,7 @@ struct StoppingHooks : EngineHooks {
     }
   }
   bool stop_remats() override { return remats >= stop_after; }
+  bool may_recompute(OpId op) override { return op != refused; }
 };
 
 // A chain of 100-byte storages; each op costs 10 ns. All dropped, so each needs all before.
@@ -448,6 +450,33 @@ TEST_CASE("a materialization nested in a remat is not stopped, the outer one is"
   std::string why;
   CHECK(engine.is_valid(&why));
   CHECK(why.empty());
+}
+
+TEST_CASE("the host can refuse a remat before it runs", "[eviction]") {
+  // Note [Refused remats]
+  StoppingFixture f;
+  Engine& engine = *f.engine;
+  StoppingHooks& hooks = f.hooks;
+  hooks.stop_after = UINT64_MAX;
+  const std::vector<TensorId> chain = dropped_chain(engine, 8);
+  hooks.refused = engine.op_of(chain[3]);
+  Status s = engine.materialize(chain[6]);
+  CHECK(s.code == StatusCode::refused);
+  CHECK(std::string(s.name()) == "refused");
+  CHECK(engine.stats().num_remats == 3);  // chain[0..2]; chain[3]'s op never ran
+  CHECK(engine.is_defined(chain[2]));
+  CHECK(!engine.is_defined(chain[3]));
+  CHECK(!engine.is_defined(chain[6]));
+  std::string why;
+  CHECK(engine.is_valid(&why));
+  CHECK(why.empty());
+  for (TensorId t : chain) CHECK(!engine.is_locked(engine.storage_of(t)));
+  // Asked again, it refuses again; what does not need the op still comes back.
+  CHECK(engine.materialize(chain[6]).code == StatusCode::refused);
+  CHECK(engine.stats().num_remats == 3);
+  hooks.refused = kNoId;
+  REQUIRE(engine.materialize(chain[6]).ok());
+  CHECK(engine.stats().num_remats == 7);
 }
 
 TEST_CASE("the registry lists every built-in policy and refuses unknown names", "[eviction][registry]") {

@@ -3,7 +3,8 @@
 // `oom` carries the numbers a user needs to act on an infeasible budget: the budget,
 // what was live, how much of that was pinned (not evictable) and how much could still
 // be evicted, and what the failing request wanted. `thrash` means rematerialization
-// exceeded the configured overhead limit.
+// exceeded the configured overhead limit. `refused` means the host would not recompute an
+// op (EngineHooks::may_recompute): what the op read has changed where the engine cannot see.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace dtr {
 
-enum class StatusCode : uint8_t { ok, oom, thrash };
+enum class StatusCode : uint8_t { ok, oom, thrash, refused };
 
 struct OomInfo {
   uint64_t budget_bytes = 0;
@@ -35,8 +36,9 @@ struct Status {
   static Status success() { return {}; }
   static Status out_of_memory(const OomInfo& info) { return Status{StatusCode::oom, info}; }
   static Status thrashing() { return Status{StatusCode::thrash, {}}; }
+  static Status refused() { return Status{StatusCode::refused, {}}; }
 
-  // "ok", "oom" or "thrash": the names used in JSON results.
+  // "ok", "oom", "thrash" or "refused": the names used in JSON results.
   const char* name() const;
   // A sentence for a human: numbers, and what to try.
   std::string message() const;

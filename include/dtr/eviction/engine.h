@@ -102,6 +102,10 @@ class EngineHooks {
   // every lock it took undone, and it returns Status::thrashing() (Note [Stopping a
   // materialization] in engine.cpp).
   virtual bool stop_remats() { return false; }
+  // Asked before remat `op` runs, its inputs material and locked: false abandons the
+  // materialization as stop_remats does, before the op runs, and it returns
+  // Status::refused() (Note [Refused remats] in engine.cpp).
+  virtual bool may_recompute(OpId op) { return true; }
   // Note [Retiring] in engine.cpp: `op` and its output tensors are forgotten (the host
   // may still read op_inputs/op_outputs/storage_of during the call); their ids come back
   // at the next reuse_retired().

@@ -80,6 +80,7 @@ class PlanGuide : public EngineHooks {
     if (inner_) inner_->on_compact(blocks, moved_bytes, released_bytes);
   }
   bool stop_remats() override { return inner_ && inner_->stop_remats(); }
+  bool may_recompute(OpId op) override { return !inner_ || inner_->may_recompute(op); }
   // Forgets the storage's creation index: its id may name a new storage after the host's
   // next Engine::reuse_retired() (Note [Creation index]).
   void on_retire_storage(StorageId s) override;

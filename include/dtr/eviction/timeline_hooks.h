@@ -68,6 +68,7 @@ class TimelineHooks : public EngineHooks {
     if (inner_) inner_->on_retire_storage(s);
   }
   bool stop_remats() override { return inner_ && inner_->stop_remats(); }
+  bool may_recompute(OpId op) override { return !inner_ || inner_->may_recompute(op); }
 
  private:
   uint32_t name_of(OpId op) const;

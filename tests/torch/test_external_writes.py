@@ -1,0 +1,138 @@
+"""Writes outside the dispatcher (Note [Writes outside the dispatcher] in
+integration/torch/lineage.cpp). Memory the program can write without an op (a numpy view
+of a tensor, the array a tensor was made from with torch.from_numpy) is fingerprinted
+where ops read it. A remat that would read changed bytes is refused with a RuntimeError
+that names the op, where before it computed other values than the run without the
+library, silently; a read-only use, or a write before the op reads, stays bit-identical."""
+import re
+
+import pytest
+
+from conftest import PYTHON, clean_env, run
+
+# t: 1 MiB that an op reads; u = tanh(t @ t): 1 MiB, evicted under the budget once a 2 MiB
+# filler comes (t is pinned: a constant; from_numpy memory is not ours and not counted). EXPOSE makes t's memory writable outside the
+# dispatcher, WRITE writes it (or not) after u was computed, then u is read again.
+SCRIPT = r"""
+import numpy as np, torch
+torch.manual_seed(0)
+EXPOSE
+u = torch.tanh(t @ t)
+before = float(u.sum())
+try:
+    import dtr
+except ImportError:
+    dtr = None
+if dtr is not None and dtr.is_enabled():
+    dtr.set_budget(BUDGET)
+    filler = torch.ones(2 ** 19)  # 2 MiB: with t and u, over the budget
+    del filler
+    print("EVICTED", dtr.memory_stats()["dtr.num_evictions"] > 0)
+LATE
+WRITE
+try:
+    after = float(u.sum())
+    print("VALUE", after.hex(), "SAME" if after == before else "CHANGED")
+except RuntimeError as e:
+    print("REFUSED", str(e).replace("\n", " "))
+    try:
+        u.sum()
+        print("SECOND READ WORKED")
+    except RuntimeError as e2:
+        print("REFUSED AGAIN", "written outside the dispatcher" in str(e2))
+    print("OTHER", float((t * 0).sum()))  # the run goes on: an op that needs no remat
+if dtr is not None and dtr.is_enabled():
+    print("REMATS", dtr.memory_stats()["dtr.num_remats"])
+"""
+
+NUMPY_VIEW = """with torch.no_grad():
+    t = torch.randn(512, 512)
+a = t.numpy()
+BUDGET = "3500K"
+"""
+# The numpy view taken after the op read t: that op's fingerprint is taken then.
+LATE_VIEW = NUMPY_VIEW.replace("a = t.numpy()", "")
+FROM_NUMPY = """a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+t = torch.from_numpy(a)
+BUDGET = "2500K"
+"""
+
+
+def script(expose, write):
+    late = "a = t.numpy()" if expose == LATE_VIEW else ""
+    return SCRIPT.replace("EXPOSE", expose).replace("LATE", late).replace("WRITE", write)
+
+
+EXPOSURES = {"numpy view": NUMPY_VIEW, "numpy view after the op": LATE_VIEW,
+             "from_numpy": FROM_NUMPY}
+
+
+def under_budget(lib, text):
+    return run([PYTHON, "-c", text], clean_env(LD_PRELOAD=lib))
+
+
+@pytest.mark.parametrize("expose", EXPOSURES.values(), ids=EXPOSURES.keys())
+def test_a_write_through_numpy_after_an_op_read_it_refuses_the_remat(lib, expose):
+    text = script(expose, "a[:] = 0.0")
+    plain = run([PYTHON, "-c", text], clean_env())
+    assert "VALUE" in plain.stdout and "SAME" in plain.stdout, plain.stdout + plain.stderr
+    proc = under_budget(lib, text)
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    refused = next((l for l in proc.stdout.splitlines() if l.startswith("REFUSED ")), None)
+    assert refused is not None, proc.stdout + proc.stderr  # before: VALUE ... CHANGED
+    assert "cannot recompute an evicted result of aten::mm" in refused, refused
+    assert "written outside the dispatcher" in refused and "clone()" in refused, refused
+    assert "REFUSED AGAIN True" in proc.stdout, proc.stdout
+    assert "OTHER 0.0" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("expose", EXPOSURES.values(), ids=EXPOSURES.keys())
+@pytest.mark.parametrize("write", ["float(a.sum())", "a.copy()[:] = 0.0"], ids=["read", "copy"])
+def test_reads_through_numpy_keep_remats_bit_identical(lib, expose, write):
+    text = script(expose, write)
+    plain = run([PYTHON, "-c", text], clean_env())
+    value = re.search(r"^VALUE \S+", plain.stdout, re.M).group(0)
+    proc = under_budget(lib, text)
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    assert value + " SAME" in proc.stdout, proc.stdout + proc.stderr
+    assert int(re.search(r"^REMATS (\d+)", proc.stdout, re.M).group(1)) > 0, proc.stdout
+
+
+def test_a_write_before_the_op_reads_is_seen(lib):
+    """Only bytes an op read are fingerprinted: written through numpy first, then read by
+    the op, the remat reads what the op read."""
+    text = script(NUMPY_VIEW + "\na[:] = 0.5", "").replace(
+        "u = torch.tanh(t @ t)", "a[:] = 0.25\nu = torch.tanh(t @ t)")
+    plain = run([PYTHON, "-c", text], clean_env())
+    value = re.search(r"^VALUE \S+", plain.stdout, re.M).group(0)
+    proc = under_budget(lib, text)
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    assert value + " SAME" in proc.stdout, proc.stdout + proc.stderr
+
+
+# An op that reads more exposed bytes than the fingerprint limit (64 MiB) is not recorded
+# (its output is a constant), so a later write to the array cannot reach it: here the
+# index op that gathers a batch from a 72 MiB from_numpy dataset, against one of 8 MiB.
+LARGE = r"""
+import numpy as np, torch
+import dtr
+rows = ROWS
+data = np.zeros((rows, 1024), dtype=np.float32)
+data[:, 0] = np.arange(rows)
+X = torch.from_numpy(data)
+idx = torch.arange(0, rows, rows // 512)
+ops = dtr.memory_stats()["dtr.num_ops"]
+xb = X[idx]
+print("RECORDED", dtr.memory_stats()["dtr.num_ops"] - ops)
+data[:] = 1.0
+print("FIRST", float(xb[:, 0].sum()) == float(np.arange(rows)[::rows // 512].sum()))
+"""
+
+
+def test_an_op_over_a_large_exposed_input_is_not_recorded(lib):
+    def recorded(rows):
+        proc = under_budget(lib, LARGE.replace("ROWS", str(rows)))
+        assert "FIRST True" in proc.stdout, proc.stdout + proc.stderr
+        return int(re.search(r"^RECORDED (\d+)", proc.stdout, re.M).group(1))
+    small, large = recorded(2048), recorded(18432)  # 8 MiB, 72 MiB
+    assert small == large + 1, (small, large)
