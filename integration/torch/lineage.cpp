@@ -524,6 +524,7 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   const bool was_exposed = known != exposed_unknown_.end();
   if (was_exposed) exposed_unknown_.erase(known);
   storages_[s].exposed = was_exposed || is_external(*impl);
+  any_exposed_ = any_exposed_ || storages_[s].exposed;
   recording_->constant(id, t.storage().nbytes());
   // Note [Warm start in PyTorch]: the op's inputs are not locked yet.
   if (guide_) guide_->end_op(*engine_, engine_->op_of(id));
@@ -623,7 +624,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Writes outside the dispatcher]: an exposed input too large to fingerprint.
-  for (size_t k = 0; k < tensors.size() && pending.record; ++k)
+  for (size_t k = 0; k < tensors.size() && pending.record && any_exposed_; ++k)
     if (pending.inputs[k] != kNoId && storages_[engine_->storage_of(pending.inputs[k])].exposed &&
         viewed_bytes(tensors[k]).size() > kMaxFingerprintBytes)
       pending.record = false;
@@ -1001,7 +1002,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     // Note [Writes outside the dispatcher]: the op did not write these (a written exposed
     // storage is pinned, so its op is not recorded: Note [Mutation]).
     c10::SmallVector<std::pair<TensorSlot, uint64_t>, 1> fingerprints;
-    for (size_t k = 0; k < pending.inputs.size() && recordable; ++k) {
+    for (size_t k = 0; k < pending.inputs.size() && recordable && any_exposed_; ++k) {
       if (!storages_[engine_->storage_of(pending.inputs[k])].exposed) continue;
       const TensorSlot slot = pending.input_slots[k];
       fingerprints.emplace_back(slot,
@@ -1488,7 +1489,7 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
     return;
   }
   if (storages_[s].exposed) return;
-  storages_[s].exposed = true;
+  storages_[s].exposed = any_exposed_ = true;
   // The ops that read it so far read what it holds now: they get their fingerprints here.
   for (const auto& [op, k] : storages_[s].readers) {
     OpRec& r = ops_[op];

@@ -340,6 +340,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // read as constants; and why a remat was refused.
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> exposed_unknown_;
   void remember_exposed(const c10::intrusive_ptr<c10::StorageImpl>& impl);
+  bool any_exposed_ = false;  // some storage was ever exposed: else no op looks
   std::string refusal_;
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
