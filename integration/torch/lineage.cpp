@@ -241,6 +241,9 @@ constexpr size_t kMinEvictableBytes = 16384;
 // lineage knows it, or an exposed one copied away (Note [Copy on write]), is exposed when
 // an op reads it (exposed_unknown_, weak references, at most kMaxExposedUnknown: past that
 // the oldest is forgotten, and a write to it goes unseen again).
+// An exposed storage is never made recomputable by zero_ or fill_ (Note [Overwrite]): until
+// 2026-11-29 `a = t.numpy(); t.zero_()` made t evictable, and once evicted, `a` read
+// freed memory and t came back as zeros, without what the program wrote through `a`.
 // Not covered: memory written while an op that reads it runs (another thread; a race
 // without dtr too), and C++ code that writes through an address it did not get from the
 // guard (Note [Raw access]).
@@ -639,9 +642,12 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       const at::Tensor& t = tensors[k];
       const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
       // A pinned storage (a gradient, a constant) becomes recomputable only when the op
-      // reads nothing else (zero_, fill_ with a number): its remat costs a memset.
+      // reads nothing else (zero_, fill_ with a number): its remat costs a memset. Never
+      // an exposed one (Note [Writes outside the dispatcher]): its address is handed out,
+      // so it must stay, and what the program writes there is no op's to remake.
       if (pending.input_slots[k].index != info.write_args[0] || s == kNoId ||
-          (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t))
+          (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t) ||
+          storages_[s].exposed)
         continue;
       if (!has_readers_beyond(s)) overwritten = static_cast<int32_t>(k);
     }

@@ -136,3 +136,29 @@ def test_an_op_over_a_large_exposed_input_is_not_recorded(lib):
         return int(re.search(r"^RECORDED (\d+)", proc.stdout, re.M).group(1))
     small, large = recorded(2048), recorded(18432)  # 8 MiB, 72 MiB
     assert small == large + 1, (small, large)
+
+
+# Note [Overwrite] made a pinned storage that zero_ overwrites recomputable; an exported
+# one must stay where numpy sees it. Before: t was evicted (its remat a memset), `a` read
+# freed memory and t came back as zeros without the 2.0 written through `a`.
+ZEROED = r"""
+import torch, dtr
+with torch.no_grad():
+    t = torch.randn(512, 512)
+a = t.numpy()
+t.zero_()
+a[:] = 2.0
+v = torch.ones(512, 512) * 3.0  # 1 MiB that can go instead
+dtr.set_budget("3500K")
+filler = torch.ones(2 ** 19)  # 2 MiB: with t and v, over the budget
+print("EVICTED", dtr.memory_stats()["dtr.num_evictions"] > 0)
+del filler
+print("SUMS", float(a.sum()), float(t.sum()), float(v.sum()))
+"""
+
+
+def test_an_exported_tensor_zeroed_in_place_stays_in_memory(lib):
+    proc = under_budget(lib, ZEROED)
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    assert f"SUMS {2.0 * 512 * 512} {2.0 * 512 * 512} {3.0 * 512 * 512}" in proc.stdout, \
+        proc.stdout + proc.stderr
