@@ -126,10 +126,14 @@
 //
 // Note [Raw access]
 // ~~~~~~~~~~~~~~~~~
-// `.numpy()`, `np.asarray`, `.tolist()`, `data_ptr()` and `storage()` read a tensor's
-// memory without the dispatcher; on an evicted tensor they would see no data (an
+// `.numpy()`, `np.asarray`, `.tolist()`, `data_ptr()`, `storage()` and DLPack read a
+// tensor's memory without the dispatcher; on an evicted tensor they would see no data (an
 // uninitialised buffer, silently). The first op the fallback sees in a Python process
-// installs Python-level guards on those torch.Tensor methods: each first calls
+// installs Python-level guards on those torch.Tensor methods, and on the function
+// torch.utils.dlpack.to_dlpack (torch._C._to_dlpack), which is rebound in every module
+// that holds it, as a script's `from torch.utils.dlpack import to_dlpack` made before that
+// first op does (until 2026-11-29 it was not guarded: to_dlpack of an evicted tensor
+// handed out a null pointer, and reading it killed the process). Each first calls
 // torch.ops.dtr.pin_raw(self), which refills the storage if evicted and pins it for good
 // (the memory is exported: it must not move or vanish while numpy holds it). The guard is
 // installed through the CPython API found in the process (no link to libpython), and the
@@ -462,6 +466,21 @@ def _dtr_guard_raw_access():
         if serialization is not None:
             scoped(serialization, "_save")
             scoped(serialization, "_legacy_save")
+        # Note [Raw access]: to_dlpack is a function, bound by name wherever it was
+        # imported (torch.to_dlpack, torch.utils.dlpack, a script's own
+        # `from torch.utils.dlpack import to_dlpack`, run before this first op).
+        raw = getattr(torch._C, "_to_dlpack", None)
+        if raw is not None:
+            @functools.wraps(raw)
+            def to_dlpack(tensor):
+                if isinstance(tensor, T):
+                    pin(tensor)
+                return raw(tensor)
+            for module in list(sys.modules.values()):
+                names = getattr(module, "__dict__", None)
+                if isinstance(names, dict):
+                    for key in [k for k, v in names.items() if v is raw]:
+                        names[key] = to_dlpack
         T._dtr_raw_access_guard = True
     # Note [Threads]: every thread the threading module starts records too.
     import threading

@@ -242,3 +242,36 @@ def test_memory_outside_the_allocator_is_not_pinned_bytes(lib):
     assert mib(message, "allocated") == 16 << 20, message
     assert mib(message, "pinned") == 0, message
     assert mib(message, "in use by the running op") == 16 << 20, message
+
+
+# DLPack (Note [Raw access]): to_dlpack is a function that a script may import by name
+# before its first op, when the guard is not yet installed; numpy's from_dlpack goes
+# through Tensor.__dlpack__. Before the guard covered it, to_dlpack of an evicted tensor
+# handed out a null pointer and reading it killed the process (SIGSEGV).
+DLPACK = r"""
+import hashlib
+import numpy as np, torch
+from torch.utils.dlpack import to_dlpack, from_dlpack
+import dtr
+def digest(a):
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+torch.manual_seed(0)
+with torch.no_grad():
+    w = torch.randn(512, 512)
+us = [torch.tanh(w @ w + i) for i in range(3)]
+expected = [digest(u.clone().numpy()) for u in us]
+dtr.set_budget("7M")
+filler = torch.ones(5 * 2 ** 18)  # 5 MiB: two of the three 1 MiB results must go
+print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])
+del filler
+print("FUNCTION", digest(from_dlpack(to_dlpack(us[0])).numpy()) == expected[0])
+print("MODULE", digest(from_dlpack(torch.utils.dlpack.to_dlpack(us[1])).numpy()) == expected[1])
+print("NUMPY", digest(np.from_dlpack(us[2])) == expected[2])
+"""
+
+
+def test_dlpack_of_an_evicted_tensor_sees_its_values(lib):
+    proc = run([PYTHON, "-c", DLPACK], clean_env(LD_PRELOAD=lib))
+    assert re.search(r"^EVICTIONS [1-9]", proc.stdout, re.M), proc.stdout + proc.stderr
+    for what in ("FUNCTION", "MODULE", "NUMPY"):
+        assert f"{what} True" in proc.stdout, proc.stdout + proc.stderr
