@@ -127,9 +127,10 @@
 // Note [Raw access]
 // ~~~~~~~~~~~~~~~~~
 // `.numpy()`, `np.asarray`, `.tolist()`, `data_ptr()`, `storage()` and DLPack read a
-// tensor's memory without the dispatcher; on an evicted tensor they would see no data (an
-// uninitialised buffer, silently). The first op the fallback sees in a Python process
-// installs Python-level guards on those torch.Tensor methods, and on the function
+// tensor's memory without the dispatcher, as do `apply_`, `map_` and `map2_` (a Python
+// callable over the elements, in C++); on an evicted tensor they would see no data (an
+// uninitialised buffer, silently, or a null pointer). The first op the fallback sees in a
+// Python process installs Python-level guards on those torch.Tensor methods, and on the function
 // torch.utils.dlpack.to_dlpack (torch._C._to_dlpack), which is rebound in every module
 // that holds it, as a script's `from torch.utils.dlpack import to_dlpack` made before that
 // first op does (until 2026-11-29 it was not guarded: to_dlpack of an evicted tensor
@@ -466,6 +467,28 @@ def _dtr_guard_raw_access():
         if serialization is not None:
             scoped(serialization, "_save")
             scoped(serialization, "_legacy_save")
+        # Note [Raw access]: apply_, map_ and map2_ run a Python callable over the
+        # elements in C++, reading (and writing) memory past the dispatcher. The written
+        # tensor is pinned (exposed: Note [Writes outside the dispatcher] in lineage.cpp),
+        # the ones only read are held for the call.
+        def elementwise(name):
+            original = getattr(T, name, None)
+            if original is None:
+                return
+            @functools.wraps(original)
+            def method(self, *args, **kwargs):
+                pin(self)
+                begin()
+                try:
+                    for other in args:
+                        if isinstance(other, T):
+                            hold(other)
+                    return original(self, *args, **kwargs)
+                finally:
+                    end()
+            setattr(T, name, method)
+        for name in ("apply_", "map_", "map2_"):
+            elementwise(name)
         # Note [Raw access]: to_dlpack is a function, bound by name wherever it was
         # imported (torch.to_dlpack, torch.utils.dlpack, a script's own
         # `from torch.utils.dlpack import to_dlpack`, run before this first op).

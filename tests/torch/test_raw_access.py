@@ -275,3 +275,37 @@ def test_dlpack_of_an_evicted_tensor_sees_its_values(lib):
     assert re.search(r"^EVICTIONS [1-9]", proc.stdout, re.M), proc.stdout + proc.stderr
     for what in ("FUNCTION", "MODULE", "NUMPY"):
         assert f"{what} True" in proc.stdout, proc.stdout + proc.stderr
+
+
+# Tensor.apply_, map_ and map2_ (Note [Raw access]) run a Python callable over the
+# elements in C++, past the dispatcher. On evicted tensors they read a null pointer and
+# killed the process. Now each sees the tensor's values, written or only read.
+ELEMENTWISE = r"""
+import hashlib
+import numpy as np, torch
+import dtr
+def digest(t):
+    return hashlib.sha256(t.clone().numpy().tobytes()).hexdigest()
+torch.manual_seed(0)
+with torch.no_grad():
+    w = torch.randn(64, 64)
+ts = [torch.tanh(w @ w + i).repeat(4, 4) for i in range(5)]  # 256 KiB each
+dtr.set_budget("1700K")
+filler = torch.ones(2 ** 18)  # 1 MiB: most of them go
+print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])
+del filler
+ts[0].apply_(lambda v: v * 2.0)
+ts[1].map_(ts[2], lambda a, b: a - b)
+ts[3].map2_(ts[4], ts[2], lambda a, b, c: a + b * c)
+print("DIGESTS", *[digest(t)[:16] for t in ts])
+"""
+
+
+def test_elementwise_python_callables_see_evicted_values(lib):
+    plain = run([PYTHON, "-c", ELEMENTWISE.replace("import dtr", "").replace(
+        'dtr.set_budget("1700K")', "").replace(
+        'print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])', "")], clean_env())
+    digests = re.search(r"^DIGESTS .*", plain.stdout, re.M).group(0)
+    proc = run([PYTHON, "-c", ELEMENTWISE], clean_env(LD_PRELOAD=lib))
+    assert re.search(r"^EVICTIONS [1-9]", proc.stdout, re.M), proc.stdout + proc.stderr
+    assert digests in proc.stdout, proc.stdout + proc.stderr
