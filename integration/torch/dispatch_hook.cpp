@@ -428,13 +428,16 @@ def _dtr_guard_raw_access():
     T = torch.Tensor
     if not getattr(T, "_dtr_raw_access_guard", False):
         import functools
-        def guard(name, refill):
+        def guard(name, refill, tensor_args=False):
             original = getattr(T, name, None)
             if original is None:
                 return
             @functools.wraps(original)
             def method(self, *args, **kwargs):
                 refill(self)
+                for other in args if tensor_args else ():
+                    if isinstance(other, T):
+                        refill(other)
                 return original(self, *args, **kwargs)
             setattr(T, name, method)
         for name in ("numpy", "__array__", "__dlpack__"):
@@ -468,27 +471,10 @@ def _dtr_guard_raw_access():
             scoped(serialization, "_save")
             scoped(serialization, "_legacy_save")
         # Note [Raw access]: apply_, map_ and map2_ run a Python callable over the
-        # elements in C++, reading (and writing) memory past the dispatcher. The written
-        # tensor is pinned (exposed: Note [Writes outside the dispatcher] in lineage.cpp),
-        # the ones only read are held for the call.
-        def elementwise(name):
-            original = getattr(T, name, None)
-            if original is None:
-                return
-            @functools.wraps(original)
-            def method(self, *args, **kwargs):
-                pin(self)
-                begin()
-                try:
-                    for other in args:
-                        if isinstance(other, T):
-                            hold(other)
-                    return original(self, *args, **kwargs)
-                finally:
-                    end()
-            setattr(T, name, method)
+        # elements in C++, reading (and writing) memory past the dispatcher: every tensor
+        # they take is pinned (exposed: Note [Writes outside the dispatcher] in lineage.cpp).
         for name in ("apply_", "map_", "map2_"):
-            elementwise(name)
+            guard(name, pin, tensor_args=True)
         # Note [Raw access]: to_dlpack is a function, bound by name wherever it was
         # imported (torch.to_dlpack, torch.utils.dlpack, a script's own
         # `from torch.utils.dlpack import to_dlpack`, run before this first op).
