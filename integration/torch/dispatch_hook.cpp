@@ -130,11 +130,11 @@
 // tensor's memory without the dispatcher, as do `apply_`, `map_` and `map2_` (a Python
 // callable over the elements, in C++); on an evicted tensor they would see no data (an
 // uninitialised buffer, silently, or a null pointer). The first op the fallback sees in a
-// Python process installs Python-level guards on those torch.Tensor methods, and on the function
-// torch.utils.dlpack.to_dlpack (torch._C._to_dlpack), which is rebound in every module
-// that holds it, as a script's `from torch.utils.dlpack import to_dlpack` made before that
-// first op does (until 2026-11-29 it was not guarded: to_dlpack of an evicted tensor
-// handed out a null pointer, and reading it killed the process). Each first calls
+// Python process installs Python-level guards on those torch.Tensor methods, and on the
+// function torch.utils.dlpack.to_dlpack (torch._C._to_dlpack), which is rebound in every
+// module that holds it, as a script's `from torch.utils.dlpack import to_dlpack` made
+// before that first op does (until 2026-11-29 neither to_dlpack nor apply_ was guarded:
+// on an evicted tensor they read a null pointer, and the process died). Each first calls
 // torch.ops.dtr.pin_raw(self), which refills the storage if evicted and pins it for good
 // (the memory is exported: it must not move or vanish while numpy holds it). The guard is
 // installed through the CPython API found in the process (no link to libpython), and the

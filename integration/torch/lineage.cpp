@@ -235,8 +235,8 @@ constexpr size_t kMinEvictableBytes = 16384;
 // fingerprint per recorded op that reads one and per remat of it. XXH3 ran at 18 GB/s
 // here (std::hash at 6.7, memcpy at 4.5): `x * 1.0001` on a 6 MiB from_numpy x took 0.53
 // ms an op against 0.19 ms before (1.1 ms with std::hash). An op whose exposed inputs span
-// more than kMaxFingerprintBytes (one that reads all of a large from_numpy dataset, as `X[idx]` does)
-// is not recorded instead: its outputs are constants (Note [Never recompute] in
+// more than kMaxFingerprintBytes (one that reads all of a large from_numpy dataset, as
+// `X[idx]` does) is not recorded instead: its outputs are constants (Note [Never recompute] in
 // dispatch_hook.cpp), so a later write to X cannot reach them. A storage exported before
 // lineage knows it, or an exposed one copied away (Note [Copy on write]), is exposed when
 // an op reads it (exposed_unknown_, weak references, at most kMaxExposedUnknown: past that

@@ -11,8 +11,9 @@ import pytest
 from conftest import PYTHON, clean_env, run
 
 # t: 1 MiB that an op reads; u = tanh(t @ t): 1 MiB, evicted under the budget once a 2 MiB
-# filler comes (t is pinned: a constant; from_numpy memory is not ours and not counted). EXPOSE makes t's memory writable outside the
-# dispatcher, WRITE writes it (or not) after u was computed, then u is read again.
+# filler comes (t is pinned: a constant; from_numpy memory is not ours and not counted).
+# EXPOSE makes t's memory writable outside the dispatcher, WRITE writes it (or not) after u
+# was computed, then u is read again.
 SCRIPT = r"""
 import numpy as np, torch
 torch.manual_seed(0)
