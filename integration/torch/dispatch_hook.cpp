@@ -486,7 +486,10 @@ def _dtr_guard_raw_access():
                     pin(tensor)
                 return raw(tensor)
             for module in list(sys.modules.values()):
-                names = getattr(module, "__dict__", None)
+                try:  # sys.modules may hold any object, lazy proxies among them
+                    names = object.__getattribute__(module, "__dict__")
+                except Exception:
+                    continue
                 if isinstance(names, dict):
                     for key in [k for k, v in names.items() if v is raw]:
                         names[key] = to_dlpack
