@@ -291,6 +291,12 @@ std::string_view viewed_bytes(const at::Tensor& t) {
 
 uint64_t fingerprint(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
+// The fingerprint of what the tensor at `slot` of an op record's arguments views.
+template <typename Values>
+uint64_t fingerprint_at(Values& values, TensorSlot slot) {
+  return fingerprint(viewed_bytes(slot_tensor(values, 0, slot)));
+}
+
 // A private view of `t`'s storage with t's metadata, no autograd: what lineage keeps.
 at::Tensor snapshot_of(const at::Tensor& t) {
   return at::Tensor(t.unsafeGetTensorImpl()->shallow_copy_and_detach(
@@ -629,11 +635,18 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     }
   }
   for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
-  // Note [Writes outside the dispatcher]: an exposed input too large to fingerprint.
-  for (size_t k = 0; k < tensors.size() && pending.record && any_exposed_; ++k)
-    if (pending.inputs[k] != kNoId && storages_[engine_->storage_of(pending.inputs[k])].exposed &&
-        viewed_bytes(tensors[k]).size() > kMaxFingerprintBytes)
+  // Note [Writes outside the dispatcher]: the bytes of each exposed input as the op reads
+  // them (it writes none: a written exposed storage is pinned, so the op is not recorded,
+  // Note [Mutation]), or no record where there are too many to fingerprint.
+  for (size_t k = 0; k < tensors.size() && pending.record && any_exposed_; ++k) {
+    if (pending.inputs[k] == kNoId || !storages_[engine_->storage_of(pending.inputs[k])].exposed)
+      continue;
+    const std::string_view bytes = viewed_bytes(tensors[k]);
+    if (bytes.size() > kMaxFingerprintBytes)
       pending.record = false;
+    else
+      pending.fingerprints.emplace_back(pending.input_slots[k], fingerprint(bytes));
+  }
   // Note [Overwrite]: a storage the op overwrites whole, that no lineage reads, needs
   // memory but not its old value: it is not refilled.
   int32_t overwritten = -1;
@@ -1008,15 +1021,6 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       }
     }
     if (specs.empty()) recordable = false;
-    // Note [Writes outside the dispatcher]: the op did not write these (a written exposed
-    // storage is pinned, so its op is not recorded: Note [Mutation]).
-    c10::SmallVector<std::pair<TensorSlot, uint64_t>, 1> fingerprints;
-    for (size_t k = 0; k < pending.inputs.size() && recordable && any_exposed_; ++k) {
-      if (!storages_[engine_->storage_of(pending.inputs[k])].exposed) continue;
-      const TensorSlot slot = pending.input_slots[k];
-      fingerprints.emplace_back(slot,
-                                fingerprint(viewed_bytes(slot_tensor(pending.args, 0, slot))));
-    }
     if (recordable) {
       // Note [Packed masks]
       c10::DataPtr mask_bits;
@@ -1050,7 +1054,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.target_slot = target_slot;
       r.mask_bits = std::move(mask_bits);
       r.mask_one = mask_one;
-      r.fingerprints = std::move(fingerprints);
+      r.fingerprints.assign(pending.fingerprints.begin(), pending.fingerprints.end());
       if (r.mask_bits) ++engine_->stats().num_packed_masks;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
@@ -1171,7 +1175,7 @@ bool Lineage::stop_remats() { return !thrash_error_.empty(); }
 bool Lineage::may_recompute(OpId op) {
   const OpRec& r = ops_[op];
   for (const auto& [slot, expected] : r.fingerprints) {
-    if (fingerprint(viewed_bytes(slot_tensor(r.args, 0, slot))) == expected) continue;
+    if (fingerprint_at(r.args, slot) == expected) continue;
     refusal_ = std::string("dtr: cannot recompute an evicted result of ") +
                (r.op ? r.op->schema().name() : std::string("an op")) +
                ": the memory of one of its inputs was written outside the dispatcher after the "
@@ -1499,15 +1503,12 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
   }
   if (storages_[s].exposed) return;
   storages_[s].exposed = any_exposed_ = true;
-  // The ops that read it so far read what it holds now: they get their fingerprints here.
+  // The ops that read it so far read what it holds now (it was not exposed, so they have
+  // no fingerprint of it): they get their fingerprints here.
   for (const auto& [op, k] : storages_[s].readers) {
     OpRec& r = ops_[op];
-    if (r.args.empty()) continue;
-    const TensorSlot slot = r.input_slots[k];
-    if (std::none_of(r.fingerprints.begin(), r.fingerprints.end(), [&](const auto& f) {
-          return f.first.index == slot.index && f.first.element == slot.element;
-        }))
-      r.fingerprints.emplace_back(slot, fingerprint(viewed_bytes(slot_tensor(r.args, 0, slot))));
+    if (!r.args.empty())
+      r.fingerprints.emplace_back(r.input_slots[k], fingerprint_at(r.args, r.input_slots[k]));
   }
 }
 

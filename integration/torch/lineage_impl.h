@@ -125,6 +125,9 @@ struct PendingOp {
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
   // The overwritten storage, which the op writes without a lock (Note [Moving storages]).
   const c10::StorageImpl* unlocked_target = nullptr;
+  // Note [Writes outside the dispatcher] in lineage.cpp: each exposed input's slot and the
+  // fingerprint of the bytes the op reads there.
+  std::vector<std::pair<TensorSlot, uint64_t>> fingerprints;
   // Scratch: before_op's input tensors (parallel to input_slots) and after_op's outputs.
   // Emptied when the op ends (release()): they hold references.
   std::vector<at::Tensor> tensors;
@@ -147,6 +150,7 @@ struct PendingOp {
     overwrite = false;
     orphan = kNoId;
     unlocked_target = nullptr;
+    fingerprints.clear();
     release();
   }
   void release() {
