@@ -9,6 +9,11 @@ build/lib/libdtr_cuda.so) as dtr_malloc/dtr_free through CUDAPluggableAllocator 
 >= 2.0), the order rotating from round to round. Each process times STEPS steps (batch 64,
 128x128 images) after 3 warm-up steps and reports its median; the table gives the median
 over rounds of each and its ratio to PyTorch's. Needs a CUDA device.
+
+`--library floor=build/lib/libcuda_floor.so` (bench/cuda_floor_allocator.cpp) adds
+the cheapest pluggable allocator as a row, which splits the pluggable route's cost into
+PyTorch's CUDAPluggableAllocator wrapper (floor against PyTorch's) and dtr's own (dtr
+against floor).
 """
 import argparse
 import json
@@ -49,25 +54,32 @@ def main():
         runs.append((name or f"dtr_malloc ({path})", path))
     times = {name: [] for name, _ in runs}
     peaks = {}
+    requests = None  # allocations per step, from PyTorch's own allocator's count
     for round_ in range(args.rounds):
         shift = round_ % len(runs)
         for name, library in runs[shift:] + runs[:shift]:
             result = run(library, args.steps, args.budget)
             times[name].append(result["median_step_s"])
             peaks[name] = (result["peak_allocated"], result["peak_reserved"])
+            if result.get("allocations") and name == runs[0][0]:
+                requests = result["allocations"] / (args.steps + 3)
         print(f"round {round_ + 1}: " + ", ".join(
             f"{name} {times[name][-1] * 1e3:.2f} ms" for name, _ in runs), flush=True)
     base = statistics.median(times[runs[0][0]])
     print(f"resnet18, batch 64, 128x128, {args.steps} steps per process, "
           f"median of {args.rounds} processes each")
-    print("| allocator | median step (ms) | ratio | peak allocated / reserved (MiB, last round) |")
-    print("| --- | --- | --- | --- |")
+    per_step = f"{requests:.0f}" if requests else "?"
+    print(f"{per_step} allocations per step (PyTorch's count, warm-up steps included)")
+    print("| allocator | median step (ms) | ratio | extra us per allocation "
+          "| peak allocated / reserved (MiB, last round) |")
+    print("| --- | --- | --- | --- | --- |")
     for name, _ in runs:
         median = statistics.median(times[name])
         allocated, reserved = peaks[name]
-        print(f"| {name} | {median * 1e3:.2f} | {median / base:.3f} | "
-              f"{allocated / 2**20:.1f} / {reserved / 2**20:.1f} |")
-
+        extra = f"{(median - base) * 1e6 / requests:.2f}" if requests else "?"
+        memory = ("n/a" if allocated is None
+                  else f"{allocated / 2**20:.1f} / {reserved / 2**20:.1f}")
+        print(f"| {name} | {median * 1e3:.2f} | {median / base:.3f} | {extra} | {memory} |")
 
 if __name__ == "__main__":
     main()

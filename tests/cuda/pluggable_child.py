@@ -11,8 +11,11 @@ allocation. Prints one JSON line on stdout.
 
 LIBRARY is build/lib/libdtr_cuda.so, or '-' for PyTorch's own allocator. The time mode
 also reports the peak allocated and reserved bytes, from torch.cuda for PyTorch's
-allocator and from dtr.cuda.memory_stats() for the library.
+allocator and from dtr.cuda.memory_stats() for the library (None for a library without
+dtr's stats, such as bench/cuda_floor_allocator.cpp) and the number of allocations the
+process made, warm-up steps included.
 """
+import ctypes
 import hashlib
 import json
 import os
@@ -39,10 +42,15 @@ def use_library(library):
 def peaks(library):
     if library == "-":
         return {"peak_allocated": torch.cuda.max_memory_allocated(),
-                "peak_reserved": torch.cuda.max_memory_reserved()}
+                "peak_reserved": torch.cuda.max_memory_reserved(),
+                "allocations": torch.cuda.memory_stats()["allocation.all.allocated"]}
+    if not hasattr(ctypes.CDLL(library), "dtr_cuda_memory_stats_json"):
+        return {"peak_allocated": None, "peak_reserved": None,  # bench's floor allocator
+                "allocations": None}
     stats = dtr.cuda.memory_stats()
     return {"peak_allocated": stats["allocated_bytes.all.peak"],
-            "peak_reserved": stats["reserved_bytes.all.peak"]}
+            "peak_reserved": stats["reserved_bytes.all.peak"],
+            "allocations": stats.get("allocation.all.allocated")}
 
 
 def bits(value):
