@@ -1180,10 +1180,12 @@ bool Lineage::may_recompute(OpId op) {
                (r.op ? r.op->schema().name() : std::string("an op")) +
                ": the memory of one of its inputs was written outside the dispatcher after the "
                "op read it (through a numpy array, DLPack, data_ptr() or storage() of the "
-               "tensor, or the array it was made from with torch.from_numpy), so a remat would "
-               "compute other values. Write such tensors with torch ops, which dtr sees "
-               "(t.copy_(torch.from_numpy(a)), t[:] = ...), or change a clone() through numpy "
-               "(Note [Writes outside the dispatcher])";
+               "tensor, the array it was made from with torch.from_numpy, or another process "
+               "sharing its memory), so a remat would compute other values. Write such "
+               "tensors with torch ops, which dtr sees (t.copy_(torch.from_numpy(a)), t[:] = "
+               "...), or change a clone() through numpy; memory that other processes write "
+               "(share_memory(), Hogwild) needs a budget at which no result computed from it "
+               "is evicted, or no budget (Note [Writes outside the dispatcher])";
     return false;
   }
   return true;

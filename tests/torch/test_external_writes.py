@@ -87,6 +87,33 @@ def test_a_write_through_numpy_after_an_op_read_it_refuses_the_remat(lib, expose
     assert "OTHER 0.0" in proc.stdout, proc.stdout + proc.stderr
 
 
+# Memory another process writes (share_memory_(), as Hogwild training does): a forked
+# child zeroes t's shared memory, outside this process's dispatcher. On one thread: GNU
+# OpenMP's pool does not survive a fork, and a parallel zero_ in the child hangs, with or
+# without the library.
+SHARED = """with torch.no_grad():
+    t = torch.randn(512, 512)
+t.share_memory_()
+BUDGET = "2500K"
+"""
+CHILD_WRITES = """ctx = torch.multiprocessing.get_context("fork")
+child = ctx.Process(target=lambda: (torch.set_num_threads(1), t.zero_()))
+child.start()
+child.join()
+print("CHILD", child.exitcode)"""
+
+
+def test_a_write_by_another_process_refuses_the_remat(lib):
+    text = script(SHARED, CHILD_WRITES)
+    plain = run([PYTHON, "-c", text], clean_env(), timeout=120)
+    assert "CHILD 0" in plain.stdout and "SAME" in plain.stdout, plain.stdout + plain.stderr
+    proc = run([PYTHON, "-c", text], clean_env(LD_PRELOAD=lib), timeout=120)
+    assert "EVICTED True" in proc.stdout and "CHILD 0" in proc.stdout, proc.stdout + proc.stderr
+    refused = next((l for l in proc.stdout.splitlines() if l.startswith("REFUSED ")), None)
+    assert refused is not None, proc.stdout + proc.stderr
+    assert "another process" in refused and "Hogwild" in refused, refused
+
+
 @pytest.mark.parametrize("expose", EXPOSURES.values(), ids=EXPOSURES.keys())
 @pytest.mark.parametrize("write", ["float(a.sum())", "a.copy()[:] = 0.0"], ids=["read", "copy"])
 def test_reads_through_numpy_keep_remats_bit_identical(lib, expose, write):
