@@ -55,8 +55,8 @@ extern "C" __attribute__((visibility("default"))) void* dtr_malloc(size_t size, 
   return ptr;
 }
 
-extern "C" __attribute__((visibility("default"))) void dtr_free(void* ptr, size_t size,
-                                                                int device, cudaStream_t) {
+extern "C" __attribute__((visibility("default"))) void dtr_free(void* ptr, size_t size, int device,
+                                                                cudaStream_t) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   g_free[key(device, round_up(size))].push_back(ptr);

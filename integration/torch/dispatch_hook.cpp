@@ -529,9 +529,17 @@ void guard_raw_access() {
     return;
   }
   if (!is_init()) return;
+  // One installer at a time. The Python code can give up the GIL part way (imports), and
+  // a second thread's first op then ran it again: both defined and deleted the function
+  // in __main__, and one raised NameError (seen with three threads starting ops at once).
+  // A thread that finds it under way, or an op that the install itself runs, goes on
+  // unguarded, as ops before torch is importable do; the installer finishes it.
+  static std::atomic<bool> installing{false};
+  if (installing.exchange(true, std::memory_order_acquire)) return;
   const int gil = ensure();
   run(kRawAccessGuard);
   release(gil);
+  installing.store(false, std::memory_order_release);
 }
 
 void pin_raw_kernel(const at::Tensor& self) {
@@ -722,6 +730,7 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   } busy{reused_busy ? nullptr : &reused_busy};
   reused_busy = true;
   pending.reset(info, info.kind == OpKind::compute && recording());
+  pending.keys = below;  // Note [Op context] in lineage.cpp
   try {
     lineage->before_op(op, info, *stack, pending);
   } catch (...) {

@@ -212,6 +212,35 @@ constexpr size_t kNewestScanned = 16;
 // when recorded; they are still freed when they die.
 constexpr size_t kMinEvictableBytes = 16384;
 
+// Note [Op context]
+// ~~~~~~~~~~~~~~~~~
+// A remat must compute the bytes the op first computed, yet the op's arguments are not all
+// it reads. Before this note a remat ran the op from the top of the dispatcher, in whatever
+// state the program was in when it touched the evicted tensor, and three kinds of state
+// leaked in (found by probes, 2026-11-29):
+//  - Dispatch keys above dtr's. A tensor made outside torch.autocast and read inside it was
+//    recomputed through AutocastCPU: its mm ran in bfloat16 and the process died on the
+//    size check below. The op now runs with `OpRec::keys`, the keys below dtr's that the
+//    fallback passed it on with (redispatchBoxed), so autocast, autograd, vmap and the
+//    like, which already ran above dtr when the op first ran, do not run again. The lean
+//    kernels (Note [Lean batch-norm backward]) dispatch their own allocations, so the remat
+//    also excludes the autocast keys.
+//  - Process state that kernels read: the default dtype (an integer division, a factory
+//    without a dtype), mkldnn enabled or not (which convolution kernel runs; its sums
+//    differ in the last bit), deterministic algorithms, and the intra-op thread count
+//    (how reductions split).
+//  - Thread state: MXCSR's flush-to-zero and denormals-are-zero bits, which
+//    torch.set_flush_denormal sets on the calling thread: with them off at the remat,
+//    values the op had flushed to zero came back as denormals.
+// `OpRec::context` (op_context.h) packs the last two into one word when the op is
+// recorded, and OpContextScope puts it back around the remat where it differs from the
+// current one, then restores. A program that never changes them pays one read of each per
+// recorded op and one comparison per remat. Changing process state for a remat while
+// another thread runs an op would race with it; only a program that changes that state
+// itself while ops run on other threads can get there, and it races without dtr too.
+// Not covered: state an op reads that is neither (a TorchDispatchMode's Python state,
+// CUDA's flags, which CPU kernels do not read).
+
 // Note [Writes outside the dispatcher]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A remat re-runs an op on the inputs its record holds, and gets the same bits only if
@@ -1055,6 +1084,8 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.mask_bits = std::move(mask_bits);
       r.mask_one = mask_one;
       r.fingerprints.assign(pending.fingerprints.begin(), pending.fingerprints.end());
+      r.keys = pending.keys;
+      r.context = OpContext::current();  // Note [Op context]
       if (r.mask_bits) ++engine_->stats().num_packed_masks;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
@@ -1217,8 +1248,12 @@ void Lineage::on_compute(OpId op, bool remat) {
   OpRec& r = ops_[op];
   DTR_CHECK(r.op.has_value() && !r.args.empty(),
             "dtr: internal error: rematerializing an op whose lineage was dropped");
+  // Note [Op context]: the op runs with the keys and the state it first ran with. The
+  // guards cover what the lean kernels dispatch themselves.
   c10::impl::ExcludeDispatchKeyGuard no_hook(kDtrKey);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  OpContextScope context(r.context);
   MemoryHistory::ContextScope remat_allocations(history_, MemoryContext::remat);
   torch::jit::Stack stack(r.args.begin(), r.args.end());
   // Note [Seeded ops] (dispatch_hook.cpp): each replay draws from a copy of the state the
@@ -1256,10 +1291,10 @@ void Lineage::on_compute(OpId op, bool remat) {
       ++engine_->stats().num_mask_unpacks;
       return;
     }
-    r.op->callBoxed(&stack);
+    r.op->redispatchBoxed(r.keys, &stack);
     return;
   }
-  if (!r.lean_kernel || !r.lean_kernel(stack)) r.op->callBoxed(&stack);
+  if (!r.lean_kernel || !r.lean_kernel(stack)) r.op->redispatchBoxed(r.keys, &stack);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorId u = outputs[i];
     const StorageId s = engine_->storage_of(u);

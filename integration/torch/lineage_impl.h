@@ -44,6 +44,7 @@
 #include "dtr/eviction/plan_guide.h"
 #include "dtr/eviction/thrash_watch.h"
 #include "integration/torch/compat.h"
+#include "integration/torch/op_context.h"
 
 namespace dtr::torch_integration {
 
@@ -128,6 +129,8 @@ struct PendingOp {
   // Note [Writes outside the dispatcher] in lineage.cpp: each exposed input's slot and the
   // fingerprint of the bytes the op reads there.
   std::vector<std::pair<TensorSlot, uint64_t>> fingerprints;
+  // The dispatch keys below dtr's that the fallback runs the op with (Note [Op context]).
+  c10::DispatchKeySet keys;
   // Scratch: before_op's input tensors (parallel to input_slots) and after_op's outputs.
   // Emptied when the op ends (release()): they hold references.
   std::vector<at::Tensor> tensors;
@@ -267,6 +270,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     // Note [Writes outside the dispatcher]: each exposed input's slot and the fingerprint
     // of the bytes the op read there.
     c10::SmallVector<std::pair<TensorSlot, uint64_t>, 1> fingerprints;
+    // Note [Op context]: the keys the op ran with below dtr's, and the state it saw.
+    c10::DispatchKeySet keys;
+    OpContext context;
   };
 
   StorageId lookup(const c10::StorageImpl* impl) const;

@@ -106,3 +106,28 @@ def test_an_evicted_tensor_read_past_the_fallback_dies_with_a_reason(lib):
     assert "no fault" not in proc.stdout
     assert "dtr: fatal: memory at 0x" in proc.stderr, proc.stderr
     assert "torch.ops.dtr.record_on_this_thread()" in proc.stderr, proc.stderr
+
+
+# Three threads whose first ops start together: the raw-access guard is installed once.
+# Before, two threads could run its Python code at once, and in 3 of 5 runs one raised
+# NameError: name '_dtr_guard_raw_access' is not defined.
+FIRST_OPS_AT_ONCE = r"""
+import threading, torch
+def work():
+    for _ in range(200):
+        torch.ones(64) + 1
+threads = [threading.Thread(target=work) for _ in range(2)]
+for t in threads:
+    t.start()
+work()
+for t in threads:
+    t.join()
+print("GUARDED", getattr(torch.Tensor, "_dtr_raw_access_guard", False))
+"""
+
+
+def test_threads_starting_ops_at_once_install_the_guard_once(lib):
+    for _ in range(8):
+        proc = run([PYTHON, "-c", FIRST_OPS_AT_ONCE], clean_env(LD_PRELOAD=lib))
+        assert "Error" not in proc.stderr, proc.stderr
+        assert "GUARDED True" in proc.stdout, proc.stdout + proc.stderr

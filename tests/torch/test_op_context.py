@@ -1,0 +1,79 @@
+"""A remat runs in the state its op first ran in (Note [Op context] in
+integration/torch/lineage.cpp). Each script makes three tensors in one state, evicts them
+under a budget, and reads them back (through numpy, which refills them) in another: the
+bytes must be those the run without the library reads. Before, the remat ran in the
+reader's state: inside torch.autocast the process died on a size check (the mm ran in
+bfloat16), after torch.set_flush_denormal(False) flushed zeros came back as denormals,
+after torch.set_default_dtype(torch.float64) an integer division came back in float64,
+and with mkldnn enabled again a convolution made without it came back from the other
+kernel, one element a bit off."""
+import re
+
+import pytest
+
+from conftest import PYTHON, clean_env, run
+
+SCRIPT = r"""
+import hashlib, torch
+try:
+    import dtr
+except ImportError:
+    dtr = None
+torch.manual_seed(0)
+MAKE
+if dtr is not None and dtr.is_enabled():
+    dtr.set_budget(BUDGET)
+    filler = torch.ones(FILLER)
+    del filler
+    print("EVICTED", dtr.memory_stats()["dtr.num_evictions"] > 0)
+READ
+    digests = [hashlib.sha256(y.numpy().tobytes()).hexdigest()[:16] for y in ys]
+print("DIGESTS", *digests, *(str(y.dtype) for y in ys))
+if dtr is not None and dtr.is_enabled():
+    print("REMATS", dtr.memory_stats()["dtr.num_remats"])
+"""
+
+CASES = {
+    # fp32 mm results made outside autocast, read inside it.
+    "autocast": dict(
+        MAKE="w = torch.randn(1024, 1024)\nys = [w @ (w + i) for i in range(3)]",
+        READ="with torch.autocast('cpu', dtype=torch.bfloat16):",
+        BUDGET='"24M"', FILLER="3 * 2 ** 20"),
+    # Products flushed to zero while flush-to-zero was on, read with it off.
+    "flush_denormal": dict(
+        MAKE="w = torch.randn(1024, 1024)\ntorch.set_flush_denormal(True)\n"
+             "ys = [(w + i) * 1e-39 for i in range(3)]\ntorch.set_flush_denormal(False)",
+        READ="if True:",
+        BUDGET='"24M"', FILLER="3 * 2 ** 20"),
+    # int64 / int -> the default dtype (float32) when made; float64 when read.
+    "default_dtype": dict(
+        MAKE="n = torch.randint(1, 100, (1024, 1024))\nys = [(n + i) / 7 for i in range(3)]",
+        READ="torch.set_default_dtype(torch.float64)\nif True:",
+        BUDGET='"32M"', FILLER="4 * 2 ** 20"),
+    # A convolution made with mkldnn disabled (the native kernel), read with it enabled.
+    "mkldnn": dict(
+        MAKE="x = torch.randn(16, 16, 64, 64)\nw = torch.randn(16, 16, 3, 3)\n"
+             "with torch.backends.mkldnn.flags(enabled=False):\n"
+             "    ys = [torch.nn.functional.conv2d(x + i, w, padding=1) for i in range(3)]",
+        READ="if True:",
+        BUDGET='"60M"', FILLER="12 * 2 ** 20"),
+}
+
+
+def script(case):
+    text = SCRIPT
+    for key, value in CASES[case].items():
+        text = text.replace(key, value)
+    return text
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_remat_runs_in_the_state_its_op_ran_in(lib, case):
+    text = script(case)
+    plain = run([PYTHON, "-c", text], clean_env())
+    expected = re.search(r"^DIGESTS .*$", plain.stdout, re.M).group(0)
+    proc = run([PYTHON, "-c", text], clean_env(LD_PRELOAD=lib), check=False)
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expected in proc.stdout, (expected, proc.stdout + proc.stderr)
+    assert int(re.search(r"^REMATS (\d+)", proc.stdout, re.M).group(1)) > 0, proc.stdout
