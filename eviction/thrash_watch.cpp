@@ -1,6 +1,7 @@
 // thrash_watch.cpp: the live run's thrash check (thrash_watch.h).
 #include "dtr/eviction/thrash_watch.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -92,20 +93,64 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
                 double(remat_ns) * 1e-9, double(model_ns) * 1e-9,
                 windowed_ ? "in the last stretch of the run" : "since the budget was set",
                 windowed_ ? "that stretch" : "the run", overhead, max_overhead_, budget.c_str());
+  std::string message = std::string("dtr: thrashing: ") + numbers +
+                        ". The budget is near the least this program needs at once, so each "
+                        "eviction forces another remat. ";
+  message += advice();
+  message +=
+      "; on_thrash:raise makes this an out-of-memory error, max_overhead:0 turns the "
+      "check off (Note [Thrashing in a live run])";
+  return message;
+}
+
+std::string ThrashWatch::advice() const {
   std::vector<std::string> tries;
   if (policy_ != "msps")
     tries.push_back("policy:msps (it scores by bytes freed per second of remat)");
   if (!dead_first_) tries.push_back("dead_first:True (it evicts what remats brought back first)");
   std::string advice = "Raise the budget";
   for (size_t i = 0; i < tries.size(); ++i) advice += (i == 0 ? ", or try " : " or ") + tries[i];
-  std::string message = std::string("dtr: thrashing: ") + numbers +
-                        ". The budget is near the least this program needs at once, so each "
-                        "eviction forces another remat. ";
-  message += advice;
-  message +=
-      "; on_thrash:raise makes this an out-of-memory error, max_overhead:0 turns the "
-      "check off (Note [Thrashing in a live run])";
-  return message;
+  return advice;
+}
+
+// Note [Runaway cascades]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The watch above warns by default, and the run goes on. That is right for a run that is
+// slow, and wrong for one that will not end: 3 steps of a 2-layer LSTM and a
+// bidirectional GRU with Adam and clip_grad_norm_ (3.4 s without the library) at 0.5 of
+// their peak warned after 4 s, then sat for over 580 s in one op (a helper agent's probe,
+// 2026-11-29): clip_grad_norm_'s mul_ on an evicted gradient, whose remat cascaded through
+// the recurrent backward pass, each remat evicting what a later one needed, under every
+// policy tried. Nothing was printed after the warning, and the program's own threads could
+// not read dtr's stats (the cascade holds the engine's lock). So the remats one op's
+// inputs take are counted from the op's start (mark_op), and once they pass kRunawayMinNs
+// (10 s) and kRunawayFactor * max_overhead (10 at the default) times all the program's own
+// ops so far, the op is stopped with PyTorch's out-of-memory error, under on_thrash:warn
+// as well as raise: a run that has spent ten times its whole compute on one op's inputs
+// is not going to finish in a time anyone waits for. The engine unwinds the cascade as for
+// a raise (Note [Thrashing within one op] in integration/torch/lineage.cpp); the program
+// can catch the error and go on. A cascade that is merely long, recomputing a forward
+// pass for one gradient, costs about the program's compute once, far under the limit.
+// max_overhead:0 turns this off with the rest of the watch.
+std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
+  if (max_overhead_ <= 0.0) return std::nullopt;
+  const uint64_t in_op = now.remat_measured_ns - op_remat_ns_;
+  const double limit = std::max(double(kRunawayMinNs),
+                                kRunawayFactor * max_overhead_ * double(now.model_compute_ns));
+  if (double(in_op) <= limit) return std::nullopt;
+  op_remat_ns_ = now.remat_measured_ns;
+  char numbers[320];
+  std::snprintf(numbers, sizeof numbers,
+                "the remats for one op's inputs have run %.1f s, over %.0f times the %.1f s "
+                "the program's own ops have taken in all, and had not ended",
+                double(in_op) * 1e-9, kRunawayFactor * max_overhead_,
+                double(now.model_compute_ns) * 1e-9);
+  const std::string budget =
+      budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
+  return std::string("dtr: runaway thrashing: ") + numbers + " (budget " + budget +
+         "), so the op was stopped: each remat evicts what a later one needs. " + advice() +
+         ". This stop comes under on_thrash:warn too; max_overhead:0 turns it off with the "
+         "warning (Note [Runaway cascades])";
 }
 
 }  // namespace dtr

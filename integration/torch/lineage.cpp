@@ -645,6 +645,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!thrash_error_.empty()) throw_status(Status::thrashing());  // on_thrash:raise
+  thrash_watch_.mark_op(engine_->stats());                        // Note [Runaway cascades]
   if (!other_layouts.empty()) {
     pending.record = false;
     for (const auto& [t, written] : other_layouts) hold_inner_tensors(t, written);
@@ -1222,6 +1223,14 @@ bool Lineage::may_recompute(OpId op) {
   return true;
 }
 
+void Lineage::watch_for_runaway() {
+  if (!thrash_error_.empty()) return;
+  std::optional<std::string> runaway = thrash_watch_.runaway(engine_->stats());
+  if (!runaway) return;
+  ++engine_->stats().num_thrash_alerts;  // Note [Runaway cascades] in thrash_watch.cpp
+  thrash_error_ = std::move(*runaway);   // stop_remats() stops the cascade
+}
+
 void Lineage::watch_for_thrash() {
   std::optional<std::string> thrash = thrash_watch_.check(engine_->stats());
   if (!thrash) return;
@@ -1237,6 +1246,7 @@ void Lineage::watch_for_thrash() {
 void Lineage::on_compute(OpId op, bool remat) {
   DTR_CHECK(remat, "the torch host runs each op itself before recording it");
   watch_for_thrash();  // Note [Thrashing within one op]
+  watch_for_runaway();
   // What the remat really took; the engine charges the op's remat cost (Note [Noisy op
   // times]). Parents were refilled by calls of their own, so nothing is timed twice.
   struct Timed {

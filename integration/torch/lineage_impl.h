@@ -209,6 +209,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void end_period();
   // Asks the thrash watch; warns or arms the raise (Note [Thrashing within one op]).
   void watch_for_thrash();
+  void watch_for_runaway();  // Note [Runaway cascades] in eviction/thrash_watch.cpp
   // Throws PyTorch's out-of-memory error for a failed engine call: the armed thrash
   // message for `thrash` (Note [Thrashing within one op]), else the status's own.
   [[noreturn]] void throw_status(const Status& status);

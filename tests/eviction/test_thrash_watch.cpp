@@ -121,3 +121,34 @@ TEST_CASE("on_thrash takes warn or raise and names both when wrong", "[eviction]
     CHECK(std::string(e.what()).find("valid values: warn, raise") != std::string::npos);
   }
 }
+
+TEST_CASE("one op's remats past 10 s and 5 x max_overhead times all ops are a runaway",
+          "[eviction][thrash]") {
+  // Note [Runaway cascades]: counted from mark_op, against all the program's ops so far.
+  ThrashWatch watch(2.0, "dtr_eq", true);
+  watch.rearm(totals(0, 0), 64ull << 20);
+  watch.mark_op(totals(kSecond / 2, 3 * kSecond));                // 3 s of remats before this op
+  CHECK_FALSE(watch.runaway(totals(kSecond / 2, 13 * kSecond)));  // 10 s: not over the floor
+  std::optional<std::string> message = watch.runaway(totals(kSecond / 2, 13 * kSecond + 1));
+  REQUIRE(message);
+  CHECK(message->find("dtr: runaway thrashing: the remats for one op's inputs have run 10.0 s, "
+                      "over 10 times the 0.5 s") == 0);
+  CHECK(message->find("budget 64.00 MiB") != std::string::npos);
+  CHECK(message->find("policy:msps") != std::string::npos);
+  CHECK(message->find("dead_first") == std::string::npos);  // the run already does it
+  CHECK(message->find("on_thrash:warn too") != std::string::npos);
+  // Firing marks again: the next cascade is judged on its own.
+  CHECK_FALSE(watch.runaway(totals(kSecond / 2, 14 * kSecond)));
+  // With 3 s of the program's ops the limit is 10 x 3 s = 30 s.
+  watch.mark_op(totals(3 * kSecond, 20 * kSecond));
+  CHECK_FALSE(watch.runaway(totals(3 * kSecond, 50 * kSecond)));
+  CHECK(watch.runaway(totals(3 * kSecond, 51 * kSecond)));
+  // The limit scales with max_overhead, and max_overhead 0 turns it off.
+  ThrashWatch lenient(4.0, "dtr_eq", true);
+  lenient.mark_op(totals(0, 0));
+  CHECK_FALSE(lenient.runaway(totals(3 * kSecond, 60 * kSecond)));  // limit 20 x 3 s
+  CHECK(lenient.runaway(totals(3 * kSecond, 61 * kSecond)));
+  ThrashWatch off(0.0, "dtr_eq", true);
+  off.mark_op(totals(0, 0));
+  CHECK_FALSE(off.runaway(totals(kSecond, 1000 * kSecond)));
+}

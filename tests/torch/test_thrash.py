@@ -170,3 +170,46 @@ def test_a_cascade_inside_one_op_is_stopped_with_on_thrash_raise(lib, trigger):
     assert 0 < remats < ops, proc.stdout  # all of them, with the raise only after the op
     assert "AFTER True" in proc.stdout, proc.stdout + proc.stderr
     assert alerts(proc) == "1", proc.stdout
+
+
+# Note [Runaway cascades] (eviction/thrash_watch.cpp): a 2-layer LSTM and a bidirectional
+# GRU with Adam and clip_grad_norm_ (3.4 s for 3 steps without the library), at about 0.5
+# of its peak. Before, under the default on_thrash:warn it warned after a few seconds and
+# then sat in one op (clip_grad_norm_'s mul_ on an evicted gradient) for over 580 s.
+RUNAWAY = r"""
+import torch
+torch.manual_seed(0)
+lstm = torch.nn.LSTM(128, 256, num_layers=2, batch_first=True, dropout=0.1)
+gru = torch.nn.GRU(256, 128, batch_first=True, bidirectional=True)
+head = torch.nn.Linear(256, 10)
+params = list(lstm.parameters()) + list(gru.parameters()) + list(head.parameters())
+opt = torch.optim.Adam(params, lr=1e-3)
+try:
+    for i in range(3):
+        with torch.no_grad():
+            x = torch.randn(64, 100, 128)
+            y = torch.randint(0, 10, (64,))
+        opt.zero_grad()
+        h, (hn, cn) = lstm(x)
+        h2, hn2 = gru(h)
+        loss = (torch.nn.functional.cross_entropy(head(h2[:, -1]), y) + hn.pow(2).mean()
+                + cn.pow(2).mean() + hn2.pow(2).mean())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+    print("FINISHED")
+except torch.cuda.OutOfMemoryError as e:
+    print("OOM", str(e).replace("\n", " "))
+"""
+
+
+def test_a_runaway_cascade_is_stopped_under_the_default_warn(lib):
+    # One thread: the cascade comes in the first step, where the limit is its 10 s floor
+    # (with two, here, in a later step, after 43 s of remats against 3.9 s of ops).
+    proc = run([PYTHON, "-c", RUNAWAY], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:106633216",
+                                                  OMP_NUM_THREADS="1"), timeout=300)
+    oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
+    assert oom is not None, proc.stdout + proc.stderr
+    assert "dtr: runaway thrashing: the remats for one op's inputs have run " in oom, oom
+    assert "on_thrash:warn too" in oom, oom
+    assert "dtr: thrashing: " in proc.stderr, proc.stderr  # the warning came first

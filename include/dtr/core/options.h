@@ -67,11 +67,12 @@ struct Budget {
     "give up (status `thrash`) once total compute exceeds this multiple of the baseline; "         \
     "PyTorch: act (on_thrash) once remats since the budget was set (at most the last one to two "  \
     "minutes of ops) took more than (max_overhead - 1) times the program's own ops (Note "         \
-    "[Thrashing in a live run]); 0 = never")                                                       \
+    "[Thrashing in a live run]), and stop an op whose inputs' remats pass 10 s and 5 x "           \
+    "max_overhead times all its ops (Note [Runaway cascades]); 0 = never")                         \
   X(on_thrash, std::string, "on_thrash", "DTR_ON_THRASH", "warn",                                  \
     "PyTorch: what a run does once max_overhead is passed: `warn` prints one line saying what "    \
     "to try; `raise` raises PyTorch's out-of-memory error at the next op, or stops a cascade of "  \
-    "remats inside one op with it (once per budget)")                                              \
+    "remats inside one op with it (once per budget); a runaway cascade is stopped either way")     \
   X(reserved_limit, Budget, "reserved_limit", "DTR_RESERVED_LIMIT", "0",                           \
     "PyTorch: cap on reserved bytes, what the allocator holds from the system (live blocks, "      \
     "cached free ones, small allocations): bytes with K/M/G suffix; 0 = unlimited. A request "     \

@@ -25,6 +25,7 @@ enum class ThrashAction : uint8_t {
   warn,   // one line on stderr, the run goes on
   raise,  // out-of-memory (catchable) at the next op, once
 };
+// Either way a runaway cascade inside one op (Note [Runaway cascades]) raises.
 ThrashAction parse_thrash_action(const std::string& text);  // throws ConfigError
 
 class ThrashWatch {
@@ -48,6 +49,18 @@ class ThrashWatch {
   // nullopt otherwise.
   std::optional<std::string> check(const Stats& now);
 
+  // Note [Runaway cascades]: an op starts (its inputs are about to be locked); the remats
+  // from now on count as this op's.
+  void mark_op(const Stats& now) { op_remat_ns_ = now.remat_measured_ns; }
+  // Before each remat: the message when the remats since mark_op() have passed
+  // max(kRunawayMinNs, kRunawayFactor * max_overhead * all of the program's compute so far),
+  // whatever on_thrash says; nullopt otherwise, and always with max_overhead 0. Firing
+  // marks again, so a later cascade is judged on its own.
+  std::optional<std::string> runaway(const Stats& now);
+
+  static constexpr uint64_t kRunawayMinNs = 10'000'000'000;
+  static constexpr double kRunawayFactor = 5.0;
+
  private:
   struct Mark {
     uint64_t model_ns = 0;  // Stats::model_compute_ns then
@@ -61,6 +74,9 @@ class ThrashWatch {
   uint64_t budget_bytes_ = 0;
   bool windowed_ = false;  // from_ is past rearm(): a window has closed since
   bool fired_ = false;
+  uint64_t op_remat_ns_ = 0;  // Stats::remat_measured_ns at mark_op()
+
+  std::string advice() const;  // what to try, for both messages
 };
 
 }  // namespace dtr
