@@ -730,7 +730,9 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   } busy{reused_busy ? nullptr : &reused_busy};
   reused_busy = true;
   pending.reset(info, info.kind == OpKind::compute && recording());
-  pending.keys = below;  // Note [Op context] in lineage.cpp
+  // Note [Op context] in lineage.cpp; without Python's key, which a TorchDispatchMode
+  // active at the op adds: a remat runs the kernel, not a mode that may be gone.
+  pending.keys = below.remove(c10::DispatchKey::Python);
   try {
     lineage->before_op(op, info, *stack, pending);
   } catch (...) {

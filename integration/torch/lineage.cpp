@@ -226,8 +226,8 @@ constexpr size_t kMinEvictableBytes = 16384;
 //    kernels (Note [Lean batch-norm backward]) dispatch their own allocations, so the remat
 //    also excludes the autocast keys.
 //  - Process state that kernels read: the default dtype (an integer division, a factory
-//    without a dtype), mkldnn enabled or not (which convolution kernel runs; its sums
-//    differ in the last bit), deterministic algorithms, and the intra-op thread count
+//    without a dtype), mkldnn enabled or not (which convolution kernel runs; their
+//    results differ in low bits), deterministic algorithms, and the intra-op thread count
 //    (how reductions split).
 //  - Thread state: MXCSR's flush-to-zero and denormals-are-zero bits, which
 //    torch.set_flush_denormal sets on the calling thread: with them off at the remat,
@@ -238,8 +238,10 @@ constexpr size_t kMinEvictableBytes = 16384;
 // recorded op and one comparison per remat. Changing process state for a remat while
 // another thread runs an op would race with it; only a program that changes that state
 // itself while ops run on other threads can get there, and it races without dtr too.
-// Not covered: state an op reads that is neither (a TorchDispatchMode's Python state,
-// CUDA's flags, which CPU kernels do not read).
+// The keys leave out Python's (DispatchKey::Python, below dtr's): a TorchDispatchMode
+// active when the op ran may be gone at the remat, which runs the kernel, as before this
+// note. Not covered: state an op reads that is neither (a TorchDispatchMode's own Python
+// state; CUDA's flags, which CPU kernels do not read).
 
 // Note [Writes outside the dispatcher]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
