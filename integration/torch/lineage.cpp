@@ -227,15 +227,18 @@ constexpr size_t kMinEvictableBytes = 16384;
 //    also excludes the autocast keys.
 //  - Process state that kernels read: the default dtype (an integer division, a factory
 //    without a dtype), mkldnn enabled or not (which convolution kernel runs; their
-//    results differ in low bits), deterministic algorithms, and the intra-op thread count
-//    (how reductions split).
+//    results differ in low bits), and deterministic algorithms.
 //  - Thread state: MXCSR's flush-to-zero and denormals-are-zero bits, which
 //    torch.set_flush_denormal sets on the calling thread: with them off at the remat,
 //    values the op had flushed to zero came back as denormals.
 // `OpRec::context` (op_context.h) packs the last two into one word when the op is
 // recorded, and OpContextScope puts it back around the remat where it differs from the
 // current one, then restores. A program that never changes them pays one read of each per
-// recorded op and one comparison per remat. Changing process state for a remat while
+// recorded op and per remat (about 34 ns an op here). The intra-op thread count is left
+// out: the first version set it back too, and a forked child (a process that set one
+// thread, as DataLoader workers do) whose remat set two hung in GNU OpenMP, whose pool
+// does not survive a fork; reading it was also half the cost, and none of eight ops tried
+// gave other bits with one thread than with two. Changing process state for a remat while
 // another thread runs an op would race with it; only a program that changes that state
 // itself while ops run on other threads can get there, and it races without dtr too.
 // The keys leave out Python's (DispatchKey::Python, below dtr's): a TorchDispatchMode

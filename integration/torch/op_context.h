@@ -4,7 +4,6 @@
 #pragma once
 
 #include <ATen/Context.h>
-#include <ATen/Parallel.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
@@ -24,7 +23,8 @@ namespace dtr::torch_integration {
 struct OpContext {
   // Bits 0-7: default dtype (c10::ScalarType); 8: mkldnn enabled; 9-10: deterministic
   // algorithms and their warn-only mode; 11-12: the calling thread's MXCSR flush-to-zero
-  // and denormals-are-zero (torch.set_flush_denormal); 16-47: intra-op threads.
+  // and denormals-are-zero (torch.set_flush_denormal). Not the intra-op thread count
+  // (Note [Op context]).
   uint64_t word = 0;
 
   static constexpr uint64_t kMkldnn = uint64_t{1} << 8;
@@ -32,7 +32,6 @@ struct OpContext {
   static constexpr uint64_t kWarnOnly = uint64_t{1} << 10;
   static constexpr uint64_t kFlushToZero = uint64_t{1} << 11;
   static constexpr uint64_t kDenormalsAreZero = uint64_t{1} << 12;
-  static constexpr int kThreadsShift = 16;
 
   static OpContext current() {
     const at::Context& ctx = at::globalContext();
@@ -45,12 +44,10 @@ struct OpContext {
     if (csr & 0x8000) w |= kFlushToZero;
     if (csr & 0x0040) w |= kDenormalsAreZero;
 #endif
-    w |= static_cast<uint64_t>(static_cast<uint32_t>(at::get_num_threads())) << kThreadsShift;
     return OpContext{w};
   }
 
   c10::ScalarType default_dtype() const { return static_cast<c10::ScalarType>(word & 0xff); }
-  int threads() const { return static_cast<int>((word >> kThreadsShift) & 0xffffffffu); }
   bool operator==(OpContext other) const { return word == other.word; }
   bool operator!=(OpContext other) const { return word != other.word; }
 };
@@ -90,9 +87,6 @@ class OpContextScope {
       _mm_setcsr(csr);
     }
 #endif
-    // Not inside a parallel region, where OpenMP cannot change its team.
-    if (to.threads() != from.threads() && to.threads() > 0 && !at::in_parallel_region())
-      at::set_num_threads(to.threads());
   }
 
   OpContext saved_;
