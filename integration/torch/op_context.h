@@ -54,7 +54,7 @@ struct OpContext {
 
 // Sets `recorded` for its lifetime where the current context differs, and puts the current
 // one back after. Each part is set only if it differs, so a remat in an unchanged context
-// (every remat of a program that never changes these) costs one comparison.
+// (every remat of a program that never changes these) costs the reads and one comparison.
 class OpContextScope {
  public:
   explicit OpContextScope(OpContext recorded) : saved_(OpContext::current()) {
