@@ -5,6 +5,7 @@
 
 #include <ATen/Context.h>
 #include <c10/core/DefaultDtype.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
 
@@ -23,8 +24,8 @@ namespace dtr::torch_integration {
 struct OpContext {
   // Bits 0-7: default dtype (c10::ScalarType); 8: mkldnn enabled; 9-10: deterministic
   // algorithms and their warn-only mode; 11-12: the calling thread's MXCSR flush-to-zero
-  // and denormals-are-zero (torch.set_flush_denormal). Not the intra-op thread count
-  // (Note [Op context]).
+  // and denormals-are-zero (torch.set_flush_denormal); 13: the thread's grad mode. Not the
+  // intra-op thread count (Note [Op context]).
   uint64_t word = 0;
 
   static constexpr uint64_t kMkldnn = uint64_t{1} << 8;
@@ -32,6 +33,7 @@ struct OpContext {
   static constexpr uint64_t kWarnOnly = uint64_t{1} << 10;
   static constexpr uint64_t kFlushToZero = uint64_t{1} << 11;
   static constexpr uint64_t kDenormalsAreZero = uint64_t{1} << 12;
+  static constexpr uint64_t kGradMode = uint64_t{1} << 13;
 
   static OpContext current() {
     const at::Context& ctx = at::globalContext();
@@ -39,6 +41,7 @@ struct OpContext {
     if (ctx.userEnabledMkldnn()) w |= kMkldnn;
     if (ctx.deterministicAlgorithms()) w |= kDeterministic;
     if (ctx.deterministicAlgorithmsWarnOnly()) w |= kWarnOnly;
+    if (c10::GradMode::is_enabled()) w |= kGradMode;
 #if DTR_HAVE_MXCSR
     const unsigned csr = _mm_getcsr();
     if (csr & 0x8000) w |= kFlushToZero;
@@ -78,6 +81,8 @@ class OpContextScope {
       ctx.setDeterministicAlgorithms((to.word & OpContext::kDeterministic) != 0,
                                      (to.word & OpContext::kWarnOnly) != 0);
     }
+    if ((to.word ^ from.word) & OpContext::kGradMode)
+      c10::GradMode::set_enabled((to.word & OpContext::kGradMode) != 0);
 #if DTR_HAVE_MXCSR
     const uint64_t fp = OpContext::kFlushToZero | OpContext::kDenormalsAreZero;
     if ((to.word & fp) != (from.word & fp)) {

@@ -5,8 +5,10 @@ bytes must be those the run without the library reads. Before, the remat ran in 
 reader's state: inside torch.autocast the process died on a size check (the mm ran in
 bfloat16), after torch.set_flush_denormal(False) flushed zeros came back as denormals,
 after torch.set_default_dtype(torch.float64) an integer division came back in float64,
-and with mkldnn enabled again a convolution made without it came back from the other
-kernel (the sum of one of the three read 3981088.25 against 3981088.5)."""
+with mkldnn enabled again a convolution made without it came back from the other
+kernel (the sum of one of the three read 3981088.25 against 3981088.5), and under no_grad a
+kernel that reads grad mode computed its other branch (PyTorch 2.11's LSTM kernel returned
+no workspace, and backward died on it)."""
 import re
 
 import pytest
@@ -57,6 +59,16 @@ CASES = {
              "    ys = [torch.nn.functional.conv2d(x + i, w, padding=1) for i in range(3)]",
         READ="if True:",
         BUDGET='"60M"', FILLER="12 * 2 ** 20"),
+    # A kernel that reads grad mode, as PyTorch 2.x's mkldnn_rnn_layer does (no workspace
+    # without it); made in grad mode, read under no_grad (as a backward pass runs).
+    "grad_mode": dict(
+        MAKE="lib = torch.library.Library('aten', 'IMPL')\n"
+             "def sinh(x):\n"
+             "    return x * 2 if torch.is_grad_enabled() else x * 3\n"
+             "lib.impl('sinh', sinh, 'CPU')\n"
+             "w = torch.randn(1024, 1024)\nys = [torch.sinh(w + i) for i in range(3)]",
+        READ="with torch.no_grad():",
+        BUDGET='"24M"', FILLER="3 * 2 ** 20"),
 }
 
 
