@@ -88,6 +88,16 @@ void repoint_storage(c10::StorageImpl& impl, void* to, c10::DeleterFnPtr deleter
   old.release_context();
 }
 
+void* storage_address(const c10::StorageImpl& impl) { return impl.data_ptr().get(); }
+
+void* writable_bytes(c10::StorageImpl& impl) {
+#if DTR_TORCH_VERSION_AT_LEAST(2, 1)
+  return impl.mutable_data();
+#else
+  return impl.data();
+#endif
+}
+
 void throw_out_of_memory(const std::string& message) {
 #if DTR_TORCH_HAS_OOM_ERROR
   C10_THROW_ERROR(OutOfMemoryError, message);

@@ -2,9 +2,11 @@
 //
 // What it is. The rest of integration/torch talks to PyTorch only through the names
 // below, so porting to another PyTorch release means editing this header and compat.cpp
-// and nothing else. Built and tested against Debian's PyTorch 1.13.1 (TORCH_VERSION
-// 1.13); the branches for later releases follow their published headers but have not
-// been compiled here, so treat them as the plan, to be confirmed when built.
+// and nothing else. Built and tested in CI against Debian's PyTorch 1.13.1 (TORCH_VERSION
+// 1.13). On 2026-11-30 the library was also built against PyTorch 2.11 (pip, on a lent
+// GPU machine, tests/torch/torch2_check.sh): it compiled with this file's branches and
+// -Werror, and tests/torch ran there (results in the note below and in docs/pytorch.md,
+// "Under PyTorch 2.x"). Releases in between were not built.
 //
 // Note [PyTorch 2.x changes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -21,8 +23,10 @@
 //    eviction part must treat a COW storage as shared: refilling or evicting it in place
 //    would change its twin. TensorBase::mutable_data_ptr() / const_data_ptr() (2.1+)
 //    replace data_ptr() for raw access; the raw-access guard must hook both.
-//  - StorageImpl::set_data_ptr_noswap / mutable_data_ptr() keep working for evict/remat
-//    in 2.x; 2.x also adds StorageImpl::mutable_data_ptr() that materializes COW first.
+//  - StorageImpl::set_data_ptr_noswap keeps working for evict/remat in 2.x. 2.x's
+//    StorageImpl::data() returns `const void*`, and mutable_data() (materializing a COW
+//    storage first) gives the bytes to write: storage_address() and writable_bytes() below
+//    are the two uses, the one never materializing, the other always where it must.
 //  - c10::reportMemoryUsageToProfiler takes size_t totals in 2.x (int64_t in 1.13): the
 //    call below converts either way.
 //  - c10::OutOfMemoryError exists from 1.13 (torch.cuda.OutOfMemoryError in Python, a
@@ -31,11 +35,11 @@
 //    annotation; 2.x adds _native_batch_norm_legit / _native_batch_norm_legit_no_training
 //    with proper annotations. kHiddenWriteBatchNorm names the op whose running stats are
 //    treated as written (Note [Batch norm] in dispatch_hook.cpp). The 2.x `_legit` variants
-//    carry annotations and need no special case; whether 2.x's native_batch_norm schema is
-//    annotated is not checked here: keep the name until a 2.x build shows (a!) on it.
+//    carry annotations and need no special case. 2.11's native_batch_norm schema is still
+//    unannotated (ATen/ops/native_batch_norm.h), so the name stays.
 //  - The dispatch key of the fallback (kDtrKey): `Fake` is unused by core PyTorch 1.13.
-//    2.x keeps the enumerator but Python's FakeTensor mode uses the Python key, not it;
-//    check DispatchKey.h of the target release before porting.
+//    2.x keeps the enumerator ("Out-of-core key for Fake Tensor in torchdistx" in 2.11's
+//    DispatchKey.h); Python's FakeTensor mode uses the Python key, not it.
 //  - Op tags (at::Tag::nondeterministic_seeded, inplace_view) exist from 1.13.
 //  - at::Generator::clone() and at::detail::getDefaultCPUGenerator() (Note [Seeded ops] in
 //    dispatch_hook.cpp) are unchanged in 2.x; 2.x adds graphsafe_get_state, not needed.
@@ -44,6 +48,26 @@
 //    2.x's CPU kernel still allocates grad_input twice on the same path, but its stub also
 //    takes mixed BFloat16/float arguments: re-check its conditions against the release's
 //    Normalization.cpp before enabling it there.
+//
+//
+// Under 2.11 (torch2_check.sh run, 2026-11-30; 16 cores, pytest -n 8): 155 of 178 tests
+// passed, 3 skipped, 20 failed. Since then fixed: 2.11's CPU LSTM kernel reads grad mode
+// (Note [Op context] in lineage.cpp), which failed 4 (the LSTM scripts); the lean
+// batch-norm test now skips its peak check where the lean kernel is not built. Left:
+//  - Without the lean batch-norm backward, resnet18 at 0.5x and 0.46x and the reserved-
+//    limit test run out of memory at the stem's batch-norm backward (its two buffers).
+//  - gru_packed at 0.8x runs out of memory in clip_grad_norm_'s _foreach_norm (24 MiB
+//    pinned of a 30.8 MiB budget); the runaway test's model ran out of memory before its
+//    cascade.
+//  - Not explained, and not reproduced when the same scripts ran alone on the same
+//    machine: final parameters of sparse_embedding at 0.7x, a numpy read after a remat of
+//    a from_numpy input, a tolist digest and an apply_ result differed from the run
+//    without dtr; and pinned bytes exceeded allocated ones by 10 MB around deepcopy.
+//  - Test expectations of 1.13: op counts (test_lineage_memory), the text of
+//    torch.cuda._memory_viz (test_observability), a C++ test program linked with -lc10
+//    from the system (test_allocator_hook), and a 2-step MLP trace that replays under
+//    dtr-sim's allocator model at 1.0 with 78 evictions (test_trace; none with
+//    --allocator none).
 //
 // Lock rules: none here; every function is a thin wrapper.
 #pragma once
@@ -106,6 +130,9 @@ constexpr const char* kHiddenWriteBatchNorm = "aten::native_batch_norm";
 
 // The version this library was compiled against, "1.13".
 std::string compiled_torch_version();
+// The release whose tests run in CI (Debian's). A build against another one says so once
+// at start (runtime.cpp): Note [PyTorch 2.x changes] lists what a 2.11 run still failed.
+constexpr const char* kTestedTorchVersion = "1.13";
 
 // A c10::Allocator whose allocate() has the signature this PyTorch wants: derived
 // classes implement allocate_bytes() and raw_deleter() once for every version.
@@ -144,6 +171,12 @@ bool move_to_cpu_allocator(c10::StorageImpl& impl);
 // allocator, freed by `deleter`); its old block was freed by the allocator that moved it,
 // so the old DataPtr is dropped without its deleter.
 void repoint_storage(c10::StorageImpl& impl, void* to, c10::DeleterFnPtr deleter);
+
+// The address of `impl`'s bytes (null when it has none), as a key for the allocator's
+// tables: never written through, so a copy-on-write storage is not materialized.
+void* storage_address(const c10::StorageImpl& impl);
+// `impl`'s bytes, to write into (2.x: materializes a copy-on-write storage first).
+void* writable_bytes(c10::StorageImpl& impl);
 
 // Throws PyTorch's out-of-memory error (c10::OutOfMemoryError, torch.cuda.OutOfMemoryError
 // in Python; c10::Error before 1.13) with `message`.

@@ -124,4 +124,6 @@ void set_allocation_observer(void (*observer)()) {
 
 std::string compiled_torch_version() { return torch_compat::compiled_torch_version(); }
 
+std::string tested_torch_version() { return torch_compat::kTestedTorchVersion; }
+
 }  // namespace dtr::torch_integration

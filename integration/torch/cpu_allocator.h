@@ -47,6 +47,8 @@ void set_allocation_observer(void (*observer)());
 
 // The PyTorch version the library was compiled against ("1.13").
 std::string compiled_torch_version();
+// The release its tests ran against, in CI ("1.13"; Note [PyTorch 2.x changes] in compat.h).
+std::string tested_torch_version();
 
 }  // namespace torch_integration
 }  // namespace dtr

@@ -230,7 +230,12 @@ constexpr size_t kMinEvictableBytes = 16384;
 //    results differ in low bits), and deterministic algorithms.
 //  - Thread state: MXCSR's flush-to-zero and denormals-are-zero bits, which
 //    torch.set_flush_denormal sets on the calling thread: with them off at the remat,
-//    values the op had flushed to zero came back as denormals.
+//    values the op had flushed to zero came back as denormals. And grad mode: a kernel may
+//    read it below autograd. PyTorch 2.11's CPU LSTM kernel (mkldnn_rnn_layer) returns its
+//    workspace only in grad mode; a forward op recomputed in the backward pass, which the
+//    engine runs with grad mode off, came back without it, and the library died reading
+//    its storage (tests/torch/torch2_check.sh, 2026-11-30). No 1.13 kernel is known to
+//    read it; test_op_context.py registers one that does.
 // `OpRec::context` (op_context.h) packs the last two into one word when the op is
 // recorded, and OpContextScope puts it back around the remat where it differs from the
 // current one, then restores. A program that never changes them pays one read of each per
@@ -528,7 +533,8 @@ void Lineage::adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>
 
 void Lineage::set_block_owner(StorageId s) {
   auto impl = storages_[s].impl.lock();
-  if (impl && impl->data()) allocator_.set_owner(impl->data(), Engine::owner_of(s));
+  if (impl && impl->data())
+    allocator_.set_owner(torch_compat::storage_address(*impl), Engine::owner_of(s));
 }
 
 bool Lineage::is_ours(const c10::StorageImpl& impl) const {
@@ -711,7 +717,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
   if (info.foreign)  // Note [Moving storages]
     for (const at::Tensor& t : tensors)
-      if (t.has_storage() && t.storage().data()) allocator_.set_unmovable(t.storage().data());
+      if (t.has_storage() && t.storage().data())
+        allocator_.set_unmovable(
+            torch_compat::storage_address(*t.storage().unsafeGetStorageImpl()));
   if (overwritten >= 0) {
     c10::StorageImpl* impl = tensors[overwritten].storage().unsafeGetStorageImpl();
     if (!impl->data() && impl->nbytes() > 0)
@@ -961,7 +969,8 @@ void Lineage::hold_inner_tensors(const at::Tensor& t, bool written) {
     if (s == kNoId) continue;
     const Status status = pin_tensor(storages_[s].current);
     if (!status.ok()) throw_status(status);
-    allocator_.set_unmovable(x.storage().data());  // read past the dispatcher
+    // read past the dispatcher
+    allocator_.set_unmovable(torch_compat::storage_address(*x.storage().unsafeGetStorageImpl()));
     if (written && has_live_readers(s)) copy_on_write(s);
   }
 }
@@ -1291,7 +1300,8 @@ void Lineage::on_compute(OpId op, bool remat) {
         user->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(nbytes));
         set_block_owner(out);
       }
-      if (nbytes > 0 && !r.overwrite) std::memcpy(user->data(), from->data(), nbytes);
+      if (nbytes > 0 && !r.overwrite)
+        std::memcpy(torch_compat::writable_bytes(*user), from->data(), nbytes);
       at::Tensor target = snapshot_of(input);
       target.unsafeGetTensorImpl()->set_storage_keep_dtype(c10::Storage(user));
       set_slot_tensor(stack, 0, slot, std::move(target));
@@ -1302,7 +1312,7 @@ void Lineage::on_compute(OpId op, bool remat) {
       DTR_CHECK(n * itemsize == user->nbytes() && user->data() != nullptr,
                 "a packed mask does not cover its storage");
       unpack_mask(static_cast<const uint8_t*>(r.mask_bits.get()), n, itemsize, r.mask_one,
-                  user->data());
+                  torch_compat::writable_bytes(*user));
       ++engine_->stats().num_mask_unpacks;
       return;
     }
@@ -1340,7 +1350,7 @@ void Lineage::on_evict(StorageId s) {
 std::unique_lock<std::recursive_mutex> Lineage::allocator_lock() const {
   std::unique_lock<std::recursive_mutex> lock(mutex_, std::defer_lock);
   if (at::in_parallel_region())
-    lock.try_lock();
+    (void)lock.try_lock();  // owns_lock() tells the caller
   else
     lock.lock();
   return lock;
@@ -1546,7 +1556,7 @@ void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
   // Pinned for good: the address is handed out and must not move (Note [Moving storages]),
   // and the program may write through it (Note [Writes outside the dispatcher]).
   if (held || !impl->data()) return;
-  allocator_.set_unmovable(impl->data());
+  allocator_.set_unmovable(torch_compat::storage_address(*impl));
   if (impl->nbytes() == 0) return;
   if (s == kNoId) {  // exposed once an op reads it
     if (!is_external(*impl))

@@ -368,6 +368,13 @@ void load_runtime() {
       return;
   }
   runtime_ptr.store(rt, std::memory_order_release);
+  if (compiled_torch_version() != tested_torch_version())
+    std::fprintf(stderr,
+                 "dtr: warning: built against PyTorch %s, tested against %s only. Under 2.11 "
+                 "most tests pass, but some reads of rematerialized tensors gave other bits "
+                 "than a run without dtr (docs/pytorch.md, \"Under PyTorch 2.x\"): compare "
+                 "results with such a run\n",
+                 compiled_torch_version().c_str(), tested_torch_version().c_str());
   try {
     if (rt->config().remat)  // Note [Eviction hook-up]
       start_lineage(rt->config(), rt->allocator(), rt->history(), std::move(plan));

@@ -62,6 +62,11 @@ def test_lean_batch_norm_backward_matches_the_kernel(lib):
     ours = [l for l in under.stdout.splitlines() if not l.startswith("stats ")]
     assert ours == plain.stdout.splitlines(), under.stdout + under.stderr
     assert len(ours) == 33
+    import platform, pytest, torch
+    if not (torch.__version__.startswith("1.13.") and platform.machine() == "x86_64"):
+        # DTR_TORCH_LEAN_BATCH_NORM (compat.h): PyTorch's own kernel runs, two buffers.
+        pytest.skip(f"the lean kernel is built for 1.13 on x86-64 only (torch "
+                    f"{torch.__version__}): its bits matched, its peak is PyTorch's")
     rise, result = map(int, under.stdout.splitlines()[-1].split()[1:])
     # One grad_input (plus grad_weight and grad_bias, 512 bytes, and allocator rounding):
     # PyTorch's kernel would rise by two.
