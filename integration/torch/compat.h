@@ -62,7 +62,9 @@
 //  - Not explained, and not reproduced when the same scripts ran alone on the same
 //    machine: final parameters of sparse_embedding at 0.7x, a numpy read after a remat of
 //    a from_numpy input, a tolist digest and an apply_ result differed from the run
-//    without dtr; and pinned bytes exceeded allocated ones by 10 MB around deepcopy.
+//    without dtr; and pinned bytes exceeded allocated ones by 10 MB around deepcopy. Each
+//    of the four recomputes a matrix product: MKL's dynamic threading under load is one
+//    guess (tests/torch/conftest.py now sets MKL_DYNAMIC=FALSE).
 //  - Test expectations of 1.13: op counts (test_lineage_memory), the text of
 //    torch.cuda._memory_viz (test_observability), a C++ test program linked with -lc10
 //    from the system (test_allocator_hook), and a 2-step MLP trace that replays under

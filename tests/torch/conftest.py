@@ -56,8 +56,10 @@ def clean_env(**extra):
            if not k.startswith("DTR_") and k != "LD_PRELOAD"}
     env["PYTHONPATH"] = str(ROOT / "python")
     env["DTR_LIBRARY"] = str(library_path())
-    # Same thread count in every run: results are compared bit for bit.
+    # Same thread count in every run: results are compared bit for bit. MKL (pip builds of
+    # PyTorch; Debian's uses OpenBLAS) may otherwise use fewer threads on a loaded machine.
     env["OMP_NUM_THREADS"] = "2"
+    env["MKL_DYNAMIC"] = "FALSE"
     for k, v in extra.items():
         if v is not None:
             env[k] = v
