@@ -49,7 +49,6 @@
 //    takes mixed BFloat16/float arguments: re-check its conditions against the release's
 //    Normalization.cpp before enabling it there.
 //
-//
 // Under 2.11 (torch2_check.sh run, 2026-11-30; 16 cores, pytest -n 8): 155 of 178 tests
 // passed, 3 skipped, 20 failed. Since then fixed: 2.11's CPU LSTM kernel reads grad mode
 // (Note [Op context] in lineage.cpp), which failed 4 (the LSTM scripts); the lean

@@ -53,8 +53,8 @@
 // where its parameters and data were 2 MiB; it now trains bit for bit down to 0.55
 // (tests/torch/test_overwrite.py). A pinned source (load_state_dict copying a
 // checkpoint into a fresh parameter) keeps the storage pinned, as parameters must stay
-// (Note [Seeded ops] in dispatch_hook.cpp). Lineage that
-// reads S only to make S again does not count: a gradient clipped in place
+// (Note [Seeded ops] in dispatch_hook.cpp).
+// Lineage that reads S only to make S again does not count: a gradient clipped in place
 // (clip_grad_norm_'s mul_, a new version of S) and evicted was refilled at zero_grad just
 // to be zeroed, or failed for want of room (tests/torch/test_overwrite.py).
 //
@@ -622,18 +622,6 @@ bool Lineage::reads_reach_beyond(StorageId s) const {
   return false;
 }
 
-// has_readers(s) after a full collect if ops were recorded since the last one: readers
-// whose outputs are all dead and unneeded need no copy, and the collect drops them.
-bool Lineage::has_live_readers(StorageId s) {
-  if (has_readers(s) && full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
-  return has_readers(s);
-}
-
-// The same for readers that made a storage other than S, the ones that need S's value as
-// it is now when S becomes a new version of itself (Note [Mutation]). The full collect
-// runs only if there are such readers: before each of an LSTM cell's in-place writes to
-// its gates, has_live_readers's collects were 3.6% of the chunked LSTM script's main
-// thread with no budget (perf), 0.7% now.
 // Note [Overwrite]: a storage that no op had touched before this one (the output of
 // new_empty_strided or another op of the empty family, pinned for its undefined values)
 // holds nothing lineage read; written whole from unpinned values, it is that op's output.
@@ -646,6 +634,18 @@ bool Lineage::fills_fresh_storage(const PendingOp& pending, size_t k) const {
   return true;
 }
 
+// has_readers(s) after a full collect if ops were recorded since the last one: readers
+// whose outputs are all dead and unneeded need no copy, and the collect drops them.
+bool Lineage::has_live_readers(StorageId s) {
+  if (has_readers(s) && full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
+  return has_readers(s);
+}
+
+// The same for readers that made a storage other than S, the ones that need S's value as
+// it is now when S becomes a new version of itself (Note [Mutation]). The full collect
+// runs only if there are such readers: before each of an LSTM cell's in-place writes to
+// its gates, has_live_readers's collects were 3.6% of the chunked LSTM script's main
+// thread with no budget (perf), 0.7% now.
 bool Lineage::has_readers_beyond(StorageId s) {
   if (!has_readers(s) || !reads_reach_beyond(s)) return false;
   if (full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
