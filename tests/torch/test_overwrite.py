@@ -29,7 +29,8 @@ print(json.dumps({"evictions": before["dtr.num_evictions"],
 OTHER_READER = r"""
 import json, torch, dtr
 torch.manual_seed(0)
-x = torch.randn(1 << 20)
+with torch.no_grad():  # data, pinned: a draw in grad mode is recomputable, and under load
+    x = torch.randn(1 << 20)  # the policy evicted x in place of w (Note [Seeded factories])
 ref = x.exp().mul_(0.5).mul_(3.0).numpy().copy()  # numpy's memory: outside dtr
 y = x.exp()
 y.mul_(0.5)
