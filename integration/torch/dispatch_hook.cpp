@@ -178,6 +178,28 @@
 // remat:False (no lineage) the guard is installed too (install_storage_guard: the
 // fallback runs until the first op has installed it), so that a baseline run's peak, of
 // which budgets are fractions, counts the same copies as a run under a budget.
+//
+// Note [Dispatch modes]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Python's dispatch key sits below dtr's. It is in an op's key set when a
+// TorchDispatchMode is active (or a tensor subclass defines __torch_dispatch__), and then
+// the op runs Python code between the fallback and the kernel: code that may return
+// other values than the kernel's, and that runs its own ops with dtr's key excluded (the
+// fallback's guard), so they neither refill what they read nor are recorded. A probe
+// (2026-11-30) found three failures of recording such ops as usual:
+//  - a mode that rounded each result to bfloat16 precision trained to other parameters
+//    under a budget (a remat runs the kernel, not the mode: Note [Op context] in
+//    lineage.cpp), silently;
+//  - the same mode in a longer loop aborted on "rematerializing an op whose lineage was
+//    dropped", or with heap corruption after an out-of-memory error;
+//  - a NaN checker (torch.isnan(out).any() on each result) died on a null data pointer in
+//    the first step: a view op went straight to the mode, whose own ops then read the view
+//    of an evicted storage.
+// So under Python's key no op is recorded, and every op, views included, has its inputs
+// refilled and locked while it runs. What such an op makes is not recomputable (pinned
+// once a recorded op reads it, as other memory lineage did not see), so a loop run
+// entirely under a mode evicts only what was made outside it; results stay the kernel's
+// and the mode's. tests/torch/test_dispatch_modes.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty_like.h>
@@ -710,7 +732,9 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     op.redispatchBoxed(below, stack);
     return;
   }
-  if (info.kind == OpKind::view) {
+  // Note [Dispatch modes]
+  const bool python = below.has(c10::DispatchKey::Python);
+  if (info.kind == OpKind::view && !python) {
     op.redispatchBoxed(below, stack);
     return;
   }
@@ -729,10 +753,10 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     }
   } busy{reused_busy ? nullptr : &reused_busy};
   reused_busy = true;
-  pending.reset(info, info.kind == OpKind::compute && recording());
-  // Note [Op context] in lineage.cpp; without Python's key, which a TorchDispatchMode
-  // active at the op adds: a remat runs the kernel, not a mode that may be gone.
-  pending.keys = below.remove(c10::DispatchKey::Python);
+  pending.reset(info, info.kind == OpKind::compute && recording() && !python);
+  // Note [Op context] in lineage.cpp; a recorded op never had Python's key (Note [Dispatch
+  // modes]).
+  pending.keys = below;
   try {
     lineage->before_op(op, info, *stack, pending);
   } catch (...) {

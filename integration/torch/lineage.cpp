@@ -257,10 +257,10 @@ constexpr size_t kMinEvictableBytes = 16384;
 // gave other bits with one thread than with two. Changing process state for a remat while
 // another thread runs an op would race with it; only a program that changes that state
 // itself while ops run on other threads can get there, and it races without dtr too.
-// The keys leave out Python's (DispatchKey::Python, below dtr's): a TorchDispatchMode
-// active when the op ran may be gone at the remat, which runs the kernel, as before this
-// note. Not covered: state an op reads that is neither (a TorchDispatchMode's own Python
-// state; CUDA's flags, which CPU kernels do not read).
+// The keys never hold Python's (DispatchKey::Python, below dtr's): an op that ran through
+// a TorchDispatchMode is not recorded (Note [Dispatch modes] in dispatch_hook.cpp). Not
+// covered: state an op reads that is neither (CUDA's flags, which CPU kernels do not
+// read).
 
 // Note [Writes outside the dispatcher]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
