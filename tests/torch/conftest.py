@@ -86,6 +86,20 @@ def stats_of(code, lib, *args, conf=None):
                          clean_env(LD_PRELOAD=lib, DTR_CONF=conf)))
 
 
+def trains_as_without(code, lib, fractions):
+    """Runs `code` (python -c; argv: a budget fraction, 0 for none, and a peak in bytes;
+    it prints a JSON object with "losses" and "params", and "peak" and "evictions" under
+    the library) without the library, then with remat:False for the peak, then at each
+    fraction of that peak: every budget run must evict, stay under its budget and print the
+    plain run's losses and parameters."""
+    plain = last_json(run([PYTHON, "-c", code, "0", "0"], clean_env()))
+    peak = stats_of(code, lib, 0, 0, conf="remat:False")["peak"]
+    for fraction in fractions:
+        under = stats_of(code, lib, fraction, peak)
+        assert under["evictions"] > 0 and under["peak"] <= int(fraction * peak), under
+        assert (under["losses"], under["params"]) == (plain["losses"], plain["params"]), under
+
+
 def driver(*script_args, load_library=None, tensor_first=False):
     """argv running SCRIPTS/<script_args[0]> through run_script.py."""
     argv = [PYTHON, str(SCRIPTS / "run_script.py")]

@@ -4,7 +4,7 @@ integration/torch/lineage.cpp), smallest first, since each one pinned holds its 
 while the next is rematerialized. Refilled largest first, a big descendant held the room a
 small one's chain needed (the LSTM LM at 0.5x with policy dtr_eq: its 15.6 MiB logits
 pinned, then the gradients' chain through three more storages of that size ran out)."""
-from conftest import PYTHON, clean_env, last_json, run, stats_of
+from conftest import stats_of, trains_as_without
 
 # big: 8 MiB made from p in one op. small: 32 KiB made from p through an 8 MiB
 # intermediate that is dead. Both are evicted, then p is written in place. Room: 9.5 MiB
@@ -85,9 +85,4 @@ print(json.dumps(out))
 
 
 def test_parameters_made_in_grad_mode_train_under_a_budget(lib):
-    plain = last_json(run([PYTHON, "-c", GRAD_MODE_PARAMETERS, "0", "0"], clean_env()))
-    peak = stats_of(GRAD_MODE_PARAMETERS, lib, 0, 0, conf="remat:False")["peak"]
-    for fraction in (0.7, 0.5):
-        under = stats_of(GRAD_MODE_PARAMETERS, lib, fraction, peak)
-        assert under["evictions"] > 0 and under["peak"] <= int(fraction * peak), under
-        assert (under["losses"], under["params"]) == (plain["losses"], plain["params"]), under
+    trains_as_without(GRAD_MODE_PARAMETERS, lib, (0.7, 0.5))
