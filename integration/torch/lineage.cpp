@@ -42,18 +42,12 @@
 // engine storage made by the op from its other inputs alone (none for zero_), and the old
 // engine storage is orphaned (copied first if lineage reads it: Note [Copy on write]) and
 // discarded. zero_ and fill_ with a number make even a pinned storage recomputable (a
-// zeroed gradient is then evictable until the next backward pass writes it). So does a
-// copy_ of unpinned values into a storage that this copy_ is the first op to touch: the
-// output of new_empty_strided, pinned for its undefined values (Note [Never recompute] in
-// dispatch_hook.cpp), that autograd's CopySlices fills with the incoming gradient before
-// writing a slice of it (the backward of `y[:, :k] += z`), or a script's
-// `torch.empty_like(x).copy_(y)`. Before, that buffer stayed pinned, and so did every live
-// storage computed from it once the slice was written (Note [Pinned writes]): a loop of
-// such writes in a 2-layer toy ran out of memory at 0.7 of its peak with 3.5 MiB pinned
-// where its parameters and data were 2 MiB; it now trains bit for bit down to 0.55
-// (tests/torch/test_overwrite.py). A pinned source (load_state_dict copying a
-// checkpoint into a fresh parameter) keeps the storage pinned, as parameters must stay
-// (Note [Seeded ops] in dispatch_hook.cpp).
+// zeroed gradient is then evictable until the next backward pass writes it). A copy_ into
+// a fresh buffer is not (tried 2026-11-30: making autograd's CopySlices buffer, filled by
+// copy_ from the incoming gradient, that copy_'s output let a loop of `y[:, :k] += z`
+// train at 0.55 of its peak where it ran out of memory at 0.7, but the packed GRU under
+// `auto` at 0.75 then hit the runaway stop in its first step, test_policy_trial.py; the
+// buffer stays pinned, and with it what the slice write reaches, Note [Pinned writes]).
 // Lineage that reads S only to make S again does not count: a gradient clipped in place
 // (clip_grad_norm_'s mul_, a new version of S) and evicted was refilled at zero_grad just
 // to be zeroed, or failed for want of room (tests/torch/test_overwrite.py).
@@ -608,12 +602,10 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   return id;
 }
 
-TensorId Lineage::input_tensor(const at::Tensor& t, bool register_unknown, bool* registered) {
+TensorId Lineage::input_tensor(const at::Tensor& t, bool register_unknown) {
   const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
   if (s != kNoId) return storages_[s].current;
-  if (!register_unknown) return kNoId;
-  if (registered) *registered = true;
-  return register_constant(t);
+  return register_unknown ? register_constant(t) : kNoId;
 }
 
 bool Lineage::has_readers(StorageId s) {
@@ -634,18 +626,6 @@ bool Lineage::reads_reach_beyond(StorageId s) const {
     for (TensorId out : engine_->op_outputs(op))
       if (engine_->storage_of(out) != s) return true;
   return false;
-}
-
-// Note [Overwrite]: a storage that no op had touched before this one (the output of
-// new_empty_strided or another op of the empty family, pinned for its undefined values)
-// holds nothing lineage read; written whole from unpinned values, it is that op's output.
-bool Lineage::fills_fresh_storage(const PendingOp& pending, size_t k) const {
-  if (k >= 64 || !(pending.fresh_inputs & (uint64_t{1} << k))) return false;
-  for (size_t j = 0; j < pending.inputs.size(); ++j)
-    if (j != k &&
-        (pending.inputs[j] == kNoId || engine_->is_pinned(engine_->storage_of(pending.inputs[j]))))
-      return false;
-  return true;
 }
 
 // has_readers(s) after a full collect if ops were recorded since the last one: readers
@@ -714,11 +694,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
         collect(/*full=*/true);
     }
   }
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    bool registered = false;
-    pending.inputs.push_back(input_tensor(tensors[k], pending.record, &registered));
-    if (registered && k < 64) pending.fresh_inputs |= uint64_t{1} << k;  // Note [Overwrite]
-  }
+  for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Writes outside the dispatcher]: the bytes of each exposed input as the op reads
   // them (it writes none: a written exposed storage is pinned, so the op is not recorded,
   // Note [Mutation]), or no record where there are too many to fingerprint.
@@ -739,14 +715,12 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       const at::Tensor& t = tensors[k];
       const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
       // A pinned storage (a gradient, a constant) becomes recomputable only when the op
-      // reads nothing else (zero_, fill_ with a number): its remat costs a memset; or when
-      // this op is the first to touch it and copies unpinned values (Note [Overwrite]).
-      // Never an exposed one (Note [Writes outside the dispatcher]): its address is handed
-      // out, so it must stay, and what the program writes there is no op's to remake.
+      // reads nothing else (zero_, fill_ with a number): its remat costs a memset. Never
+      // an exposed one (Note [Writes outside the dispatcher]): its address is handed out,
+      // so it must stay, and what the program writes there is no op's to remake.
       if (pending.input_slots[k].index != info.write_args[0] || s == kNoId ||
-          (engine_->is_pinned(s) && pending.inputs.size() > 1 &&
-           !fills_fresh_storage(pending, k)) ||
-          !covers_storage(t) || storages_[s].exposed)
+          (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t) ||
+          storages_[s].exposed)
         continue;
       if (!has_readers_beyond(s)) overwritten = static_cast<int32_t>(k);
     }

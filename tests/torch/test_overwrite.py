@@ -3,7 +3,7 @@
 was made in place from an earlier one, as clip_grad_norm_ scales a gradient before
 zero_grad zeroes it; while a storage that other lineage reads is still copied first, so
 what was computed from its old value stays right."""
-from conftest import stats_of, trains_as_without
+from conftest import stats_of
 
 # y's storage is 8 MiB: made by exp, then scaled in place (a new version of the same
 # storage); z forces it out, with 4 MiB of room left. zero_ must then neither refill it
@@ -63,52 +63,3 @@ def test_what_was_computed_from_the_old_value_stays_right(lib):
     assert stats["evictions"] >= 2 and stats["remats"] >= 1, stats
     assert stats["same"] and stats["zero"], stats
 
-
-# Note [Overwrite]: `y[:, :k] += z` in a loop. Its backward (autograd's CopySlices) fills a
-# new_empty_strided buffer with the incoming gradient (copy_), then writes a slice of it.
-# The buffer was pinned for its undefined values, and the slice write then pinned what was
-# computed from it (Note [Pinned writes]): 3.5 MiB pinned at 0.7 of the peak, where the
-# parameters and the data are 2 MiB, and the run ran out of memory. Now the copy_ makes the
-# buffer recomputable, and the run passes down to 0.55. Arguments: the budget as a fraction
-# (0: no budget) of a peak in bytes.
-SLICE_WRITES = r"""
-import hashlib, json, struct, sys, torch, torch.nn as nn
-try:
-    import dtr
-except ImportError:
-    dtr = None
-torch.manual_seed(0)
-B, H, T = 64, 256, 24
-lin, lin2 = nn.Linear(H, H), nn.Linear(H, H)
-opt = torch.optim.SGD(list(lin.parameters()) + list(lin2.parameters()), lr=0.01)
-with torch.no_grad():
-    xs = torch.randn(T, B, H)
-if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
-    dtr.set_budget(int(float(sys.argv[2]) * float(sys.argv[1])))
-losses, pinned = [], 0
-for step in range(3):
-    opt.zero_grad()
-    h = xs[0]
-    for t in range(T):
-        y = lin(h)
-        y[:, : H // 2] += torch.tanh(lin2(xs[t]))[:, : H // 2]
-        h = torch.relu(y)
-    loss = h.square().mean()
-    loss.backward()
-    if dtr is not None and dtr.is_enabled():
-        pinned = max(pinned, dtr.memory_stats()["dtr.pinned_bytes.current"])
-    opt.step()
-    losses.append(struct.pack("<f", loss.item()).hex())
-params = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in lin.parameters())).hexdigest()
-out = {"losses": losses, "params": params, "pinned_after_backward": pinned}
-if dtr is not None and dtr.is_enabled():
-    s = dtr.memory_stats()
-    out.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"])
-print(json.dumps(out))
-"""
-
-
-def test_slice_writes_in_a_loop_train_under_a_budget(lib):
-    # Parameters (2 x 257 KiB) and the data (1.5 MiB); the gradients are recomputable.
-    assert stats_of(SLICE_WRITES, lib, 0, 0)["pinned_after_backward"] < (2 << 20) + (64 << 10)
-    trains_as_without(SLICE_WRITES, lib, (0.7, 0.6))
