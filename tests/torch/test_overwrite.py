@@ -62,4 +62,3 @@ def test_what_was_computed_from_the_old_value_stays_right(lib):
     stats = stats_of(OTHER_READER, lib)
     assert stats["evictions"] >= 2 and stats["remats"] >= 1, stats
     assert stats["same"] and stats["zero"], stats
-
