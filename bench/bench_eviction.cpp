@@ -48,6 +48,58 @@ void BM_ChooseSampled(benchmark::State& state) { choose(state, dtr::SearchMode::
 // A fixed sample of 32 (DTR_CONF="search:sample,sample:32"): constant work per choice.
 void BM_ChooseSampled32(benchmark::State& state) { choose(state, dtr::SearchMode::sample, "dtr_eq", 32); }
 
+// Note [Cutoff scores] in eviction/candidate_search.cpp: a pool of n storages, each the end
+// of a chain of 63 evicted ones (what a thrashing run leaves behind), under msps, whose score
+// searches the evicted ancestors. `cut` is the engine as it is; `full` the same policy with
+// every score searched in full (score_up_to left at its default), in the same run.
+class FullScores final : public dtr::Heuristic {
+ public:
+  explicit FullScores(std::unique_ptr<dtr::Heuristic> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  uint32_t needs() const override { return inner_->needs(); }
+  double score(const dtr::Engine& e, dtr::StorageId s) override { return inner_->score(e, s); }
+  bool has_lower_bound() const override { return true; }
+  double lower_bound(const dtr::Engine& e, dtr::StorageId s) override {
+    return inner_->lower_bound(e, s);
+  }
+
+ private:
+  std::unique_ptr<dtr::Heuristic> inner_;
+};
+
+void choose_in_chains(benchmark::State& state, bool cut) {
+  dtr::LogicalClock clock{1};
+  dtr::EngineConfig config;
+  std::unique_ptr<dtr::Heuristic> msps = dtr::builtin_heuristics().make("msps", {});
+  if (!cut) msps = std::make_unique<FullScores>(std::move(msps));
+  dtr::Engine engine(config, std::move(msps), clock);
+  std::mt19937_64 rng(42);
+  std::vector<dtr::TensorId> outs;
+  for (int64_t chain = 0; chain < state.range(0); ++chain) {
+    std::vector<dtr::TensorId> in;
+    for (int i = 0; i < 64; ++i) {
+      outs.clear();
+      engine.call(1 + rng() % 1000, in, {{(1 + rng() % 64) * 4096, -1}}, outs);
+      if (!in.empty()) engine.drop(engine.storage_of(in[0]));
+      in = {outs[0]};
+    }
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(engine.choose_victim());
+  state.counters["pool"] = static_cast<double>(engine.pool_size());
+  state.counters["scored_per_choice"] = static_cast<double>(engine.stats().candidates_scored) /
+                                        static_cast<double>(engine.stats().eviction_searches);
+}
+void BM_ChooseInChainsCut(benchmark::State& state) { choose_in_chains(state, true); }
+void BM_ChooseInChainsFull(benchmark::State& state) { choose_in_chains(state, false); }
+
+BENCHMARK(BM_ChooseInChainsCut)
+    ->RangeMultiplier(10)
+    ->Range(100, 10000)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ChooseInChainsFull)
+    ->RangeMultiplier(10)
+    ->Range(100, 10000)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ChooseFullScan)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ChooseSampled)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ChooseSampled32)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMicrosecond);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "dtr/core/check.h"
 
@@ -23,6 +24,25 @@ void CandidateSearch::Best::offer(StorageId s, double c, uint64_t q) {
   if (better) id = s, cost = c, seq = q;
 }
 
+// The cutoff a candidate's score is searched up to: the best cost so far, or none yet.
+double CandidateSearch::Best::cutoff() const {
+  return id == kNoId ? std::numeric_limits<double>::infinity() : cost;
+}
+
+// Note [Cutoff scores]
+// ~~~~~~~~~~~~~~~~~~~~
+// dtr, dtr_ancestors and msps sum the compute of a candidate's evicted neighbourhood by a
+// graph search per score. Once a run thrashes, long chains are evicted and most candidates
+// reach thousands of evicted storages: the packed GRU under auto at 0.75 of its peak spent
+// 71% of its time in that search (perf, 2026-11-30), and msps at 0.75 28%. A candidate
+// whose score passes the best cost so far cannot win, not even a tie (Note [Tie-breaking]
+// in engine.cpp), so each score is searched only up to that cost (Heuristic::score_up_to):
+// the search stops once its sum puts the score above it, and the value returned is above
+// it. The partial sum only grows, so a stopped score is a lower bound of the full one and
+// loses as the full one would; where rounding leaves the stopped score at the cutoff, the
+// score is searched in full. The winner's score is always a full one (chosen_cost), and
+// the choice is the one of the plain scan. tests/eviction/test_cutoff_scores.cpp.
+//
 // Note [Bounded full scan]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // h_DTR and MSPS walk the evicted neighbourhood of every candidate, which dominates a
@@ -36,7 +56,8 @@ StorageId CandidateSearch::full_scan(const std::vector<StorageId>& pool, uint64_
   DTR_CHECK(!pool.empty(), "eviction search on an empty pool");
   Best best;
   if (!heuristic_.has_lower_bound()) {
-    for (StorageId s : pool) best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
+    for (StorageId s : pool)
+      best.offer(s, heuristic_.score_up_to(engine_, s, best.cutoff()), engine_.pool_seq(s));
     scored += pool.size();
     chosen_cost_ = best.cost;
     return best.id;
@@ -47,7 +68,7 @@ StorageId CandidateSearch::full_scan(const std::vector<StorageId>& pool, uint64_
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [bound, s] : bounded_) {
     if (best.id != kNoId && bound > best.cost) break;
-    best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
+    best.offer(s, heuristic_.score_up_to(engine_, s, best.cutoff()), engine_.pool_seq(s));
     ++scored;
   }
   chosen_cost_ = best.cost;
@@ -66,7 +87,7 @@ StorageId CandidateSearch::sample(uint32_t sample_size, uint64_t& scored) {
     // below n / 2^64.
     const size_t index = static_cast<size_t>((static_cast<unsigned __int128>(rng_()) * n) >> 64);
     const StorageId s = pool[index];
-    best.offer(s, heuristic_.score(engine_, s), engine_.pool_seq(s));
+    best.offer(s, heuristic_.score_up_to(engine_, s, best.cutoff()), engine_.pool_seq(s));
   }
   scored += k;
   chosen_cost_ = best.cost;

@@ -49,6 +49,7 @@ class CandidateSearch {
     double cost = 0;
     uint64_t seq = 0;
     void offer(StorageId s, double c, uint64_t q);
+    double cutoff() const;  // Note [Cutoff scores] in candidate_search.cpp
   };
 
   const Engine& engine_;

@@ -1177,7 +1177,8 @@ void Engine::for_each_neighbor(StorageId s, F&& f) const {
   }
 }
 
-uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward) const {
+uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward,
+                                              uint64_t stop_above) const {
   const StorageRec& brec = storages_[base];
   const uint32_t epoch = ++epoch_;
   uint64_t compute = 0;
@@ -1195,6 +1196,7 @@ uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward) cons
         if (urec.material || urec.visit_epoch == epoch) continue;
         urec.visit_epoch = epoch;
         compute += urec.compute_ns;
+        if (compute > stop_above) return compute;  // Note [Cutoff scores]
         dfs_stack_.push_back(us);
       }
     }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dtr/core/options.h"
+#include "dtr/eviction/engine.h"
 #include "eviction/heuristics/builtin.h"
 
 namespace dtr {
@@ -11,6 +12,30 @@ namespace dtr {
 double dtr_ratio(double cost, double size_bytes, double staleness_ticks) {
   const double denom = size_bytes * staleness_ticks;
   return denom > 0 ? cost / denom : std::numeric_limits<double>::infinity();
+}
+
+// Note [Cutoff scores] in candidate_search.cpp. The sums run in the order the scores always
+// used (local, descendants, ancestors), so an uncut score has the same bits as before.
+double neighborhood_ratio(const Engine& e, StorageId s, double denom, bool descendants,
+                          double cutoff) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (!(denom > 0)) return kInf;
+  double cost = double(e.storage_compute(s));
+  bool stopped = false;
+  auto add = [&](bool forward) {
+    if (stopped) return;
+    // A sum above `stop` puts the score above cutoff (up to rounding, checked below).
+    const double room = cutoff * denom - cost;
+    const uint64_t stop = !(room < 1.8e19) ? UINT64_MAX : room > 0 ? uint64_t(room) : 0;
+    const uint64_t found = e.evicted_neighborhood_compute(s, forward, stop);
+    cost += double(found);
+    stopped = found > stop;
+  };
+  if (descendants) add(/*forward=*/true);
+  add(/*forward=*/false);
+  const double score = cost / denom;
+  if (!stopped || score > cutoff) return score;
+  return neighborhood_ratio(e, s, denom, descendants, kInf);  // cut at a rounding edge
 }
 
 void HeuristicRegistry::add(HeuristicInfo info) {

@@ -90,6 +90,9 @@ class AutoHeuristic final : public Heuristic {
   std::string_view name() const override { return "auto"; }
   uint32_t needs() const override { return needs_; }
   double score(const Engine& e, StorageId s) override { return active().score(e, s); }
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+    return active().score_up_to(e, s, cutoff);
+  }
   bool has_lower_bound() const override { return active().has_lower_bound(); }
   double lower_bound(const Engine& e, StorageId s) override { return active().lower_bound(e, s); }
 

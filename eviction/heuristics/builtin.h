@@ -20,4 +20,11 @@ HeuristicInfo auto_heuristic_info();
 // size * staleness, the denominator of the DTR family; cost/0 is +inf (a storage touched
 // this very tick is never the best victim).
 double dtr_ratio(double cost, double size_bytes, double staleness_ticks);
+
+// (compute(s) + compute of s's evicted descendants if `descendants` + of its evicted
+// ancestors) / denom, +inf where denom is not above 0: the score of dtr, dtr_ancestors and
+// msps. Its graph searches stop once the score is known to pass `cutoff` (+inf: never),
+// and it then returns a value above cutoff (Note [Cutoff scores] in candidate_search.cpp).
+double neighborhood_ratio(const Engine& e, StorageId s, double denom, bool descendants,
+                          double cutoff);
 }  // namespace dtr

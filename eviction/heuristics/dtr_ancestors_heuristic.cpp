@@ -16,6 +16,8 @@
 // the PyTorch traces and on two of DTR's three logs, and slightly worse on ResNet-32
 // (docs/simulator.md, "dtr_ancestors"). Measured, not derived: a policy to compare, not
 // the default.
+#include <limits>
+
 #include "dtr/eviction/engine.h"
 #include "eviction/heuristics/builtin.h"
 
@@ -26,9 +28,11 @@ class DtrAncestorsHeuristic final : public Heuristic {
   std::string_view name() const override { return "dtr_ancestors"; }
   uint32_t needs() const override { return kFeatureStaleness | kFeatureNeighborhood; }
   double score(const Engine& e, StorageId s) override {
-    const double cost =
-        double(e.storage_compute(s)) + double(e.evicted_neighborhood_compute(s, /*forward=*/false));
-    return dtr_ratio(cost, double(e.storage_size(s)), double(e.staleness(s)));
+    return score_up_to(e, s, std::numeric_limits<double>::infinity());
+  }
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+    return neighborhood_ratio(e, s, double(e.storage_size(s)) * double(e.staleness(s)),
+                              /*descendants=*/false, cutoff);
   }
   // The ancestors only add cost: the local ratio bounds the score from below.
   bool has_lower_bound() const override { return true; }

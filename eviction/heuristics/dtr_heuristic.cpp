@@ -5,6 +5,8 @@
 // The evicted neighbourhood is every evicted storage reachable from s through evicted
 // storages: what evicting s could force to be recomputed with it. Exact, found by a graph
 // search per score (the engine's evicted_neighborhood_compute).
+#include <limits>
+
 #include "dtr/eviction/engine.h"
 #include "eviction/heuristics/builtin.h"
 
@@ -15,9 +17,11 @@ class DtrHeuristic final : public Heuristic {
   std::string_view name() const override { return "dtr"; }
   uint32_t needs() const override { return kFeatureStaleness | kFeatureNeighborhood; }
   double score(const Engine& e, StorageId s) override {
-    const double cost = double(e.storage_compute(s)) + double(e.evicted_neighborhood_compute(s, true)) +
-                        double(e.evicted_neighborhood_compute(s, false));
-    return dtr_ratio(cost, double(e.storage_size(s)), double(e.staleness(s)));
+    return score_up_to(e, s, std::numeric_limits<double>::infinity());
+  }
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+    return neighborhood_ratio(e, s, double(e.storage_size(s)) * double(e.staleness(s)),
+                              /*descendants=*/true, cutoff);
   }
   // The neighbourhood only adds cost: the local ratio bounds the score from below.
   bool has_lower_bound() const override { return true; }

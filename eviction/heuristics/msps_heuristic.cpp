@@ -13,9 +13,10 @@ class MspsHeuristic final : public Heuristic {
   std::string_view name() const override { return "msps"; }
   uint32_t needs() const override { return kFeatureNeighborhood; }
   double score(const Engine& e, StorageId s) override {
-    const uint64_t size = e.storage_size(s);
-    if (size == 0) return std::numeric_limits<double>::infinity();
-    return (double(e.storage_compute(s)) + double(e.evicted_neighborhood_compute(s, false))) / double(size);
+    return score_up_to(e, s, std::numeric_limits<double>::infinity());
+  }
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+    return neighborhood_ratio(e, s, double(e.storage_size(s)), /*descendants=*/false, cutoff);
   }
   bool has_lower_bound() const override { return true; }
   double lower_bound(const Engine& e, StorageId s) override {

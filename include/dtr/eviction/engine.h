@@ -257,8 +257,11 @@ class Engine {
   Tick last_access(StorageId s) const { return storages_[s].last_access; }
   Tick staleness(StorageId s) const { return clock_.now() - storages_[s].last_access; }
   // Compute of the evicted storages reachable from `s` through evicted storages, along
-  // children (forward) or parents (backward). Needs kFeatureNeighborhood.
-  uint64_t evicted_neighborhood_compute(StorageId s, bool forward) const;
+  // children (forward) or parents (backward). Needs kFeatureNeighborhood. The search stops
+  // as soon as the sum passes `stop_above` and returns what it has summed so far (Note
+  // [Cutoff scores] in candidate_search.cpp).
+  uint64_t evicted_neighborhood_compute(StorageId s, bool forward,
+                                        uint64_t stop_above = UINT64_MAX) const;
   // What rematerializing the storages on `stack` may go through: their parents, and the
   // parents of those through unpinned ones (a pinned storage is never recomputed). `mark(s)`
   // marks s and says whether it was unmarked; the caller marks the roots. Empties `stack`.

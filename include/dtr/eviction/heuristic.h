@@ -44,6 +44,12 @@ class Heuristic {
   virtual uint32_t needs() const = 0;
   // Cost of evicting `s`; lower is evicted first. May be +inf, never NaN.
   virtual double score(const Engine& engine, StorageId s) = 0;
+  // Optional: score(), or any value above `cutoff` once the score is known to be above it.
+  // The searches pass the best cost so far, so a heuristic whose score is a graph search
+  // can stop it early (Note [Cutoff scores] in candidate_search.cpp).
+  virtual double score_up_to(const Engine& engine, StorageId s, double cutoff) {
+    return score(engine, s);
+  }
   // Optional: a cheap value that score() never goes below. A full scan then scores in
   // order of bound and stops once the bound exceeds the best cost found, with the same
   // result as scoring everything (Note [Bounded full scan] in candidate_search.cpp).
