@@ -42,22 +42,19 @@
 // engine storage made by the op from its other inputs alone (none for zero_), and the old
 // engine storage is orphaned (copied first if lineage reads it: Note [Copy on write]) and
 // discarded. zero_ and fill_ with a number make even a pinned storage recomputable (a
-// zeroed gradient is then evictable until the next backward pass writes it). So does a
-// copy_ of unpinned values into a storage this copy_ is the first op to touch (an output
-// of new_empty_strided, pinned for its undefined values: Note [Never recompute] in
-// dispatch_hook.cpp). Autograd's CopySlices (the backward of `y[:, :k] += z`) fills such a
-// buffer with the incoming gradient, then writes a slice of it; pinned, the buffer pinned
-// what the slice write reached (Note [Pinned writes]), and a loop of such writes ran out of
-// memory at 0.7 of its peak with 3.6 MiB pinned where its parameters and data are 2 MiB.
-// It now trains bit for bit at 0.55. A copy_ from a storage that holds such a filled buffer
-// (StorageRec::filled, kept across its versions) does not count: `outputs[t] = h` in a
-// loop, and pad_packed_sequence, chain the buffers, each the copy of the one after it. Made
-// recomputable through the whole chain, they let the packed GRU under `auto` at 0.75 of its
-// peak hit the runaway stop in its first step, 3 of 3 runs (test_policy_trial.py), though
-// they helped that GRU under each single policy (3 steps at 0.8: dtr_eq 3.9 s against a
-// runaway stop, auto 3.7 s against 10.2; docs/pytorch.md, "Mutation"). So only the first
-// buffer of a chain is recomputable, and the rest stay pinned as before (2026-11-30;
-// tests/torch/test_overwrite.py). Lineage that reads S only to make S again does not count: a gradient clipped in place
+// zeroed gradient is then evictable until the next backward pass writes it). A copy_ into
+// a fresh buffer is not (tried 2026-11-30: making autograd's CopySlices buffer, filled by
+// copy_ from the incoming gradient, that copy_'s output let a loop of `y[:, :k] += z`
+// train at 0.55 of its peak where it ran out of memory at 0.7, but the packed GRU under
+// `auto` at 0.75 then hit the runaway stop in its first step, test_policy_trial.py; the
+// buffer stays pinned, and with it what the slice write reaches, Note [Pinned writes]).
+// Tried again the next session with only a chain's first buffer made so (a copy_ from a
+// buffer filled so left pinned: `outputs[t] = h`, pad_packed_sequence): the GRU test
+// passed and the toy trained at 0.55, but test_thrash.py's runaway cascade took 130 s to
+// be stopped where it took 18 s (57 s with Note [Cutoff scores]), and a deepcopy's clone,
+// filled by copy_ in memory that is not yet ours, became evictable and ran a tight budget
+// out of memory (tests/torch/test_raw_access.py). Not landed: docs/pytorch.md, "Mutation".
+// Lineage that reads S only to make S again does not count: a gradient clipped in place
 // (clip_grad_norm_'s mul_, a new version of S) and evicted was refilled at zero_grad just
 // to be zeroed, or failed for want of room (tests/torch/test_overwrite.py).
 //
@@ -611,12 +608,10 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   return id;
 }
 
-TensorId Lineage::input_tensor(const at::Tensor& t, bool register_unknown, bool* registered) {
+TensorId Lineage::input_tensor(const at::Tensor& t, bool register_unknown) {
   const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
   if (s != kNoId) return storages_[s].current;
-  if (!register_unknown) return kNoId;
-  if (registered) *registered = true;
-  return register_constant(t);
+  return register_unknown ? register_constant(t) : kNoId;
 }
 
 bool Lineage::has_readers(StorageId s) {
@@ -651,19 +646,6 @@ bool Lineage::has_live_readers(StorageId s) {
 // runs only if there are such readers: before each of an LSTM cell's in-place writes to
 // its gates, has_live_readers's collects were 3.6% of the chunked LSTM script's main
 // thread with no budget (perf), 0.7% now.
-// Note [Overwrite]: a storage that no op had touched before this one (the output of
-// new_empty_strided or another op of the empty family, pinned for its undefined values)
-// holds nothing lineage read; written whole from unpinned values, it is that op's output.
-bool Lineage::fills_fresh_storage(const PendingOp& pending, size_t k) const {
-  if (k >= 64 || !(pending.fresh_inputs & (uint64_t{1} << k))) return false;
-  for (size_t j = 0; j < pending.inputs.size(); ++j)
-    if (j != k &&
-        (pending.inputs[j] == kNoId || engine_->is_pinned(engine_->storage_of(pending.inputs[j])) ||
-         storages_[engine_->storage_of(pending.inputs[j])].filled))
-      return false;
-  return true;
-}
-
 bool Lineage::has_readers_beyond(StorageId s) {
   if (!has_readers(s) || !reads_reach_beyond(s)) return false;
   if (full_collect_ops_ != ops_recorded_) collect(/*full=*/true);
@@ -718,11 +700,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
         collect(/*full=*/true);
     }
   }
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    bool registered = false;
-    pending.inputs.push_back(input_tensor(tensors[k], pending.record, &registered));
-    if (registered && k < 64) pending.fresh_inputs |= uint64_t{1} << k;  // Note [Overwrite]
-  }
+  for (const at::Tensor& t : tensors) pending.inputs.push_back(input_tensor(t, pending.record));
   // Note [Writes outside the dispatcher]: the bytes of each exposed input as the op reads
   // them (it writes none: a written exposed storage is pinned, so the op is not recorded,
   // Note [Mutation]), or no record where there are too many to fingerprint.
@@ -743,18 +721,17 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       const at::Tensor& t = tensors[k];
       const StorageId s = lookup(t.storage().unsafeGetStorageImpl());
       // A pinned storage (a gradient, a constant) becomes recomputable only when the op
-      // reads nothing else (zero_, fill_ with a number): its remat costs a memset; or when
-      // this op is the first to touch it and copies unpinned values (Note [Overwrite]).
-      // Never an exposed one (Note [Writes outside the dispatcher]): its address is handed
-      // out, so it must stay, and what the program writes there is no op's to remake.
-      const bool fresh = engine_->is_pinned(s) && pending.inputs.size() > 1;
+      // reads nothing else (zero_, fill_ with a number): its remat costs a memset. Never
+      // an exposed one (Note [Writes outside the dispatcher]): its address is handed out,
+      // so it must stay, and what the program writes there is no op's to remake. Nor one
+      // whose memory is not ours (torch.UntypedStorage(n), Note [Storages Python
+      // allocates]): evicting it would free no budget.
+      const c10::StorageImpl& impl = *t.storage().unsafeGetStorageImpl();
       if (pending.input_slots[k].index != info.write_args[0] || s == kNoId ||
-          (fresh && !fills_fresh_storage(pending, k)) || !covers_storage(t) || storages_[s].exposed)
+          (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t) ||
+          storages_[s].exposed || (impl.data() && !is_ours(impl)))
         continue;
-      if (!has_readers_beyond(s)) {
-        overwritten = static_cast<int32_t>(k);
-        pending.fills_fresh = fresh;
-      }
+      if (!has_readers_beyond(s)) overwritten = static_cast<int32_t>(k);
     }
   }
   std::vector<TensorId>& to_lock = pending.locked;  // kept only once lock_tensors succeeds
@@ -812,7 +789,6 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       if (recordable) {
         pending.target = static_cast<int32_t>(k);
         pending.target_nbytes = tensors[k].storage().nbytes();
-        pending.target_filled = storages_[s].filled;  // Note [Overwrite]
       }
       // After a copy, the user's storage is unknown to the engine: read again, it becomes
       // a constant, unless this op is recorded and makes it its output.
@@ -1169,9 +1145,8 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
           // The user's storage, copied away before the op ran, is this op's output (the
           // op returns the written tensor: OpInfo::in_place).
           const at::Tensor written = stack[base].toTensor();
-          const StorageId s = engine_->storage_of(outputs[0]);
-          adopt(s, written.storage().getWeakStorageImpl(), outputs[0]);
-          storages_[s].filled = pending.overwrite ? pending.fills_fresh : pending.target_filled;
+          adopt(engine_->storage_of(outputs[0]), written.storage().getWeakStorageImpl(),
+                outputs[0]);
         } else {
           const StorageId old = engine_->storage_of(pending.inputs[pending.target]);
           storages_[old].current = outputs[0];

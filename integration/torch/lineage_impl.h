@@ -123,9 +123,6 @@ struct PendingOp {
   bool record = false;                  // record the op once it has run
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
   bool overwrite = false;               // Note [Overwrite]
-  uint64_t fresh_inputs = 0;            // bit k: input k was registered by this op (the first 64)
-  bool fills_fresh = false;             // Note [Overwrite]: the overwrite fills a fresh buffer
-  bool target_filled = false;           // the written storage holds a filled buffer's values
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
   // The overwritten storage, which the op writes without a lock (Note [Moving storages]).
   const c10::StorageImpl* unlocked_target = nullptr;
@@ -154,9 +151,6 @@ struct PendingOp {
     record = record_op;
     new_target_storage = false;
     overwrite = false;
-    fresh_inputs = 0;
-    fills_fresh = false;
-    target_filled = false;
     orphan = kNoId;
     unlocked_target = nullptr;
     fingerprints.clear();
@@ -257,9 +251,6 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     // The program can write its memory without the dispatcher: Note [Writes outside the
     // dispatcher] in lineage.cpp.
     bool exposed = false;
-    // Note [Overwrite]: it holds (a version of) a fresh buffer that a copy_ made
-    // recomputable; a copy_ from it does not make another one so.
-    bool filled = false;
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -286,8 +277,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   };
 
   StorageId lookup(const c10::StorageImpl* impl) const;
-  // `registered` (if given) is set when t's storage was unknown and is a constant now.
-  TensorId input_tensor(const at::Tensor& t, bool register_unknown, bool* registered = nullptr);
+  TensorId input_tensor(const at::Tensor& t, bool register_unknown);
   TensorId register_constant(const at::Tensor& t);
   bool is_external(const c10::StorageImpl& impl) const;  // Note [Writes outside the dispatcher]
   void adopt(StorageId s, const c10::weak_intrusive_ptr<c10::StorageImpl>& impl,
@@ -296,8 +286,6 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool has_readers(StorageId s);
   bool has_live_readers(StorageId s);
   bool has_readers_beyond(StorageId s);
-  // Note [Overwrite]: input k was first seen by this op, and every other input is unpinned.
-  bool fills_fresh_storage(const PendingOp& pending, size_t k) const;
   bool reads_reach_beyond(StorageId s) const;
   void copy_on_write(StorageId s);
   void hold_inner_tensors(const at::Tensor& t, bool written);

@@ -3,7 +3,7 @@
 was made in place from an earlier one, as clip_grad_norm_ scales a gradient before
 zero_grad zeroes it; while a storage that other lineage reads is still copied first, so
 what was computed from its old value stays right."""
-from conftest import stats_of, trains_as_without
+from conftest import stats_of
 
 # y's storage is 8 MiB: made by exp, then scaled in place (a new version of the same
 # storage); z forces it out, with 4 MiB of room left. zero_ must then neither refill it
@@ -62,92 +62,3 @@ def test_what_was_computed_from_the_old_value_stays_right(lib):
     stats = stats_of(OTHER_READER, lib)
     assert stats["evictions"] >= 2 and stats["remats"] >= 1, stats
     assert stats["same"] and stats["zero"], stats
-
-
-# Note [Overwrite]: `y[:, :k] += z` in a loop. Its backward (autograd's CopySlices) fills a
-# new_empty_strided buffer with the incoming gradient (copy_), then writes a slice of it.
-# The buffer was pinned for its undefined values, and the slice write then pinned what was
-# computed from it (Note [Pinned writes]): the run ran out of memory at 0.7 of its peak
-# with 3.6 MiB pinned, where the parameters and the data are 2 MiB. The copy_ now makes
-# the buffer recomputable. Arguments: the budget as a fraction (0: none) of a peak in bytes.
-SLICE_WRITES = r"""
-import hashlib, json, struct, sys, torch, torch.nn as nn
-try:
-    import dtr
-except ImportError:
-    dtr = None
-torch.manual_seed(0)
-B, H, T = 64, 256, 24
-lin, lin2 = nn.Linear(H, H), nn.Linear(H, H)
-params = list(lin.parameters()) + list(lin2.parameters())
-opt = torch.optim.SGD(params, lr=0.01)
-with torch.no_grad():
-    xs = torch.randn(T, B, H)
-if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
-    dtr.set_budget(int(float(sys.argv[1]) * int(sys.argv[2])))
-out = {"losses": []}
-for step in range(3):
-    opt.zero_grad()
-    h = xs[0]
-    for t in range(T):
-        y = lin(h)
-        y[:, : H // 2] += torch.tanh(lin2(xs[t]))[:, : H // 2]
-        h = torch.relu(y)
-    loss = h.square().mean()
-    loss.backward()
-    opt.step()
-    out["losses"].append(struct.pack("<f", loss.item()).hex())
-out["params"] = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in params)).hexdigest()
-if dtr is not None and dtr.is_enabled():
-    s = dtr.memory_stats()
-    out.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"])
-print(json.dumps(out))
-"""
-
-
-def test_slice_writes_in_a_loop_train_under_a_budget(lib):
-    trains_as_without(SLICE_WRITES, lib, (0.7, 0.55))
-
-
-# The same buffers in a chain: `outputs[t] = h` into one preallocated tensor, as a
-# hand-written RNN (and pad_packed_sequence) fills its output. Each CopySlices's buffer is
-# a copy_ of the one after it; were each recomputable from the next, one evicted gradient
-# could need the whole chain back (the packed GRU under auto at 0.75 hit the runaway stop,
-# test_policy_trial.py). Only the first link is: a copy_ from a filled buffer stays pinned.
-RNN_OUTPUTS = r"""
-import hashlib, json, struct, sys, torch, torch.nn as nn
-try:
-    import dtr
-except ImportError:
-    dtr = None
-torch.manual_seed(0)
-B, H, T = 64, 256, 32
-cell, head = nn.Linear(2 * H, H), nn.Linear(H, H)
-params = list(cell.parameters()) + list(head.parameters())
-opt = torch.optim.SGD(params, lr=0.01)
-with torch.no_grad():
-    xs = torch.randn(T, B, H)
-if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
-    dtr.set_budget(int(float(sys.argv[1]) * int(sys.argv[2])))
-out = {"losses": []}
-for step in range(3):
-    opt.zero_grad()
-    h = torch.zeros(B, H)
-    outputs = torch.zeros(T, B, H)
-    for t in range(T):
-        h = torch.tanh(cell(torch.cat([xs[t], h], 1)))
-        outputs[t] = h
-    loss = head(outputs).square().mean()
-    loss.backward()
-    opt.step()
-    out["losses"].append(struct.pack("<f", loss.item()).hex())
-out["params"] = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in params)).hexdigest()
-if dtr is not None and dtr.is_enabled():
-    s = dtr.memory_stats()
-    out.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"])
-print(json.dumps(out))
-"""
-
-
-def test_a_chain_of_slice_writes_trains_under_a_budget(lib):
-    trains_as_without(RNN_OUTPUTS, lib, (0.7,))

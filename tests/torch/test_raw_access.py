@@ -309,3 +309,27 @@ def test_elementwise_python_callables_see_evicted_values(lib):
     proc = run([PYTHON, "-c", ELEMENTWISE], clean_env(LD_PRELOAD=lib))
     assert re.search(r"^EVICTIONS [1-9]", proc.stdout, re.M), proc.stdout + proc.stderr
     assert digests in proc.stdout, proc.stdout + proc.stderr
+
+
+# Note [Storages Python allocates]: the copy_ that fills a storage's clone in copy.deepcopy
+# writes memory PyTorch's default allocator made, before the guard moves it into ours, and
+# moving it in must evict here. A try at making fresh buffers filled by copy_ recomputable
+# (Note [Overwrite]) made that clone evictable with bytes outside the budget, and this ran
+# out of memory; such a storage is never made an op's output now.
+DEEPCOPY_TIGHT = r"""
+import copy, json, torch, dtr
+with torch.no_grad():
+    x = torch.randn(1 << 18)              # 1 MiB, pinned
+y = torch.tanh(x)                         # 1 MiB, recomputable
+z = torch.exp(x)                          # 1 MiB, recomputable
+dtr.set_budget(dtr.memory_stats()["allocated_bytes.all.current"] + (512 << 10))
+c = copy.deepcopy(y)
+s = dtr.memory_stats()
+print(json.dumps({"equal": bool(torch.equal(c, torch.tanh(x))),
+                  "evictions": s["dtr.num_evictions"]}))
+"""
+
+
+def test_deepcopy_that_must_evict_to_move_its_copy_in(lib):
+    stats = stats_of(DEEPCOPY_TIGHT, lib)
+    assert stats["equal"] and stats["evictions"] >= 1, stats
