@@ -52,26 +52,11 @@ void BM_ChooseSampled32(benchmark::State& state) { choose(state, dtr::SearchMode
 // of a chain of 63 evicted ones (what a thrashing run leaves behind), under msps, whose score
 // searches the evicted ancestors. `cut` is the engine as it is; `full` the same policy with
 // every score searched in full (score_up_to left at its default), in the same run.
-class FullScores final : public dtr::Heuristic {
- public:
-  explicit FullScores(std::unique_ptr<dtr::Heuristic> inner) : inner_(std::move(inner)) {}
-  std::string_view name() const override { return inner_->name(); }
-  uint32_t needs() const override { return inner_->needs(); }
-  double score(const dtr::Engine& e, dtr::StorageId s) override { return inner_->score(e, s); }
-  bool has_lower_bound() const override { return true; }
-  double lower_bound(const dtr::Engine& e, dtr::StorageId s) override {
-    return inner_->lower_bound(e, s);
-  }
-
- private:
-  std::unique_ptr<dtr::Heuristic> inner_;
-};
-
 void choose_in_chains(benchmark::State& state, bool cut) {
   dtr::LogicalClock clock{1};
   dtr::EngineConfig config;
   std::unique_ptr<dtr::Heuristic> msps = dtr::builtin_heuristics().make("msps", {});
-  if (!cut) msps = std::make_unique<FullScores>(std::move(msps));
+  if (!cut) msps = dtr::with_full_scores(std::move(msps));
   dtr::Engine engine(config, std::move(msps), clock);
   std::mt19937_64 rng(42);
   std::vector<dtr::TensorId> outs;

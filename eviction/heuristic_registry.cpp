@@ -38,6 +38,29 @@ double neighborhood_ratio(const Engine& e, StorageId s, double denom, bool desce
   return neighborhood_ratio(e, s, denom, descendants, kInf);  // cut at a rounding edge
 }
 
+namespace {
+// Everything forwarded to the inner heuristic but score_up_to, left at its default.
+class FullScores final : public Heuristic {
+ public:
+  explicit FullScores(std::unique_ptr<Heuristic> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  uint32_t needs() const override { return inner_->needs(); }
+  double score(const Engine& e, StorageId s) override { return inner_->score(e, s); }
+  bool has_lower_bound() const override { return inner_->has_lower_bound(); }
+  double lower_bound(const Engine& e, StorageId s) override { return inner_->lower_bound(e, s); }
+  void on_period(const PeriodCost& cost) override { inner_->on_period(cost); }
+  void on_remat(const PeriodCost& so_far) override { inner_->on_remat(so_far); }
+  std::string status() const override { return inner_->status(); }
+
+ private:
+  std::unique_ptr<Heuristic> inner_;
+};
+}  // namespace
+
+std::unique_ptr<Heuristic> with_full_scores(std::unique_ptr<Heuristic> inner) {
+  return std::make_unique<FullScores>(std::move(inner));
+}
+
 void HeuristicRegistry::add(HeuristicInfo info) {
   for (HeuristicInfo& e : entries_) {
     if (e.name == info.name) {

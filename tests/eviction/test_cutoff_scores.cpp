@@ -19,20 +19,6 @@ using namespace dtr;
 
 namespace {
 
-// The policy's own scores, with score_up_to left at its default: every score in full.
-class FullScores final : public Heuristic {
- public:
-  explicit FullScores(std::unique_ptr<Heuristic> inner) : inner_(std::move(inner)) {}
-  std::string_view name() const override { return inner_->name(); }
-  uint32_t needs() const override { return inner_->needs(); }
-  double score(const Engine& e, StorageId s) override { return inner_->score(e, s); }
-  bool has_lower_bound() const override { return inner_->has_lower_bound(); }
-  double lower_bound(const Engine& e, StorageId s) override { return inner_->lower_bound(e, s); }
-
- private:
-  std::unique_ptr<Heuristic> inner_;
-};
-
 struct Log : EngineHooks {
   std::vector<std::pair<OpId, bool>> computes;
   std::vector<StorageId> evictions;
@@ -112,7 +98,7 @@ TEST_CASE("cutoff scores leave every choice of the engine as it was", "[eviction
   for (const char* policy : {"msps", "dtr", "dtr_ancestors"}) {
     for (SearchMode search : {SearchMode::full, SearchMode::sample}) {
       Program cut(builtin_heuristics().make(policy, {}), search);
-      Program full(std::make_unique<FullScores>(builtin_heuristics().make(policy, {})), search);
+      Program full(with_full_scores(builtin_heuristics().make(policy, {})), search);
       cut.run(11, 800);
       full.run(11, 800);
       INFO(policy << (search == SearchMode::full ? " full" : " sample"));

@@ -40,4 +40,9 @@ class HeuristicRegistry {
 // The registry of built-in heuristics (immutable; built on first use).
 const HeuristicRegistry& builtin_heuristics();
 
+// `inner` with every score searched in full (its score_up_to never called): the same
+// choices, at the cost Note [Cutoff scores] in candidate_search.cpp saves; for the A/B of
+// that search in tests/eviction/test_cutoff_scores.cpp and bench/bench_eviction.cpp.
+std::unique_ptr<Heuristic> with_full_scores(std::unique_ptr<Heuristic> inner);
+
 }  // namespace dtr
