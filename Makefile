@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 DATA     ?= $(abspath ../shared/data/dtr-logs)
 RESNET   := $(firstword $(wildcard $(DATA)/resnet32-*.log))
 # Debian packages the build needs; `make deps` installs the missing ones.
-APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev libmimalloc-dev libtorch-dev python3-torch python3-torchvision libopenblas0-pthread python3-pytest python3-numpy coinor-libcbc-dev libxxhash-dev
+APT_PKGS := cmake make g++ pkg-config catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev libmimalloc-dev libtorch-dev python3-torch python3-torchvision libopenblas0-pthread python3-pytest python3-pytest-xdist python3-numpy coinor-libcbc-dev libxxhash-dev
 
 .PHONY: all deps configure build test test-sanitize test-tsan demo bench eval eval-quick docs clean
 

@@ -26,6 +26,11 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
     sys.exit(77)
 
 
+def pytest_configure(config):
+    # pytest-xdist registers this mark itself; without it (a run by hand) it groups nothing.
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
+
+
 def library_path():
     return Path(os.environ.get("DTR_LIBRARY", ROOT / "build" / "lib" / "libdtr_torch.so"))
 
@@ -59,6 +64,10 @@ def clean_env(**extra):
     # Same thread count in every run: results are compared bit for bit. MKL (pip builds of
     # PyTorch; Debian's uses OpenBLAS) may otherwise use fewer threads on a loaded machine.
     env["OMP_NUM_THREADS"] = "2"
+    # Idle OpenMP threads sleep at once rather than spin: with two threads a process, and
+    # a process a core under pytest-xdist, spinning doubled a plain step here (docs/pytorch.md,
+    # "OpenMP's wait policy"). The thread count, so every result's bits, is the same.
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     env["MKL_DYNAMIC"] = "FALSE"
     for k, v in extra.items():
         if v is not None:

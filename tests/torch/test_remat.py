@@ -95,7 +95,10 @@ SCRIPTS = {
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.
 CONF = {"lstm_lm_chunked": "policy:msps"}
 
-CASES = [(name, fraction) for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
+# A script's cases share one worker under pytest-xdist (ctest runs `-n N --dist
+# loadgroup`), so its reference and baseline runs, cached below, are made once.
+CASES = [pytest.param(name, fraction, id=f"{name}-{fraction}", marks=pytest.mark.xdist_group(name))
+         for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,7 +118,7 @@ def baseline_peak(name, lib):
     return result.stats["allocated_bytes.all.peak"]
 
 
-@pytest.mark.parametrize("name,fraction", CASES, ids=[f"{n}-{f}" for n, f in CASES])
+@pytest.mark.parametrize("name,fraction", CASES)
 def test_bit_identical_under_budget(lib, name, fraction):
     ref = reference(name)
     budget = int(baseline_peak(name, lib) * fraction)
