@@ -199,7 +199,11 @@
 // refilled and locked while it runs. What such an op makes is not recomputable (pinned
 // once a recorded op reads it, as other memory lineage did not see), so a loop run
 // entirely under a mode evicts only what was made outside it; results stay the kernel's
-// and the mode's. tests/torch/test_dispatch_modes.py.
+// and the mode's. Nor does the fallback run its own kernel for such an op (Note [Lean
+// batch-norm backward] in compat.cpp): until 2026-12-01 a mode saw that kernel's empty,
+// empty_like and zeros in place of native_batch_norm_backward, so one that changed that
+// op's results trained to other parameters with the library loaded, budget or not.
+// tests/torch/test_dispatch_modes.py.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty_like.h>
@@ -765,8 +769,10 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    // Note [Lean batch-norm backward] in compat.cpp
-    if (!info.lean_kernel || !info.lean_kernel(*stack)) op.redispatchBoxed(below, stack);
+    // Note [Lean batch-norm backward] in compat.cpp; never under Python's key, whose mode
+    // must see the op itself (Note [Dispatch modes]).
+    if (python || !info.lean_kernel || !info.lean_kernel(*stack))
+      op.redispatchBoxed(below, stack);
   } catch (...) {
     lineage->abort_op(pending);
     throw;
