@@ -97,7 +97,8 @@ CONF = {"lstm_lm_chunked": "policy:msps"}
 
 # A script's cases share one worker under pytest-xdist (ctest runs `-n N --dist
 # loadgroup`), so its reference and baseline runs, cached below, are made once.
-CASES = [pytest.param(name, fraction, id=f"{name}-{fraction}", marks=pytest.mark.xdist_group(name))
+CASES = [pytest.param(name, fraction, id=f"{name}-{fraction}",
+                      marks=pytest.mark.xdist_group(name))
          for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
 
 
