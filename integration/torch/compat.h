@@ -125,6 +125,14 @@ c10::IValue copy_generator(const c10::IValue& snapshot);
 bool lean_batch_norm_backward(std::vector<c10::IValue>& stack);
 constexpr const char* kLeanBatchNormBackward = "aten::native_batch_norm_backward";
 
+// Note [Observed fake quantization] in dispatch_hook.cpp: the fused observer and fake
+// quantization of QAT, and the ops whose results are its own (the same bits, checked on
+// 1.13 by tests/torch/test_fake_quant.py) once it has written the scale and zero point.
+constexpr const char* kObservedFakeQuant = "aten::_fused_moving_avg_obs_fq_helper";
+constexpr const char* kFakeQuantPerTensor =
+    "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams";
+constexpr const char* kFakeQuantPerChannel = "aten::fake_quantize_per_channel_affine_cachemask";
+
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
 constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;
 constexpr const char* kHiddenWriteBatchNorm = "aten::native_batch_norm";

@@ -96,6 +96,10 @@ struct OpInfo {
   // randn_like, rand_like, randint_like: the fill their kernels draw with, which the
   // fallback runs instead in grad mode (Note [Seeded like factories] in dispatch_hook.cpp).
   LikeFill like_fill = LikeFill::none;
+  // _fused_moving_avg_obs_fq_helper: runs opaque, as it writes the observer's state; then
+  // its results are recorded as those of its fake quantization alone (Note [Observed fake
+  // quantization] in dispatch_hook.cpp).
+  bool observed_fake_quant = false;
   // Not an aten:: op (c10d's collectives, an extension's kernels): it may hand its
   // tensors' addresses to other threads, so they are never moved (Note [Moving storages]).
   bool foreign = false;
