@@ -50,14 +50,29 @@
 // Opaque ops run once and are never recomputed: their outputs stay pinned (the result of
 // torch.multinomial, or of torch.randn under no_grad, is pinned; the ops that read it stay
 // recomputable). They are: ops outside aten (a profiler op returns a tensor that owns a C++
-// object; collectives), ops tagged nondeterministic_seeded (except Note [Seeded ops],
-// [Seeded factories] and [Seeded like factories], in grad mode) or
-// nondeterministic_bitwise, the empty* family (its values are whatever memory held),
-// resize_/set_ (they change a storage, not its values), in-place ops that write more than
+// object; collectives), except Note [Pure foreign ops]; ops tagged nondeterministic_seeded
+// (except Note [Seeded ops], [Seeded factories] and [Seeded like factories], in grad mode)
+// or nondeterministic_bitwise; the empty* family (its values are whatever memory held);
+// resize_/set_ (they change a storage, not its values); in-place ops that write more than
 // one tensor (a foreach optimizer step: a remat would apply the step again to every target
-// that is still material), and ops that return no tensor.
+// that is still material), except Note [Observed fake quantization]; and ops that return
+// no tensor.
 // A written storage of an opaque op is pinned (Note [Mutation] in lineage.cpp).
 // Except seeded fills (Note [Seeded ops]).
+//
+// Note [Pure foreign ops]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Ops outside aten are opaque because nothing says what they do: a profiler op returns a
+// tensor that owns a C++ object, a collective hands its tensors' addresses to another
+// thread. torchvision's RoI ops and nms are functions of their inputs whose CPU kernels
+// give the same bits on every call (tests/torch/test_torchvision_ops.py calls each again
+// on two threads), so the ops named below are recorded as aten's are. A detection model
+// is why: Faster R-CNN's MultiScaleRoIAlign writes each feature level's roi_align result
+// into one zeros tensor (49 MiB at 2 images: 1024 RoIs x 256 x 7 x 7), and the gradients of
+// roi_align's backward are added into the features' gradients. Opaque, those results were
+// constants, and when they died the tensors written from them were pinned for them (Note
+// [Dead constants] in lineage.cpp): tests/torch/scripts/detection.py ran out of memory at
+// 0.6 of its peak with 263 MiB pinned, and trains bit-identically there now.
 //
 // Note [Seeded ops]
 // ~~~~~~~~~~~~~~~~~
@@ -277,6 +292,18 @@ const std::unordered_set<std::string>& never_recompute_names() {
   return names;
 }
 
+// Note [Pure foreign ops]: ops outside aten that are recorded as aten's are.
+const std::unordered_set<std::string>& pure_foreign_names() {
+  static const std::unordered_set<std::string> names = {
+      "torchvision::roi_align",    "torchvision::_roi_align_backward",
+      "torchvision::roi_pool",     "torchvision::_roi_pool_backward",
+      "torchvision::ps_roi_align", "torchvision::_ps_roi_align_backward",
+      "torchvision::ps_roi_pool",  "torchvision::_ps_roi_pool_backward",
+      "torchvision::nms",
+  };
+  return names;
+}
+
 // Note [Seeded ops]: in-place fills with draws, replayed from a copy of their generator.
 const std::unordered_set<std::string>& seeded_fill_names() {
   static const std::unordered_set<std::string> names = {
@@ -353,7 +380,7 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
     returns_tensor |= is_tensor_type(ret.type());
   }
   const std::string& name = schema.name();
-  if (name.rfind("aten::", 0) != 0) {
+  if (name.rfind("aten::", 0) != 0 && !pure_foreign_names().count(name)) {
     info.foreign = true;  // Note [Moving storages] in lineage.cpp
     return info;          // opaque
   }
