@@ -64,15 +64,16 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Ops outside aten are opaque because nothing says what they do: a profiler op returns a
 // tensor that owns a C++ object, a collective hands its tensors' addresses to another
-// thread. torchvision's RoI ops and nms are functions of their inputs whose CPU kernels
-// give the same bits on every call (tests/torch/test_torchvision_ops.py calls each again
-// on two threads), so the ops named below are recorded as aten's are. A detection model
-// is why: Faster R-CNN's MultiScaleRoIAlign writes each feature level's roi_align result
-// into one zeros tensor (49 MiB at 2 images: 1024 RoIs x 256 x 7 x 7), and the gradients of
-// roi_align's backward are added into the features' gradients. Opaque, those results were
-// constants, and when they died the tensors written from them were pinned for them (Note
-// [Dead constants] in lineage.cpp): tests/torch/scripts/detection.py ran out of memory at
-// 0.6 of its peak with 263 MiB pinned, and trains bit-identically there now.
+// thread. torchvision's RoI ops, deform_conv2d and nms are functions of their inputs whose
+// CPU kernels give the same bits on every call (tests/torch/test_torchvision_ops.py calls
+// each again on two threads), so the ops named below are recorded as aten's are. A
+// detection model is why: Faster R-CNN's MultiScaleRoIAlign writes each feature level's
+// roi_align result into one zeros tensor (49 MiB at 2 images: 1024 RoIs x 256 x 7 x 7), and
+// the gradients of roi_align's backward are added into the features' gradients. Opaque,
+// those results were constants, and when they died the tensors written from them were
+// pinned for them (Note [Dead constants] in lineage.cpp): tests/torch/scripts/detection.py
+// ran out of memory at 0.6 of its peak with 263 MiB pinned, and trains bit-identically
+// there now.
 //
 // Note [Seeded ops]
 // ~~~~~~~~~~~~~~~~~
@@ -299,6 +300,7 @@ const std::unordered_set<std::string>& pure_foreign_names() {
       "torchvision::roi_pool",     "torchvision::_roi_pool_backward",
       "torchvision::ps_roi_align", "torchvision::_ps_roi_align_backward",
       "torchvision::ps_roi_pool",  "torchvision::_ps_roi_pool_backward",
+      "torchvision::deform_conv2d", "torchvision::_deform_conv2d_backward",
       "torchvision::nms",
   };
   return names;

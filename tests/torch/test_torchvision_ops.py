@@ -34,12 +34,16 @@ def test_the_recorded_torchvision_ops_give_the_same_bits_twice():
     corner = torch.rand(256, 2, generator=g) * 28
     boxes = torch.cat([corner, corner + torch.rand(256, 2, generator=g) * 12 + 1], 1)
     rois = torch.cat([torch.randint(0, 2, (256, 1), generator=g).float(), boxes], 1)
+    deform = (x[:, :16, :24, :24].contiguous(), torch.randn(32, 16, 3, 3, generator=g),
+              torch.randn(2, 18, 24, 24, generator=g) * 2, torch.rand(2, 9, 24, 24, generator=g),
+              torch.randn(32, generator=g))  # input, weight, offset, mask, bias
     calls = {
         "roi_align": lambda: OPS.roi_align(x, rois, 0.5, 7, 7, 2, True),
         "roi_pool": lambda: OPS.roi_pool(x, rois, 0.5, 7, 7),
         "ps_roi_align": lambda: OPS.ps_roi_align(x, rois, 0.5, 7, 7, 2),
         "ps_roi_pool": lambda: OPS.ps_roi_pool(x, rois, 0.5, 7, 7),
         "nms": lambda: OPS.nms(boxes, torch.rand(256, generator=g.manual_seed(3)), 0.5),
+        "deform_conv2d": lambda: OPS.deform_conv2d(*deform, 1, 1, 1, 1, 1, 1, 1, 1, True),
     }
     out = {name: call() for name, call in calls.items()}
     grad = torch.randn(256, 98, 7, 7, generator=g)
@@ -53,6 +57,8 @@ def test_the_recorded_torchvision_ops_give_the_same_bits_twice():
             grad_ps, rois, out["ps_roi_align"][1], 0.5, 7, 7, 2, 2, 98, 40, 40),
         "_ps_roi_pool_backward": lambda: OPS._ps_roi_pool_backward(
             grad_ps, rois, out["ps_roi_pool"][1], 0.5, 7, 7, 2, 98, 40, 40),
+        "_deform_conv2d_backward": lambda: OPS._deform_conv2d_backward(
+            torch.ones_like(out["deform_conv2d"]), *deform, 1, 1, 1, 1, 1, 1, 1, 1, True),
     })
     for name, call in calls.items():
         first = call()
