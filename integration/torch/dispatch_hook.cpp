@@ -196,8 +196,12 @@
 // so that it is not found dead, until the scope ends; numpy, `__array__` and `__dlpack__`
 // make objects that may outlive the scope and still pin for good. Outside a scope
 // hold_raw pins, as pin_raw does: the storage object or address it returns may be kept
-// and read later. Not scoped: pickle.dumps of a tensor, whose storage bytes are read after
-// `__reduce_ex__` has returned.
+// and read later. pickle.dumps of a tensor is scoped in two parts (2026-12-02; before, it
+// pinned the tensor for good): Tensor.__reduce_ex__ takes the storage in a scope and
+// returns it, and pickle then reduces the storage itself, after that scope ended, by
+// TypedStorage.__reduce__ (or UntypedStorage's), which saves its bytes with torch.save. The
+// guard runs that in a scope too, holding the storage through a uint8 tensor set_ to it, so
+// a storage evicted in between is refilled before its bytes are read.
 //
 // Note [Storages Python allocates]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -548,6 +552,29 @@ def _dtr_guard_raw_access():
                 adopt(result)
         scoped(T, "tolist")
         scoped(T, "__deepcopy__", adopt_copy)
+        # pickle: a tensor's storage is pickled after its __reduce_ex__ returns, by the
+        # storage's own __reduce__ (torch.save to bytes), which holds it again.
+        scoped(T, "__reduce_ex__")
+        def hold_while_pickled(owner):
+            original = owner.__dict__.get("__reduce__")
+            if original is None:
+                return
+            @functools.wraps(original)
+            def reduce(self):
+                begin()
+                try:
+                    untyped = self.untyped() if hasattr(self, "untyped") else self
+                    if untyped.device.type == "cpu":
+                        bytes_ = torch.TypedStorage(wrap_storage=untyped, dtype=torch.uint8)
+                        hold(torch.empty(0, dtype=torch.uint8).set_(bytes_))
+                    return original(self)
+                finally:
+                    end()
+            owner.__reduce__ = reduce
+        for owner in (getattr(torch, "TypedStorage", None),
+                      getattr(sys.modules.get("torch.storage"), "_StorageBase", None)):
+            if owner is not None:
+                hold_while_pickled(owner)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None:
             scoped(serialization, "_save")

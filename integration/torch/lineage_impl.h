@@ -100,8 +100,9 @@ struct OpInfo {
   // its results are recorded as those of its fake quantization alone (Note [Observed fake
   // quantization] in dispatch_hook.cpp).
   bool observed_fake_quant = false;
-  // Not an aten:: op (c10d's collectives, an extension's kernels): it may hand its
-  // tensors' addresses to other threads, so they are never moved (Note [Moving storages]).
+  // Not an aten:: op (c10d's collectives, an extension's kernels) nor one of Note [Pure
+  // foreign ops] in dispatch_hook.cpp: it may hand its tensors' addresses to other threads,
+  // so they are never moved (Note [Moving storages]).
   bool foreign = false;
 };
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import PYTHON, clean_env, run, stats_of
+from conftest import PYTHON, clean_env, last_json, run, stats_of
 
 SCRIPT = r"""
 import hashlib, sys
@@ -65,13 +65,13 @@ def test_raw_access_sees_true_values(lib):
     assert lines(under) == lines(plain)
 
 
-# Note [Raw scopes]: torch.save, copy.deepcopy and .tolist() read storages that stay alive;
-# each read holds the storage only until the call returns. They used to pin it until it
-# died: 48 live 256 KiB tensors (12 MiB) under a 6 MiB budget, saved or copied 4 at a
-# time, filled the budget with pins and ran out of memory (save, deepcopy), or ended with
-# 3.5 MiB pinned (tolist).
+# Note [Raw scopes]: torch.save, copy.deepcopy, .tolist() and pickle.dumps read storages
+# that stay alive; each read holds the storage only until the call returns. They used to
+# pin it until it died: 48 live 256 KiB tensors (12 MiB) under a 6 MiB budget, saved,
+# copied or pickled 4 at a time, filled the budget with pins and ran out of memory (save,
+# deepcopy, pickle), or ended with 3.5 MiB pinned (tolist).
 SCOPED = r"""
-import copy, hashlib, io, sys
+import copy, hashlib, io, pickle, sys
 import torch
 torch.manual_seed(0)
 mode = sys.argv[1]
@@ -93,6 +93,10 @@ for r in range(3):
             c = copy.deepcopy(ys[i:i + 4])
             h.update((c[3] * 2).numpy().tobytes())
             del c
+        elif mode == "pickle":  # its bytes hold storage addresses: compare what comes back
+            back = pickle.loads(pickle.dumps(ys[i:i + 4]))
+            h.update(b"".join(t.numpy().tobytes() for t in back))
+            del back
         else:
             h.update(repr(ys[i + 3].tolist()).encode())
         ys[i + 1] = torch.tanh(ys[i + 1] * 1.0001)
@@ -111,7 +115,7 @@ except ImportError:
 """
 
 
-@pytest.mark.parametrize("mode", ["save", "deepcopy", "tolist"])
+@pytest.mark.parametrize("mode", ["save", "deepcopy", "tolist", "pickle"])
 def test_scoped_raw_access_does_not_pin(lib, mode):
     plain = run([PYTHON, "-c", SCOPED, mode], clean_env())
     under = run([PYTHON, "-c", SCOPED, mode], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:6M"))
@@ -124,6 +128,41 @@ def test_scoped_raw_access_does_not_pin(lib, mode):
     assert ooms == 0
     # What stays pinned: w and x (512 KiB), and `total`, read by numpy.
     assert pinned <= 1 << 20, f"{pinned} bytes pinned after the loop"
+
+
+# Note [Raw scopes]: pickle reduces a tensor's storage after the tensor's __reduce_ex__ has
+# returned, so the storage is no longer held then and may be evicted; its own __reduce__
+# refills it before torch.save reads its bytes. Here the storage is taken by __reduce_ex__,
+# evicted by 10 MiB of later tensors under a 6 MiB budget (policy lru: the stalest storage
+# goes first whatever the measured op times), then pickled alone.
+PICKLED_STORAGE = r"""
+import hashlib, json, pickle, torch
+torch.manual_seed(0)
+w = torch.randn(256, 256)
+x = torch.randn(256, 256)
+t = torch.tanh(x @ w)
+storage = t.__reduce_ex__(2)[1][0]
+ys = [torch.tanh(x @ w + i) for i in range(40)]
+try:
+    import dtr
+except ImportError:
+    dtr = None
+on = dtr is not None and dtr.is_enabled()
+before = dtr.memory_stats()["dtr.num_remats"] if on else 0
+data = pickle.dumps(storage)
+remats = dtr.memory_stats()["dtr.num_remats"] - before if on else 0
+back = torch.empty(0).set_(pickle.loads(data))
+print(json.dumps({"digest": hashlib.sha256(back.numpy().tobytes()).hexdigest(),
+                  "remats": remats, "sum": float(sum(y.sum() for y in ys))}))
+"""
+
+
+def test_a_storage_evicted_before_it_is_pickled_is_refilled(lib):
+    plain = last_json(run([PYTHON, "-c", PICKLED_STORAGE], clean_env()))
+    under = last_json(run([PYTHON, "-c", PICKLED_STORAGE],
+                          clean_env(LD_PRELOAD=lib, DTR_CONF="budget:6M,policy:lru")))
+    assert under["remats"] > 0, "the storage was not evicted: the test would prove nothing"
+    assert (under["digest"], under["sum"]) == (plain["digest"], plain["sum"])
 
 
 # Note [Dead pinned storages at a new peak]: with no budget, a storage pinned by .numpy()
