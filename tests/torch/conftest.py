@@ -149,3 +149,19 @@ class Result:
 
     def buffers(self):
         return [line for line in self.lines if line.startswith("buffer ")]
+
+
+def trains_bit_identically(lib, script_args, fraction, **env):
+    """SCRIPTS/<script_args[0]> (through run_script.py) under `fraction` of its remat:False
+    peak, with `env` added: asserts that it printed the losses, parameters and buffers of
+    the run without the library and stayed within its budget; returns its Result."""
+    ref = Result(run(driver(*script_args), clean_env()))
+    peak = Result(run(driver(*script_args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
+    budget = int(peak.stats["allocated_bytes.all.peak"] * fraction)
+    result = Result(run(driver(*script_args), clean_env(
+        LD_PRELOAD=lib, DTR_CONF=f"budget:{budget}", **env)))
+    assert result.losses() == ref.losses()
+    assert result.params() == ref.params()
+    assert result.buffers() == ref.buffers()
+    assert result.stats["allocated_bytes.all.peak"] <= budget
+    return result

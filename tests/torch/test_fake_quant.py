@@ -9,7 +9,7 @@ import json
 
 import torch
 
-from conftest import Result, clean_env, driver, run, trains_as_without
+from conftest import trains_as_without, trains_bit_identically
 
 PER_TENSOR = "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"
 PER_CHANNEL = "aten::fake_quantize_per_channel_affine_cachemask"
@@ -61,17 +61,8 @@ def test_the_fake_quantization_alone_gives_the_fused_ops_bits():
 def test_fake_quantized_activations_are_evicted_and_remade(lib, tmp_path):
     """At 0.3 of its peak scripts/qat.py trains as without the library, and its remats
     run the activations' fake quantization."""
-    args = ("qat.py", "--steps", "3")
-    ref = Result(run(driver(*args), clean_env()))
-    peak = Result(run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
-    budget = int(peak.stats["allocated_bytes.all.peak"] * 0.3)
     timeline = tmp_path / "qat.json"
-    result = Result(run(driver(*args), clean_env(
-        LD_PRELOAD=lib, DTR_CONF=f"budget:{budget}", DTR_TIMELINE=str(timeline))))
-    assert result.losses() == ref.losses()
-    assert result.params() == ref.params()
-    assert result.buffers() == ref.buffers()
-    assert result.stats["allocated_bytes.all.peak"] <= budget
+    trains_bit_identically(lib, ("qat.py", "--steps", "3"), 0.3, DTR_TIMELINE=str(timeline))
     made = {e["name"] for e in json.loads(timeline.read_text())["traceEvents"]
             if e.get("cat") == "remat"}
     assert PER_TENSOR in made, made

@@ -7,7 +7,7 @@ bit-identically; here, the premise and what the remats ran."""
 import torch
 import torchvision  # noqa: F401  (registers torch.ops.torchvision)
 
-from conftest import Result, clean_env, driver, run
+from conftest import trains_bit_identically
 
 OPS = torch.ops.torchvision
 
@@ -73,16 +73,7 @@ def test_detection_records_the_roi_ops(lib, tmp_path):
     into the RoI features' zeros tensor, or added into a gradient); what recording them
     changes is that the tensors made from them are no longer pinned through them (Note
     [Dead constants] in lineage.cpp)."""
-    args = ("detection.py", "--steps", "2")
-    ref = Result(run(driver(*args), clean_env()))
-    peak = Result(run(driver(*args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
-    budget = int(peak.stats["allocated_bytes.all.peak"] * 0.6)
     trace = tmp_path / "detection.trace"
-    result = Result(run(driver(*args), clean_env(
-        LD_PRELOAD=lib, DTR_CONF=f"budget:{budget}", DTR_TRACE=str(trace))))
-    assert result.losses() == ref.losses()
-    assert result.params() == ref.params()
-    assert result.buffers() == ref.buffers()
-    assert result.stats["allocated_bytes.all.peak"] <= budget
+    trains_bit_identically(lib, ("detection.py", "--steps", "2"), 0.6, DTR_TRACE=str(trace))
     text = trace.read_text()
     assert "torchvision::roi_align" in text and "torchvision::_roi_align_backward" in text
