@@ -12,7 +12,6 @@ import torch
 from conftest import trains_as_without, trains_bit_identically
 
 PER_TENSOR = "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"
-PER_CHANNEL = "aten::fake_quantize_per_channel_affine_cachemask"
 
 
 def same_bits(a, b):

@@ -1,9 +1,10 @@
-"""torchvision's RoI ops under a budget (Note [Pure foreign ops] in
+"""torchvision's ops under a budget (Note [Pure foreign ops] in
 integration/torch/dispatch_hook.cpp). Ops outside aten are opaque, but torchvision's RoI
-ops are functions of their inputs and are recorded like aten's, so their results can be
-evicted and made again. Before, scripts/detection.py (Faster R-CNN) ran out of memory at
-0.6 of its peak with its RoI features pinned. Its cases in test_remat.py train it
-bit-identically; here, the premise and what the remats ran."""
+ops, deform_conv2d and nms are functions of their inputs and are recorded like aten's, so
+their results can be evicted and made again. Before, scripts/detection.py (Faster R-CNN)
+ran out of memory at 0.6 of its peak with its RoI features pinned. Its cases in
+test_remat.py train it bit-identically; here, the premise, and that a trace records the
+ops."""
 import torch
 import torchvision  # noqa: F401  (registers torch.ops.torchvision)
 
