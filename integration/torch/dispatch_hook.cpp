@@ -565,8 +565,7 @@ def _dtr_guard_raw_access():
                 try:
                     untyped = self.untyped() if hasattr(self, "untyped") else self
                     if untyped.device.type == "cpu":
-                        bytes_ = torch.TypedStorage(wrap_storage=untyped, dtype=torch.uint8)
-                        hold(torch.empty(0, dtype=torch.uint8).set_(bytes_))
+                        hold(torch.empty(0, dtype=torch.uint8).set_(untyped))
                     return original(self)
                 finally:
                     end()
