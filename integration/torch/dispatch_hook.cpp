@@ -531,7 +531,7 @@ def _dtr_guard_raw_access():
         for name in ("tolist", "data_ptr", "storage", "untyped_storage", "_typed_storage"):
             guard(name, hold)
         # Note [Raw scopes]
-        def scoped(owner, name, after=None):
+        def scoped(owner, name, after=None, before=None):
             original = getattr(owner, name, None)
             if original is None:
                 return
@@ -539,6 +539,8 @@ def _dtr_guard_raw_access():
             def call(*args, **kwargs):
                 begin()
                 try:
+                    if before is not None:
+                        before(*args)
                     result = original(*args, **kwargs)
                 finally:
                     end()
@@ -555,25 +557,14 @@ def _dtr_guard_raw_access():
         # pickle: a tensor's storage is pickled after its __reduce_ex__ returns, by the
         # storage's own __reduce__ (torch.save to bytes), which holds it again.
         scoped(T, "__reduce_ex__")
-        def hold_while_pickled(owner):
-            original = owner.__dict__.get("__reduce__")
-            if original is None:
-                return
-            @functools.wraps(original)
-            def reduce(self):
-                begin()
-                try:
-                    untyped = self.untyped() if hasattr(self, "untyped") else self
-                    if untyped.device.type == "cpu":
-                        hold(torch.empty(0, dtype=torch.uint8).set_(untyped))
-                    return original(self)
-                finally:
-                    end()
-            owner.__reduce__ = reduce
+        def hold_storage(storage):
+            untyped = storage.untyped() if hasattr(storage, "untyped") else storage
+            if untyped.device.type == "cpu":
+                hold(torch.empty(0, dtype=torch.uint8).set_(untyped))
         for owner in (getattr(torch, "TypedStorage", None),
                       getattr(sys.modules.get("torch.storage"), "_StorageBase", None)):
             if owner is not None:
-                hold_while_pickled(owner)
+                scoped(owner, "__reduce__", before=hold_storage)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None:
             scoped(serialization, "_save")
