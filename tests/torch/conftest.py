@@ -6,6 +6,7 @@ The library comes from DTR_LIBRARY (ctest sets it) or build/lib; dtr-run from DT
 build/bin. Without torch in this Python the whole run stops with exit status 77, which
 ctest reports as skipped, and says why.
 """
+import functools
 import json
 import os
 import subprocess
@@ -151,17 +152,43 @@ class Result:
         return [line for line in self.lines if line.startswith("buffer ")]
 
 
-def trains_bit_identically(lib, script_args, fraction, **env):
-    """SCRIPTS/<script_args[0]> (through run_script.py) under `fraction` of its remat:False
-    peak, with `env` added: asserts that it printed the losses, parameters and buffers of
-    the run without the library and stayed within its budget; returns its Result."""
-    ref = Result(run(driver(*script_args), clean_env()))
-    peak = Result(run(driver(*script_args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
-    budget = int(peak.stats["allocated_bytes.all.peak"] * fraction)
-    result = Result(run(driver(*script_args), clean_env(
-        LD_PRELOAD=lib, DTR_CONF=f"budget:{budget}", **env)))
+@functools.lru_cache(maxsize=None)
+def reference_run(script_args):
+    """SCRIPTS/<script_args[0]> without the library: what every budgeted run of it must
+    reproduce. Cached per pytest process (per xdist worker), as is `baseline_peak`."""
+    result = Result(run(driver(*script_args), clean_env()))
+    assert result.losses(), result.proc.stdout
+    return result
+
+
+@functools.lru_cache(maxsize=None)
+def baseline_peak(script_args, lib):
+    """Peak live bytes of SCRIPTS/<script_args[0]> under dtr's allocator with no eviction
+    machinery (remat:False): the budgets are fractions of it."""
+    result = Result(run(driver(*script_args), clean_env(LD_PRELOAD=lib, DTR_CONF="remat:False")))
+    assert result.enabled, result.proc.stderr
+    return result.stats["allocated_bytes.all.peak"]
+
+
+def trains_bit_identically(lib, script_args, fraction, conf=None, **env):
+    """SCRIPTS/<script_args[0]> (through run_script.py) under `fraction` of its baseline
+    peak, with the DTR_CONF entries `conf` and the variables `env` added: asserts that it
+    ended without an out-of-memory error, printed the losses, parameters and buffers of the
+    run without the library, stayed within its budget, and evicted and rematerialized (a
+    run that never evicted proves nothing); returns its Result."""
+    ref = reference_run(tuple(script_args))
+    budget = int(baseline_peak(tuple(script_args), lib) * fraction)
+    proc = run(driver(*script_args), clean_env(
+        LD_PRELOAD=lib, DTR_CONF=",".join(filter(None, (f"budget:{budget}", conf))), **env),
+        check=False)
+    assert proc.returncode == 0, f"budget {budget} B ({fraction}x):\n{proc.stderr[-3000:]}"
+    result = Result(proc)
     assert result.losses() == ref.losses()
     assert result.params() == ref.params()
     assert result.buffers() == ref.buffers()
-    assert result.stats["allocated_bytes.all.peak"] <= budget
+    stats = result.stats
+    assert stats["allocated_bytes.all.peak"] <= budget
+    assert stats["num_ooms"] == 0
+    assert stats["dtr.num_evictions"] > 0, stats
+    assert stats["dtr.num_remats"] > 0, stats
     return result

@@ -9,11 +9,9 @@ it; 0.5 where that is feasible), with the default policy unless CONF names anoth
 print the same loss bit patterns and the same sha256 of every parameter and buffer, never
 exceed the budget, and evict (a run that never evicted proves nothing).
 """
-import functools
-
 import pytest
 
-from conftest import Result, clean_env, driver, run
+from conftest import trains_bit_identically
 
 # script args, fractions of the baseline peak; the last one is the lowest feasible found by
 # lowest_budget.py, rounded up where it passed only once (three runs passed at each
@@ -108,43 +106,12 @@ SCRIPTS = {
 CONF = {"lstm_lm_chunked": "policy:msps"}
 
 # A script's cases share one worker under pytest-xdist (ctest runs `-n N --dist
-# loadgroup`), so its reference and baseline runs, cached below, are made once.
+# loadgroup`), so its reference and baseline runs, cached in conftest, are made once.
 CASES = [pytest.param(name, fraction, id=f"{name}-{fraction}",
                       marks=pytest.mark.xdist_group(name))
          for name, (_, fractions) in SCRIPTS.items() for fraction in fractions]
 
 
-@functools.lru_cache(maxsize=None)
-def reference(name):
-    """The run without the library: what every budgeted run must reproduce."""
-    result = Result(run(driver(*SCRIPTS[name][0]), clean_env()))
-    assert result.losses(), result.proc.stdout
-    return result
-
-
-@functools.lru_cache(maxsize=None)
-def baseline_peak(name, lib):
-    """Peak live bytes under dtr's allocator with no eviction machinery (remat:False)."""
-    result = Result(run(driver(*SCRIPTS[name][0]), clean_env(LD_PRELOAD=lib,
-                                                             DTR_CONF="remat:False")))
-    assert result.enabled, result.proc.stderr
-    return result.stats["allocated_bytes.all.peak"]
-
-
 @pytest.mark.parametrize("name,fraction", CASES)
 def test_bit_identical_under_budget(lib, name, fraction):
-    ref = reference(name)
-    budget = int(baseline_peak(name, lib) * fraction)
-    proc = run(driver(*SCRIPTS[name][0]),
-               clean_env(LD_PRELOAD=lib, DTR_CONF=",".join(
-                   filter(None, (f"budget:{budget}", CONF.get(name))))), check=False)
-    assert proc.returncode == 0, f"budget {budget} B ({fraction}x):\n{proc.stderr[-3000:]}"
-    result = Result(proc)
-    assert result.losses() == ref.losses()
-    assert result.params() == ref.params()
-    assert result.buffers() == ref.buffers()
-    stats = result.stats
-    assert stats["allocated_bytes.all.peak"] <= budget
-    assert stats["num_ooms"] == 0
-    assert stats["dtr.num_evictions"] > 0, stats
-    assert stats["dtr.num_remats"] > 0, stats
+    trains_bit_identically(lib, SCRIPTS[name][0], fraction, conf=CONF.get(name))

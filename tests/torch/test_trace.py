@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import Result, clean_env, driver, run, ROOT
+from conftest import Result, clean_env, driver, run, trains_bit_identically, ROOT
 
 ARGS = ("mlp.py", "--steps", "2", "--batch", "512", "--depth", "6", "--width", "256")
 
@@ -124,20 +124,9 @@ def test_tracing_under_a_budget_leaves_the_run_as_untraced(lib, tmp_path):
     released them, gradient accumulation at 0.8 of its baseline peak ran out of memory in 3
     traced runs of 3 (2026-11-27), where untraced runs train at 0.75 (test_remat.py). The
     traced run is bit-identical, and its trace replays."""
-    from test_remat import SCRIPTS, baseline_peak, reference
-    name = "accumulate"
-    ref = reference(name)
-    budget = int(baseline_peak(name, lib) * 0.8)
+    from test_remat import SCRIPTS
     trace = tmp_path / "accumulate.trace"
-    proc = run(driver(*SCRIPTS[name][0]),
-               clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{budget},trace:{trace}"), check=False)
-    assert proc.returncode == 0, f"budget {budget} B (0.8x):\n{proc.stderr[-3000:]}"
-    result = Result(proc)
-    assert result.losses() == ref.losses()
-    assert result.params() == ref.params()
-    stats = result.stats
-    assert stats["allocated_bytes.all.peak"] <= budget
-    assert stats["dtr.num_remats"] > 0, stats
+    trains_bit_identically(lib, SCRIPTS["accumulate"][0], 0.8, conf=f"trace:{trace}")
     events = [json.loads(l) for l in trace.read_text().splitlines()[1:]]
     # The host holds one reference per tensor (it never retains), so one RELEASE each:
     # written by the scan or by the collector, not by both. The replay ignores extras.
