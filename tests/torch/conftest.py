@@ -101,13 +101,16 @@ def trains_as_without(code, lib, fractions):
     it prints a JSON object with "losses" and "params", and "peak" and "evictions" under
     the library) without the library, then with remat:False for the peak, then at each
     fraction of that peak: every budget run must evict, stay under its budget and print the
-    plain run's losses and parameters."""
+    plain run's losses and parameters. Returns what the budget runs printed."""
     plain = last_json(run([PYTHON, "-c", code, "0", "0"], clean_env()))
     peak = stats_of(code, lib, 0, 0, conf="remat:False")["peak"]
+    runs = []
     for fraction in fractions:
         under = stats_of(code, lib, fraction, peak)
         assert under["evictions"] > 0 and under["peak"] <= int(fraction * peak), under
         assert (under["losses"], under["params"]) == (plain["losses"], plain["params"]), under
+        runs.append(under)
+    return runs
 
 
 def driver(*script_args, load_library=None, tensor_first=False):
