@@ -3,7 +3,8 @@ below its peak as without the library (conftest's trains_as_without): complex te
 (an FFT layer with a complex weight), functorch's per-sample gradients (vmap of grad), a
 torch.fx GraphModule, spectral and weight normalization (buffers updated in place in the
 forward pass), a channels-last CNN, attention with a key padding mask under AdamW and
-clip_grad_norm_, and a language model whose output layer shares the embedding's weight.
+clip_grad_norm_, a language model whose output layer shares the embedding's weight, and
+MAML (double backward through functional_call).
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import pytest
@@ -220,6 +221,41 @@ train(model, torch.optim.Adam(model.parameters(), lr=1e-3),
       lambda: ((torch.randint(0, V, (16, 64)),), torch.randint(0, V, (16 * 64,))))
 """
 
+# MAML: per task, two inner SGD steps through torch.nn.utils.stateless.functional_call with
+# create_graph=True, then the query loss's backward through them (double backward), Adam on
+# the sum. Peak 29.6 MiB; 0.75 passed 3 of 3, 0.7 ran out of memory 2 of 2 (13.25 MiB
+# pinned). 1.13's functional_call swaps the module's class for one whose methods close over
+# the adapted parameters: a reference cycle, so those stay alive until Python's garbage
+# collector runs, and the optimizer step refills and pins them as live storages computed
+# from the parameters it writes (Note [Pinned writes] in lineage.cpp). With gc.collect()
+# before opt.step ("maml_gc"; peak 25.0 MiB) 0.6 passed 3 of 3 and 0.55 once (13.8 MiB,
+# where the other needs 22.2); 0.5 ran out of memory with 4.14 MiB pinned.
+MAML = PRELUDE + r"""
+import gc
+from torch.nn.utils.stateless import functional_call
+model = nn.Sequential(nn.Linear(64, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(),
+                      nn.Linear(512, 5))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(3):
+    with torch.no_grad():
+        xs, ys = torch.randn(4, 256, 64), torch.randint(0, 5, (4, 256))
+        xq, yq = torch.randn(4, 256, 64), torch.randint(0, 5, (4, 256))
+    opt.zero_grad()
+    for task in range(4):
+        params = dict(model.named_parameters())
+        for inner in range(2):
+            loss = F.cross_entropy(functional_call(model, params, (xs[task],)), ys[task])
+            grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
+            params = {k: p - 0.1 * g for (k, p), g in zip(params.items(), grads)}
+        query = F.cross_entropy(functional_call(model, params, (xq[task],)), yq[task])
+        query.backward()
+        record(query)
+    if COLLECT:
+        gc.collect()
+    opt.step()
+finish(model)
+"""
+
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
@@ -228,6 +264,8 @@ WORKFLOWS = {
     "channels_last": (CHANNELS_LAST, (0.7, 0.5)),
     "attention": (ATTENTION, (0.7, 0.5)),
     "tied": (TIED, (0.85,)),
+    "maml": ("COLLECT = False\n" + MAML, (0.8,)),
+    "maml_gc": ("COLLECT = True\n" + MAML, (0.6,)),
 }
 
 
