@@ -60,6 +60,25 @@
 // A written storage of an opaque op is pinned (Note [Mutation] in lineage.cpp).
 // Except seeded fills (Note [Seeded ops]).
 //
+// Note [Thread-order results]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A remat must give the bits the op first gave, and a few CPU kernels do not give the same
+// bits twice: on several intra-op threads, 1.13's index_put_ with accumulate=True (the
+// backward of advanced indexing, `x[idx]`, through _index_put_impl_) and put_ with
+// accumulate=True add the values of duplicate indices in an order that changes from call
+// to call, and index_copy_ with duplicate indices keeps whichever write came last. On one
+// thread, or with torch.use_deterministic_algorithms(True), they repeat themselves. No tag
+// says so in 1.13 (nondeterministic_bitwise is on none of them), so they are named below,
+// and a call of one of them on several threads outside deterministic mode is not recorded:
+// what it makes is a constant, pinned while it lives, as an opaque op's result is. Before,
+// such a result was evicted and remade with other low bits: a program could read one
+// tensor twice and see two values (tests/torch/test_thread_order.py). A probe of 19 CPU
+// ops found these; index_add_, scatter_add_, scatter_reduce, embedding_dense_backward and
+// the others repeated themselves. The ops that read such a result stay recomputable. A graph
+// network's message passing (`h[src]`, then index_add_) pins the gradients of its gathers
+// while they live: a probe ran at 0.5 of its peak on two threads, where on one it ran at
+// 0.4 as before (docs/pytorch.md, "Eviction inside PyTorch").
+//
 // Note [Pure foreign ops]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Ops outside aten are opaque because nothing says what they do: a profiler op returns a
@@ -310,6 +329,16 @@ const std::unordered_set<std::string>& pure_foreign_names() {
   return names;
 }
 
+// Note [Thread-order results]: by name; their `accumulate` argument, where they have one,
+// says whether a call counts.
+const std::unordered_set<std::string>& thread_order_names() {
+  static const std::unordered_set<std::string> names = {
+      "aten::index_put_", "aten::index_put",   "aten::_index_put_impl_", "aten::put_",
+      "aten::put",        "aten::index_copy_", "aten::index_copy",
+  };
+  return names;
+}
+
 // Note [Seeded ops]: in-place fills with draws, replayed from a copy of their generator.
 const std::unordered_set<std::string>& seeded_fill_names() {
   static const std::unordered_set<std::string> names = {
@@ -444,6 +473,13 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
       op.hasTag(at::Tag::nondeterministic_bitwise) || never_recompute_names().count(name) ||
       !returns_tensor)
     return info;  // opaque
+  if (thread_order_names().count(name)) {  // Note [Thread-order results]
+    info.thread_order_arg = OpInfo::kEveryCall;
+    for (size_t i = 0; i < schema.arguments().size(); ++i)
+      if (schema.arguments()[i].name() == "accumulate" &&
+          schema.arguments()[i].type()->kind() == c10::TypeKind::BoolType)
+        info.thread_order_arg = static_cast<int16_t>(i);
+  }
   if (name == torch_compat::kHiddenWriteBatchNorm && info.num_args == 8) {
     info.kind = OpKind::compute;
     info.batch_norm = true;  // write_args depend on `training`: before_op

@@ -1,0 +1,95 @@
+"""Note [Thread-order results] (integration/torch/dispatch_hook.cpp): on several threads,
+index_put_ and put_ with accumulate=True and index_copy_ with duplicate indices give other
+bits from call to call, so a remat of one would change a tensor the program already read.
+Such calls are not recorded; on one thread, or in deterministic mode, they are, and their
+results are evicted and remade like any op's."""
+import pytest
+
+from conftest import PYTHON, clean_env, last_json, run
+
+# The premise, in plain PyTorch: argv[1] threads, argv[2] "det" for deterministic mode. It
+# prints, per op, whether 8 calls on the same inputs gave the same bits.
+PREMISE = r"""
+import json, sys
+import torch
+torch.set_num_threads(int(sys.argv[1]))
+if sys.argv[2] == "det":
+    torch.use_deterministic_algorithms(True)
+torch.manual_seed(0)
+N, E, C = 2048, 65536, 64
+idx, v = torch.randint(0, N, (E,)), torch.randn(E, C)
+ops = {
+    "index_put_": lambda: torch.zeros(N, C).index_put_((idx,), v, accumulate=True),
+    "put_": lambda: torch.zeros(N * C).put_(idx * C, v[:, 0], accumulate=True),
+    "index_copy_": lambda: torch.zeros(N, C).index_copy_(0, idx, v),
+    "index_add_": lambda: torch.zeros(N, C).index_add_(0, idx, v),
+}
+out = {}
+for name, f in ops.items():
+    first = f()
+    out[name] = all(torch.equal(first, f()) for _ in range(7))
+print(json.dumps(out))
+"""
+
+
+def test_the_three_ops_repeat_themselves_only_on_one_thread_or_in_deterministic_mode():
+    two = last_json(run([PYTHON, "-c", PREMISE, "2", "-"], clean_env()))
+    assert two == {"index_put_": False, "put_": False, "index_copy_": False,
+                   "index_add_": True}, two
+    for args in (("1", "-"), ("2", "det")):
+        again = last_json(run([PYTHON, "-c", PREMISE, *args], clean_env()))
+        assert all(again.values()), (args, again)
+
+
+# Under the library with a 20 MiB budget and policy lru: y, the op's result, is read into a
+# pinned reference (ref.numpy() exports it), then 4 MiB products of a pinned 4 MiB tensor
+# push it out of memory where it can be evicted, then y is compared with the reference.
+# argv[1] threads, argv[2] the op, argv[3] "det" or "-".
+UNDER_PRESSURE = r"""
+import json, sys
+import torch
+import dtr
+torch.set_num_threads(int(sys.argv[1]))
+if sys.argv[3] == "det":
+    torch.use_deterministic_algorithms(True)
+torch.manual_seed(0)
+N, E, C = 2048, 16384, 64
+with torch.no_grad():
+    idx, v = torch.randint(0, N, (E,)), torch.randn(E, C)
+op = sys.argv[2]
+if op == "index_put_":
+    y = torch.zeros(N, C).index_put_((idx,), v, accumulate=True)
+elif op == "put_":
+    y = torch.zeros(N * C).put_(idx * C, v[:, 0], accumulate=True)
+elif op == "index_copy_":
+    y = torch.zeros(N, C).index_copy_(0, idx, v)
+else:  # the backward of advanced indexing: x[idx] -> _index_put_impl_(accumulate=True)
+    x = torch.zeros(N, C, requires_grad=True)
+    y, = torch.autograd.grad((x[idx] * v).sum(), x)
+ref = y.clone()
+ref.numpy()  # exported: pinned from here on
+kept = [v * k for k in range(8)]
+same = bool(torch.equal(y, ref))
+s = dtr.memory_stats()
+print(json.dumps({"same": same, "evictions": s["dtr.num_evictions"],
+                  "remats": s["dtr.num_remats"]}))
+"""
+
+OPS = ("index_put_", "put_", "index_copy_", "index_backward")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_result_read_twice_keeps_its_bits(lib, op):
+    """On two threads the result is a constant: never evicted, so the same bits when read
+    again. Before the note, under lru it was evicted and remade, with other low bits."""
+    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, "2", op, "-"],
+                        clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
+    assert out["evictions"] > 0 and out["remats"] == 0 and out["same"], out
+
+
+@pytest.mark.parametrize("threads,mode", [("1", "-"), ("2", "det")])
+def test_on_one_thread_or_in_deterministic_mode_it_is_recorded(lib, threads, mode):
+    """There the op repeats itself, so its result is recorded, evicted and remade."""
+    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, threads, "index_put_", mode],
+                        clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
+    assert out["remats"] > 0 and out["same"], out
