@@ -72,12 +72,16 @@
 // and a call of one of them on several threads outside deterministic mode is not recorded:
 // what it makes is a constant, pinned while it lives, as an opaque op's result is. Before,
 // such a result was evicted and remade with other low bits: a program could read one
-// tensor twice and see two values (tests/torch/test_thread_order.py). A probe of 19 CPU
-// ops found these; index_add_, scatter_add_, scatter_reduce, embedding_dense_backward and
-// the others repeated themselves. The ops that read such a result stay recomputable. A graph
-// network's message passing (`h[src]`, then index_add_) pins the gradients of its gathers
-// while they live: a probe ran at 0.5 of its peak on two threads, where on one it ran at
-// 0.4 as before (docs/pytorch.md, "Eviction inside PyTorch").
+// tensor twice and see two values (tests/torch/test_thread_order.py). Probes of 32 CPU ops
+// found these; index_add_, scatter_add_, scatter_reduce, embedding_dense_backward, the
+// pooling, upsampling, normalization and convolution backward ops and the others repeated
+// themselves. index_put_ and put_ without accumulate change too where the indices repeat,
+// as PyTorch's documentation says (the result is undefined there), but they are left
+// recorded: every `x[idx] = v` would be pinned for a program PyTorch does not define; bool
+// masks (`x[mask] = v`) have no repeats. The ops that read such a result stay recomputable.
+// A graph network's message passing (`h[src]`, then index_add_) pins the gradients of its
+// gathers while they live: a probe ran at 0.5 of its peak on two threads, where on one it
+// ran at 0.4 as before (docs/pytorch.md, "Eviction inside PyTorch").
 //
 // Note [Pure foreign ops]
 // ~~~~~~~~~~~~~~~~~~~~~~~
