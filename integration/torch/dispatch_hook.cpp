@@ -63,25 +63,26 @@
 // Note [Thread-order results]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A remat must give the bits the op first gave, and a few CPU kernels do not give the same
-// bits twice: on several intra-op threads, 1.13's index_put_ with accumulate=True (the
-// backward of advanced indexing, `x[idx]`, through _index_put_impl_) and put_ with
-// accumulate=True add the values of duplicate indices in an order that changes from call
-// to call, and index_copy_ with duplicate indices keeps whichever write came last. On one
+// bits twice: on several intra-op threads, 1.13's index_put_ and put_ with accumulate=True
+// (index_put_ is the backward of advanced indexing, `x[idx]`, through _index_put_impl_)
+// add the values of repeated indices in an order that changes from call to call. On one
 // thread, or with torch.use_deterministic_algorithms(True), they repeat themselves. No tag
 // says so in 1.13 (nondeterministic_bitwise is on none of them), so they are named below,
-// and a call of one of them on several threads outside deterministic mode is not recorded:
-// what it makes is a constant, pinned while it lives, as an opaque op's result is. Before,
-// such a result was evicted and remade with other low bits: a program could read one
-// tensor twice and see two values (tests/torch/test_thread_order.py). Probes of 32 CPU ops
-// found these; index_add_, scatter_add_, scatter_reduce, embedding_dense_backward, the
-// pooling, upsampling, normalization and convolution backward ops and the others repeated
-// themselves. index_put_ and put_ without accumulate change too where the indices repeat,
-// as PyTorch's documentation says (the result is undefined there), but they are left
-// recorded: every `x[idx] = v` would be pinned for a program PyTorch does not define; bool
-// masks (`x[mask] = v`) have no repeats. The ops that read such a result stay recomputable.
-// A graph network's message passing (`h[src]`, then index_add_) pins the gradients of its
-// gathers while they live: a probe ran at 0.5 of its peak on two threads, where on one it
-// ran at 0.4 as before (docs/pytorch.md, "Eviction inside PyTorch").
+// and such a call on several threads outside deterministic mode is not recorded: what it
+// makes is a constant, pinned while it lives, as an opaque op's result is. Before, such a
+// result was evicted and remade with other low bits: a program could read one tensor twice
+// and see two values (tests/torch/test_thread_order.py). These are the CPU ops of that
+// kind in the list of torch.use_deterministic_algorithms, and probes of 32 CPU ops found
+// no others (index_add_, scatter_add_, scatter_reduce, embedding_dense_backward, the
+// pooling, upsampling, normalization and convolution backward ops repeated themselves).
+// The list's other CPU entries, index_put_ and put_ without accumulate, index_copy_ and
+// max_unpool, change only where the indices repeat, which PyTorch leaves undefined: they
+// stay recorded, since pinning them would pin every `x[idx] = v`, index_copy_ and SegNet
+// unpooling for a case PyTorch does not define (a bool mask, `x[mask] = v`, never
+// repeats). The ops that read such a result stay recomputable. A graph network's message
+// passing (`h[src]`, then index_add_) pins the gradients of its gathers while they live: a
+// probe ran at 0.5 of its peak on two threads, where on one it ran at 0.4 as before
+// (docs/pytorch.md, "Eviction inside PyTorch").
 //
 // Note [Pure foreign ops]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -333,12 +334,11 @@ const std::unordered_set<std::string>& pure_foreign_names() {
   return names;
 }
 
-// Note [Thread-order results]: by name; their `accumulate` argument, where they have one,
-// says whether a call counts.
+// Note [Thread-order results]: by name; their `accumulate` argument says whether a call
+// counts.
 const std::unordered_set<std::string>& thread_order_names() {
   static const std::unordered_set<std::string> names = {
-      "aten::index_put_", "aten::index_put",   "aten::_index_put_impl_", "aten::put_",
-      "aten::put",        "aten::index_copy_", "aten::index_copy",
+      "aten::index_put_", "aten::index_put", "aten::_index_put_impl_", "aten::put_", "aten::put",
   };
   return names;
 }
@@ -478,7 +478,6 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
       !returns_tensor)
     return info;  // opaque
   if (thread_order_names().count(name)) {  // Note [Thread-order results]
-    info.thread_order_arg = OpInfo::kEveryCall;
     for (size_t i = 0; i < schema.arguments().size(); ++i)
       if (schema.arguments()[i].name() == "accumulate" &&
           schema.arguments()[i].type()->kind() == c10::TypeKind::BoolType)

@@ -687,10 +687,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     for (const auto& [t, written] : other_layouts) hold_inner_tensors(t, written);
   }
   // Note [Thread-order results] in dispatch_hook.cpp
-  if (pending.record && info.thread_order_arg != -1 &&
-      (info.thread_order_arg == OpInfo::kEveryCall ||
-       stack[base + info.thread_order_arg].toBool()) &&
-      at::get_num_threads() > 1 && !at::globalContext().deterministicAlgorithms())
+  if (pending.record && info.thread_order_arg >= 0 &&
+      stack[base + info.thread_order_arg].toBool() && at::get_num_threads() > 1 &&
+      !at::globalContext().deterministicAlgorithms())
     pending.record = false;
   // Tracing: what died since the last op is released before this op allocates, as its
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is

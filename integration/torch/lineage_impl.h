@@ -104,11 +104,9 @@ struct OpInfo {
   // foreign ops] in dispatch_hook.cpp: it may hand its tensors' addresses to other threads,
   // so they are never moved (Note [Moving storages]).
   bool foreign = false;
-  // index_put_ and put_ with accumulate=True, index_copy_: on several threads their CPU
-  // kernels give other bits from call to call, so such a call is not recorded (Note
-  // [Thread-order results] in dispatch_hook.cpp). The `accumulate` argument's index,
-  // kEveryCall where every call counts, -1 for other ops.
-  static constexpr int16_t kEveryCall = -2;
+  // index_put_ and put_: with accumulate=True their CPU kernels give other bits from call
+  // to call on several threads, so such a call is not recorded (Note [Thread-order
+  // results] in dispatch_hook.cpp). The `accumulate` argument's index; -1 for other ops.
   int16_t thread_order_arg = -1;
 };
 
