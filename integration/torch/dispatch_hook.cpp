@@ -79,7 +79,9 @@
 // max_unpool, change only where the indices repeat, which PyTorch leaves undefined: they
 // stay recorded, since pinning them would pin every `x[idx] = v`, index_copy_ and SegNet
 // unpooling for a case PyTorch does not define (a bool mask, `x[mask] = v`, never
-// repeats). The ops that read such a result stay recomputable. A graph network's message
+// repeats). Not covered: a call recorded on one thread and remade after the program raised
+// its thread count (torch.set_num_threads; Note [Op context] leaves the count alone). The
+// ops that read such a result stay recomputable. A graph network's message
 // passing (`h[src]`, then index_add_) pins the gradients of its gathers while they live: a
 // probe ran at 0.5 of its peak on two threads, where on one it ran at 0.4 as before
 // (docs/pytorch.md, "Eviction inside PyTorch").

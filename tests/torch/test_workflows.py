@@ -114,7 +114,8 @@ finish()
 """
 
 # torch.fx.symbolic_trace of a CNN with BatchNorm, trained as the GraphModule. 0.5 passed 3
-# of 3; 0.45 ran out of memory with 16 MiB in use by one op.
+# of 3; 0.45 ran out of memory with 16 MiB in use by one op, so 0.5 is within a MiB of what
+# one op needs, and the test runs 0.6.
 FX = PRELUDE + r"""
 import torch.fx
 class Net(nn.Module):
@@ -259,7 +260,7 @@ finish(model)
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
-    "fx": (FX, (0.7, 0.5)),
+    "fx": (FX, (0.7, 0.6)),
     "norms": (NORMS, (0.8,)),
     "channels_last": (CHANNELS_LAST, (0.7, 0.5)),
     "attention": (ATTENTION, (0.7, 0.5)),
