@@ -8,17 +8,23 @@ import pytest
 
 from conftest import PYTHON, clean_env, last_json, run
 
-# The premise, in plain PyTorch: argv[1] threads, argv[2] "det" for deterministic mode. It
-# prints, per op, whether 8 calls on the same inputs gave the same bits.
-PREMISE = r"""
+# What both programs below start with. argv[1] threads, argv[2] "det" for deterministic
+# mode, argv[3] the number of indices (into 2048 rows of 64 floats).
+SETUP = r"""
 import json, sys
 import torch
 torch.set_num_threads(int(sys.argv[1]))
 if sys.argv[2] == "det":
     torch.use_deterministic_algorithms(True)
 torch.manual_seed(0)
-N, E, C = 2048, 65536, 64
-idx, v = torch.randint(0, N, (E,)), torch.randn(E, C)
+N, E, C = 2048, int(sys.argv[3]), 64
+with torch.no_grad():
+    idx, v = torch.randint(0, N, (E,)), torch.randn(E, C)
+"""
+
+# The premise, in plain PyTorch: per op, whether 8 calls on the same inputs gave the same
+# bits.
+PREMISE = SETUP + r"""
 ops = {
     "index_put_": lambda: torch.zeros(N, C).index_put_((idx,), v, accumulate=True),
     "put_": lambda: torch.zeros(N * C).put_(idx * C, v[:, 0], accumulate=True),
@@ -34,30 +40,21 @@ print(json.dumps(out))
 
 
 def test_the_three_ops_repeat_themselves_only_on_one_thread_or_in_deterministic_mode():
-    two = last_json(run([PYTHON, "-c", PREMISE, "2", "-"], clean_env()))
+    two = last_json(run([PYTHON, "-c", PREMISE, "2", "-", "65536"], clean_env()))
     assert two == {"index_put_": False, "put_": False, "index_copy_": False,
                    "index_add_": True}, two
     for args in (("1", "-"), ("2", "det")):
-        again = last_json(run([PYTHON, "-c", PREMISE, *args], clean_env()))
+        again = last_json(run([PYTHON, "-c", PREMISE, *args, "65536"], clean_env()))
         assert all(again.values()), (args, again)
 
 
 # Under the library with a 20 MiB budget and policy lru: y, the op's result, is read into a
-# pinned reference (ref.numpy() exports it), then 4 MiB products of a pinned 4 MiB tensor
+# pinned reference (ref.numpy() exports it), then 4 MiB products of the pinned 4 MiB `v`
 # push it out of memory where it can be evicted, then y is compared with the reference.
-# argv[1] threads, argv[2] the op, argv[3] "det" or "-".
-UNDER_PRESSURE = r"""
-import json, sys
-import torch
+# argv[4] the op.
+UNDER_PRESSURE = SETUP + r"""
 import dtr
-torch.set_num_threads(int(sys.argv[1]))
-if sys.argv[3] == "det":
-    torch.use_deterministic_algorithms(True)
-torch.manual_seed(0)
-N, E, C = 2048, 16384, 64
-with torch.no_grad():
-    idx, v = torch.randint(0, N, (E,)), torch.randn(E, C)
-op = sys.argv[2]
+op = sys.argv[4]
 if op == "index_put_":
     y = torch.zeros(N, C).index_put_((idx,), v, accumulate=True)
 elif op == "put_":
@@ -81,7 +78,7 @@ OPS = ("index_put_", "put_", "index_backward")
 def test_a_result_read_twice_keeps_its_bits(lib, op):
     """On two threads the result is a constant: never evicted, so the same bits when read
     again. Before the note, under lru it was evicted and remade, with other low bits."""
-    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, "2", op, "-"],
+    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, "2", "-", "16384", op],
                         clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
     assert out["evictions"] > 0 and out["remats"] == 0 and out["same"], out
 
@@ -89,6 +86,6 @@ def test_a_result_read_twice_keeps_its_bits(lib, op):
 @pytest.mark.parametrize("threads,mode", [("1", "-"), ("2", "det")])
 def test_on_one_thread_or_in_deterministic_mode_it_is_recorded(lib, threads, mode):
     """There the op repeats itself, so its result is recorded, evicted and remade."""
-    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, threads, "index_put_", mode],
+    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, threads, mode, "16384", "index_put_"],
                         clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
     assert out["remats"] > 0 and out["same"], out
