@@ -22,8 +22,7 @@ with torch.no_grad():
     idx, v = torch.randint(0, N, (E,)), torch.randn(E, C)
 """
 
-# The premise, in plain PyTorch: per op, whether 8 calls on the same inputs gave the same
-# bits.
+# In plain PyTorch: per op, whether 8 calls on the same inputs gave the same bits.
 PREMISE = SETUP + r"""
 ops = {
     "index_put_": lambda: torch.zeros(N, C).index_put_((idx,), v, accumulate=True),
@@ -39,10 +38,11 @@ print(json.dumps(out))
 """
 
 
-def test_the_three_ops_repeat_themselves_only_on_one_thread_or_in_deterministic_mode():
-    two = last_json(run([PYTHON, "-c", PREMISE, "2", "-", "65536"], clean_env()))
-    assert two == {"index_put_": False, "put_": False, "index_copy_": False,
-                   "index_add_": True}, two
+def test_on_one_thread_or_in_deterministic_mode_the_ops_repeat_themselves():
+    """Where the note records them, a remat gives the first call's bits. That they differ
+    on two threads is not asserted: it depends on how the threads are scheduled, and under
+    make test's load one run in the suite saw put_ and index_copy_ repeat themselves there
+    (docs/pytorch.md, "Eviction inside PyTorch", has what probes on an idle machine saw)."""
     for args in (("1", "-"), ("2", "det")):
         again = last_json(run([PYTHON, "-c", PREMISE, *args, "65536"], clean_env()))
         assert all(again.values()), (args, again)
