@@ -64,27 +64,28 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A remat must give the bits the op first gave, and a few CPU kernels do not give the same
 // bits twice: on several intra-op threads, 1.13's index_put_ and put_ with accumulate=True
-// (index_put_ is the backward of advanced indexing, `x[idx]`, through _index_put_impl_)
-// add the values of repeated indices in an order that changes from call to call. On one
-// thread, or with torch.use_deterministic_algorithms(True), they repeat themselves. No tag
-// says so in 1.13 (nondeterministic_bitwise is on none of them), so they are named below,
-// and such a call on several threads outside deterministic mode is not recorded: what it
-// makes is a constant, pinned while it lives, as an opaque op's result is. Before, such a
-// result was evicted and remade with other low bits: a program could read one tensor twice
-// and see two values (tests/torch/test_thread_order.py). These are the CPU ops of that
-// kind in the list of torch.use_deterministic_algorithms, and probes of 32 CPU ops found
-// no others (index_add_, scatter_add_, scatter_reduce, embedding_dense_backward, the
-// pooling, upsampling, normalization and convolution backward ops repeated themselves).
-// The list's other CPU entries, index_put_ and put_ without accumulate, index_copy_ and
-// max_unpool, change only where the indices repeat, which PyTorch leaves undefined: they
-// stay recorded, since pinning them would pin every `x[idx] = v`, index_copy_ and SegNet
-// unpooling for a case PyTorch does not define (a bool mask, `x[mask] = v`, never
-// repeats). Not covered: a call recorded on one thread and remade after the program raised
-// its thread count (torch.set_num_threads; Note [Op context] leaves the count alone). The
-// ops that read such a result stay recomputable. A graph network's message
-// passing (`h[src]`, then index_add_) pins the gradients of its gathers while they live: a
-// probe ran at 0.5 of its peak on two threads, where on one it ran at 0.4 as before
-// (docs/pytorch.md, "Eviction inside PyTorch").
+// (index_put_ is the backward of advanced indexing, `x[idx]`, through _index_put_impl_) add
+// the values of repeated indices in an order that changes from call to call (how the
+// threads are scheduled decides it). On one thread, or with
+// torch.use_deterministic_algorithms(True), they repeat themselves. No tag says so in 1.13
+// (nondeterministic_bitwise is on none of them), so they are named below, and such a call
+// on several threads outside deterministic mode is not recorded: what it makes is a
+// constant, pinned while it lives, as an opaque op's result is. Before, such a result was
+// evicted and remade with other low bits: a program could read one tensor twice and see two
+// values (tests/torch/test_thread_order.py). These are the CPU ops of that kind in the list
+// of torch.use_deterministic_algorithms, and probes of 32 CPU ops found no others
+// (index_add_, scatter_add_, scatter_reduce, embedding_dense_backward, the pooling,
+// upsampling, normalization and convolution backward ops repeated themselves). The list's
+// other CPU entries, index_put_ and put_ without accumulate, index_copy_ and max_unpool,
+// change only where the indices repeat, which PyTorch leaves undefined: they stay recorded,
+// since pinning them would pin every `x[idx] = v`, index_copy_ and SegNet unpooling for a
+// case PyTorch does not define (a bool mask, `x[mask] = v`, never repeats). Not covered: a
+// call recorded on one thread and remade after the program raised its thread count
+// (torch.set_num_threads; Note [Op context] leaves the count alone). The ops that read such
+// a result stay recomputable. A graph network's message passing (`h[src]`, then index_add_)
+// pins the gradients of its gathers while they live: a probe ran at 0.5 of its peak on two
+// threads, where on one it ran at 0.4 as before (docs/pytorch.md, "Eviction inside
+// PyTorch").
 //
 // Note [Pure foreign ops]
 // ~~~~~~~~~~~~~~~~~~~~~~~
