@@ -98,6 +98,15 @@
 #else
 #define DTR_TORCH_LEAN_BATCH_NORM 0
 #endif
+// Note [Thread-order results] in dispatch_hook.cpp: 1.13's CPU kernels of index_put_ and
+// put_ with accumulate=True add serially, on one path, both on one thread and in
+// deterministic mode. Later versions may sort in deterministic mode instead (not checked):
+// there a call is recorded only in deterministic mode.
+#if TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR == 13
+#define DTR_TORCH_DETERMINISTIC_IS_SERIAL 1
+#else
+#define DTR_TORCH_DETERMINISTIC_IS_SERIAL 0
+#endif
 
 namespace c10 {
 struct IValue;

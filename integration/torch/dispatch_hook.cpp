@@ -79,10 +79,13 @@
 // other CPU entries, index_put_ and put_ without accumulate, index_copy_ and max_unpool,
 // change only where the indices repeat, which PyTorch leaves undefined: they stay recorded,
 // since pinning them would pin every `x[idx] = v`, index_copy_ and SegNet unpooling for a
-// case PyTorch does not define (a bool mask, `x[mask] = v`, never repeats). Not covered: a
-// call recorded on one thread and remade after the program raised its thread count
-// (torch.set_num_threads; Note [Op context] leaves the count alone). The ops that read such
-// a result stay recomputable. A graph network's message passing (`h[src]`, then index_add_)
+// case PyTorch does not define (a bool mask, `x[mask] = v`, never repeats). A call
+// recorded on one thread may be remade after the program raised its thread count
+// (torch.set_num_threads; Note [Op context] leaves the count alone), so it is recorded
+// with deterministic mode in its context: in 1.13 the kernels take the same serial path
+// there as on one thread, whatever the count (DTR_TORCH_DETERMINISTIC_IS_SERIAL in
+// compat.h; elsewhere only calls made in deterministic mode are recorded). The ops that
+// read such a result stay recomputable. A graph network's message passing (`h[src]`, then index_add_)
 // pins the gradients of its gathers while they live: a probe ran at 0.5 of its peak on two
 // threads, where on one it ran at 0.4 as before (docs/pytorch.md, "Eviction inside
 // PyTorch").
@@ -481,10 +484,9 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
       !returns_tensor)
     return info;  // opaque
   if (thread_order_names().count(name)) {  // Note [Thread-order results]
-    for (size_t i = 0; i < schema.arguments().size(); ++i)
-      if (schema.arguments()[i].name() == "accumulate" &&
-          schema.arguments()[i].type()->kind() == c10::TypeKind::BoolType)
-        info.thread_order_arg = static_cast<int16_t>(i);
+    const c10::optional<int> accumulate = schema.argumentIndexWithName("accumulate");
+    if (accumulate && schema.arguments()[*accumulate].type()->kind() == c10::TypeKind::BoolType)
+      info.thread_order_arg = static_cast<int16_t>(*accumulate);
   }
   if (name == torch_compat::kHiddenWriteBatchNorm && info.num_args == 8) {
     info.kind = OpKind::compute;

@@ -268,9 +268,12 @@ constexpr size_t kMinEvictableBytes = 16384;
 // out: the first version set it back too, and a forked child (a process that set one
 // thread, as DataLoader workers do) whose remat set two hung in GNU OpenMP, whose pool
 // does not survive a fork; reading it was also half the cost, and none of eight ops tried
-// gave other bits with one thread than with two. Changing process state for a remat while
-// another thread runs an op would race with it; only a program that changes that state
-// itself while ops run on other threads can get there, and it races without dtr too.
+// gave other bits with one thread than with two (those that do are remade in
+// deterministic mode instead: Note [Thread-order results] in dispatch_hook.cpp).
+// Changing process state for a remat while another thread runs an op would race with it.
+// A program that changes that state itself while ops run on other threads gets there, and
+// it races without dtr too. The one exception is that deterministic mode: it is set
+// warn-only, so a CPU op on another thread meanwhile warns at most, or adds serially.
 // The keys never hold Python's (DispatchKey::Python, below dtr's): an op that ran through
 // a TorchDispatchMode is not recorded (Note [Dispatch modes] in dispatch_hook.cpp). Not
 // covered: state an op reads that is neither (CUDA's flags, which CPU kernels do not
@@ -688,9 +691,13 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
   // Note [Thread-order results] in dispatch_hook.cpp
   if (pending.record && info.thread_order_arg >= 0 &&
-      stack[base + info.thread_order_arg].toBool() && at::get_num_threads() > 1 &&
-      !at::globalContext().deterministicAlgorithms())
-    pending.record = false;
+      stack[base + info.thread_order_arg].toBool() &&
+      !at::globalContext().deterministicAlgorithms()) {
+    if (DTR_TORCH_DETERMINISTIC_IS_SERIAL && at::get_num_threads() == 1)
+      pending.serial = true;
+    else
+      pending.record = false;
+  }
   // Tracing: what died since the last op is released before this op allocates, as its
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
   // discarded as soon as lineage lets it go (Note [Discards in a trace]). Under a budget
@@ -1139,6 +1146,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.fingerprints.assign(pending.fingerprints.begin(), pending.fingerprints.end());
       r.keys = pending.keys;
       r.context = OpContext::current();  // Note [Op context]
+      if (pending.serial) r.context = r.context.deterministic();  // Note [Thread-order results]
       if (r.mask_bits) ++engine_->stats().num_packed_masks;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];

@@ -132,6 +132,7 @@ struct PendingOp {
   bool record = false;                  // record the op once it has run
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
   bool overwrite = false;               // Note [Overwrite]
+  bool serial = false;                  // remade in deterministic mode: Note [Thread-order results]
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
   // The overwritten storage, which the op writes without a lock (Note [Moving storages]).
   const c10::StorageImpl* unlocked_target = nullptr;
@@ -160,6 +161,7 @@ struct PendingOp {
     record = record_op;
     new_target_storage = false;
     overwrite = false;
+    serial = false;
     orphan = kNoId;
     unlocked_target = nullptr;
     fingerprints.clear();

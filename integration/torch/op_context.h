@@ -50,6 +50,10 @@ struct OpContext {
     return OpContext{w};
   }
 
+  // This context with deterministic algorithms on, warn-only, so that a check of the mode
+  // by another op warns at most (Note [Thread-order results] in dispatch_hook.cpp).
+  OpContext deterministic() const { return OpContext{word | kDeterministic | kWarnOnly}; }
+
   c10::ScalarType default_dtype() const { return static_cast<c10::ScalarType>(word & 0xff); }
   bool operator==(OpContext other) const { return word == other.word; }
   bool operator!=(OpContext other) const { return word != other.word; }

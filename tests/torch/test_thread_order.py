@@ -2,8 +2,9 @@
 index_put_ and put_ with accumulate=True give other bits from call to call, so a remat of
 one would change a tensor the program already read. Such calls are not recorded; on one
 thread, or in deterministic mode, they are, and their results are evicted and remade like
-any op's. index_copy_ with repeated indices changes too, a case PyTorch leaves undefined,
-and stays recorded."""
+any op's; a call recorded on one thread is remade in deterministic mode, which takes the
+same path, after the program raised its thread count. index_copy_ with repeated indices
+changes too, a case PyTorch leaves undefined, and stays recorded."""
 import pytest
 
 from conftest import PYTHON, clean_env, last_json, run
@@ -49,9 +50,10 @@ def test_on_one_thread_or_in_deterministic_mode_the_ops_repeat_themselves():
 
 
 # Under the library with a 20 MiB budget and policy lru: y, the op's result, is read into a
-# pinned reference (ref.numpy() exports it), then 4 MiB products of the pinned 4 MiB `v`
-# push it out of memory where it can be evicted, then y is compared with the reference.
-# argv[4] the op.
+# pinned reference (ref.numpy() exports it), then, four times, 4 MiB products of the pinned
+# 4 MiB `v` push it out of memory where it can be evicted, and y is compared with the
+# reference. argv[4] the op; argv[5], if given, the thread count the program sets after the
+# op ran.
 UNDER_PRESSURE = SETUP + r"""
 import dtr
 op = sys.argv[4]
@@ -64,8 +66,13 @@ else:  # the backward of advanced indexing: x[idx] -> _index_put_impl_(accumulat
     y, = torch.autograd.grad((x[idx] * v).sum(), x)
 ref = y.clone()
 ref.numpy()  # exported: pinned from here on
-kept = [v * k for k in range(8)]
-same = bool(torch.equal(y, ref))
+if len(sys.argv) > 5:
+    torch.set_num_threads(int(sys.argv[5]))
+same = True
+for _ in range(4):
+    kept = [v * k for k in range(8)]
+    same = same and bool(torch.equal(y, ref))
+    del kept
 s = dtr.memory_stats()
 print(json.dumps({"same": same, "evictions": s["dtr.num_evictions"],
                   "remats": s["dtr.num_remats"]}))
@@ -87,5 +94,15 @@ def test_a_result_read_twice_keeps_its_bits(lib, op):
 def test_on_one_thread_or_in_deterministic_mode_it_is_recorded(lib, threads, mode):
     """There the op repeats itself, so its result is recorded, evicted and remade."""
     out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, threads, mode, "16384", "index_put_"],
+                        clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
+    assert out["remats"] > 0 and out["same"], out
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_call_recorded_on_one_thread_is_remade_as_it_ran_after_the_count_is_raised(lib, op):
+    """The program records the call on one thread, then sets two: each remat runs in
+    deterministic mode, the one-thread path. Before, the remats ran on two threads and,
+    on an idle machine, gave other low bits."""
+    out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, "1", "-", "16384", op, "2"],
                         clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
     assert out["remats"] > 0 and out["same"], out
