@@ -96,12 +96,51 @@ def stats_of(code, lib, *args, conf=None):
                          clean_env(LD_PRELOAD=lib, DTR_CONF=conf)))
 
 
+# The program side of trains_as_without, for programs written in a test file: argv is a
+# budget fraction (0: none) and a peak in bytes. apply_budget() sets that budget where the
+# program calls it; record(loss) keeps a loss's bit pattern, digest(name, t) a tensor's
+# sha256; finish(model) digests the model's state_dict and prints the JSON object, with the
+# peak, evictions and remats under the library.
+TRAINING_PRELUDE = r"""
+import hashlib, json, struct, sys
+import torch, torch.nn as nn, torch.nn.functional as F
+try:
+    import dtr
+except ImportError:
+    dtr = None
+torch.manual_seed(0)
+OUT = {"losses": [], "params": {}}
+
+def apply_budget():
+    if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
+        dtr.set_budget(int(float(sys.argv[1]) * int(sys.argv[2])))
+
+def record(loss):
+    OUT["losses"].append(struct.pack("<f", float(loss)).hex())
+
+def digest(name, t):
+    t = t.detach().contiguous()
+    t = torch.view_as_real(t) if t.is_complex() else t
+    OUT["params"][name] = hashlib.sha256(t.numpy().tobytes()).hexdigest()
+
+def finish(model=None):
+    for name, t in (model.state_dict().items() if model is not None else ()):
+        digest(name, t)
+    if dtr is not None and dtr.is_enabled():
+        s = dtr.memory_stats()
+        OUT.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"],
+                   remats=s["dtr.num_remats"])
+    print(json.dumps(OUT))
+"""
+
+
 def trains_as_without(code, lib, fractions):
     """Runs `code` (python -c; argv: a budget fraction, 0 for none, and a peak in bytes;
     it prints a JSON object with "losses" and "params", and "peak" and "evictions" under
-    the library) without the library, then with remat:False for the peak, then at each
-    fraction of that peak: every budget run must evict, stay under its budget and print the
-    plain run's losses and parameters. Returns what the budget runs printed."""
+    the library: TRAINING_PRELUDE writes it) without the library, then with remat:False
+    for the peak, then at each fraction of that peak: every budget run must evict, stay
+    under its budget and print the plain run's losses and parameters. Returns what the
+    budget runs printed."""
     plain = last_json(run([PYTHON, "-c", code, "0", "0"], clean_env()))
     peak = stats_of(code, lib, 0, 0, conf="remat:False")["peak"]
     runs = []

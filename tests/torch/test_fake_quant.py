@@ -9,7 +9,7 @@ import json
 
 import torch
 
-from conftest import trains_as_without, trains_bit_identically
+from conftest import TRAINING_PRELUDE, trains_as_without, trains_bit_identically
 
 PER_TENSOR = "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"
 
@@ -71,25 +71,17 @@ def test_fake_quantized_activations_are_evicted_and_remade(lib, tmp_path):
 # fake-quantized weights and their masks are a third of its peak. Before, they were pinned
 # while they lived, and this ran out of memory at 0.9 (42.65 MiB pinned of a 52.10 MiB
 # budget). Arguments: the budget as a fraction (0: none) of a peak in bytes.
-QAT_MLP = r"""
-import hashlib, json, struct, sys, warnings
-import torch, torch.nn as nn
+QAT_MLP = TRAINING_PRELUDE + r"""
+import warnings
 import torch.ao.quantization as tq
-try:
-    import dtr
-except ImportError:
-    dtr = None
 warnings.filterwarnings("ignore", message="Please use quant_min and quant_max")
-torch.manual_seed(0)
 model = nn.Sequential(tq.QuantStub(), *[m for _ in range(4) for m in (nn.Linear(1024, 1024),
                       nn.ReLU())], nn.Linear(1024, 10), tq.DeQuantStub())
 model.train()
 model.qconfig = tq.get_default_qat_qconfig("fbgemm")
 tq.prepare_qat(model, inplace=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
-    dtr.set_budget(int(float(sys.argv[1]) * int(sys.argv[2])))
-out = {"losses": []}
+apply_budget()
 for step in range(3):
     with torch.no_grad():
         x = torch.randn(64, 1024)
@@ -98,13 +90,8 @@ for step in range(3):
     loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
-    out["losses"].append(struct.pack("<f", loss.item()).hex())
-out["params"] = {k: hashlib.sha256(v.detach().contiguous().numpy().tobytes()).hexdigest()
-                 for k, v in model.state_dict().items()}
-if dtr is not None and dtr.is_enabled():
-    s = dtr.memory_stats()
-    out.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"])
-print(json.dumps(out))
+    record(loss)
+finish(model)
 """
 
 

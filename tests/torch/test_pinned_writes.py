@@ -4,7 +4,7 @@ integration/torch/lineage.cpp), smallest first, since each one pinned holds its 
 while the next is rematerialized. Refilled largest first, a big descendant held the room a
 small one's chain needed (the LSTM LM at 0.5x with policy dtr_eq: its 15.6 MiB logits
 pinned, then the gradients' chain through three more storages of that size ran out)."""
-from conftest import stats_of, trains_as_without
+from conftest import TRAINING_PRELUDE, stats_of, trains_as_without
 
 # big: 8 MiB made from p in one op. small: 32 KiB made from p through an 8 MiB
 # intermediate that is dead. Both are evicted, then p is written in place. Room: 9.5 MiB
@@ -48,13 +48,7 @@ def test_descendants_are_refilled_smallest_first(lib):
 # at 0.7 of its peak with 16 MiB pinned (a probe with 512-wide layers: 65 MiB), where the
 # same model with parameters made under no_grad trains at 0.5. Arguments: the budget as a
 # fraction (0: none) of a peak in bytes.
-GRAD_MODE_PARAMETERS = r"""
-import hashlib, json, struct, sys, torch, torch.nn as nn
-try:
-    import dtr
-except ImportError:
-    dtr = None
-torch.manual_seed(0)
+GRAD_MODE_PARAMETERS = TRAINING_PRELUDE + r"""
 D, B = 256, 2048
 class Lin(nn.Module):
     def __init__(self):
@@ -65,9 +59,7 @@ class Lin(nn.Module):
         return torch.tanh(x @ self.w + self.b)
 model = nn.Sequential(*[Lin() for _ in range(6)])
 opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
-if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
-    dtr.set_budget(int(float(sys.argv[1]) * int(sys.argv[2])))
-out = {"losses": []}
+apply_budget()
 for step in range(10):
     with torch.no_grad():
         x = torch.randn(B, D)
@@ -75,13 +67,8 @@ for step in range(10):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    out["losses"].append(struct.pack("<f", loss.item()).hex())
-out["params"] = hashlib.sha256(
-    b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
-if dtr is not None and dtr.is_enabled():
-    s = dtr.memory_stats()
-    out.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"])
-print(json.dumps(out))
+    record(loss)
+finish(model)
 """
 
 

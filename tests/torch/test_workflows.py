@@ -9,39 +9,12 @@ A probe of each on 2026-12-02 trained bit-identically at the fractions below and
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import pytest
 
-from conftest import trains_as_without
+from conftest import TRAINING_PRELUDE, trains_as_without
 
-# Each program's argv: the budget as a fraction of a peak in bytes (0: none). It prints a
-# JSON object with the losses' bit patterns and each parameter's and buffer's sha256, and
-# under the library its peak and eviction count (what trains_as_without compares).
-PRELUDE = r"""
-import hashlib, json, struct, sys
-import torch, torch.nn as nn, torch.nn.functional as F
-try:
-    import dtr
-except ImportError:
-    dtr = None
-torch.manual_seed(0)
-if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:
-    dtr.set_budget(int(float(sys.argv[1]) * int(sys.argv[2])))
-OUT = {"losses": [], "params": {}}
-
-def record(loss):
-    OUT["losses"].append(struct.pack("<f", float(loss)).hex())
-
-def digest(name, t):
-    t = t.detach().contiguous()
-    t = torch.view_as_real(t) if t.is_complex() else t
-    OUT["params"][name] = hashlib.sha256(t.numpy().tobytes()).hexdigest()
-
-def finish(model=None):
-    for name, t in (model.state_dict().items() if model is not None else ()):
-        digest(name, t)
-    if dtr is not None and dtr.is_enabled():
-        s = dtr.memory_stats()
-        OUT.update(peak=s["allocated_bytes.all.peak"], evictions=s["dtr.num_evictions"],
-                   remats=s["dtr.num_remats"])
-    print(json.dumps(OUT))
+# Each program sets its budget before it builds its model, and trains with train() below
+# or records its own losses (conftest's TRAINING_PRELUDE).
+PRELUDE = TRAINING_PRELUDE + r"""
+apply_budget()
 
 def train(model, opt, make_batch, steps=3, clip=None):
     for step in range(steps):
