@@ -28,6 +28,7 @@
 #endif
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Config.h>
 #include <ATen/SparseCsrTensorImpl.h>
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/core/Generator.h>
@@ -38,6 +39,10 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
+
+#if AT_PARALLEL_OPENMP
+#include <omp.h>
+#endif
 
 #include <cstring>
 #include <limits>
@@ -55,6 +60,14 @@ int64_t to_int64(uint64_t value) {
 }
 
 }  // namespace
+
+void set_intra_op_threads_here(int n) {
+#if AT_PARALLEL_OPENMP
+  omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
 
 std::string compiled_torch_version() {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);

@@ -98,15 +98,6 @@
 #else
 #define DTR_TORCH_LEAN_BATCH_NORM 0
 #endif
-// Note [Thread-order results] in dispatch_hook.cpp: 1.13's CPU kernels of index_put_ and
-// put_ with accumulate=True add serially, on one path, both on one thread and in
-// deterministic mode. Later versions may sort in deterministic mode instead (not checked):
-// there a call is recorded only in deterministic mode.
-#if TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR == 13
-#define DTR_TORCH_DETERMINISTIC_IS_SERIAL 1
-#else
-#define DTR_TORCH_DETERMINISTIC_IS_SERIAL 0
-#endif
 
 namespace c10 {
 struct IValue;
@@ -145,6 +136,13 @@ constexpr const char* kFakeQuantPerChannel = "aten::fake_quantize_per_channel_af
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
 constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;
 constexpr const char* kHiddenWriteBatchNorm = "aten::native_batch_norm";
+
+// Note [Op context] in lineage.cpp: sets the intra-op thread count of the calling thread
+// alone, the count its parallel regions and at::get_num_threads() there go by (OpenMP's
+// nthreads-var, per thread). at::set_num_threads would also set the count other threads
+// take up and resize the pthreadpool. A no-op where ATen's parallel backend is not OpenMP:
+// the native backends refuse a new count once parallel work has started.
+void set_intra_op_threads_here(int n);
 
 // The version this library was compiled against, "1.13".
 std::string compiled_torch_version();

@@ -79,13 +79,10 @@
 // other CPU entries, index_put_ and put_ without accumulate, index_copy_ and max_unpool,
 // change only where the indices repeat, which PyTorch leaves undefined: they stay recorded,
 // since pinning them would pin every `x[idx] = v`, index_copy_ and SegNet unpooling for a
-// case PyTorch does not define (a bool mask, `x[mask] = v`, never repeats). A call
-// recorded on one thread may be remade after the program raised its thread count
-// (torch.set_num_threads; Note [Op context] leaves the count alone), so it is recorded
-// with deterministic mode in its context: in 1.13 the kernels take the same serial path
-// there as on one thread, whatever the count (DTR_TORCH_DETERMINISTIC_IS_SERIAL in
-// compat.h; elsewhere only calls made in deterministic mode are recorded). The ops that
-// read such a result stay recomputable. A graph network's message passing (`h[src]`, then index_add_)
+// case PyTorch does not define (a bool mask, `x[mask] = v`, never repeats). A call recorded
+// on one thread and remade after the program raised its thread count runs on one thread
+// again (the count is part of Note [Op context]). The ops that read such a result stay
+// recomputable. A graph network's message passing (`h[src]`, then index_add_)
 // pins the gradients of its gathers while they live: a probe ran at 0.5 of its peak on two
 // threads, where on one it ran at 0.4 as before (docs/pytorch.md, "Eviction inside
 // PyTorch").
@@ -963,7 +960,8 @@ void record_fake_quant(Lineage& lineage, FakeQuantCall& call, PendingOp& pending
 // Note [Fork]: no other thread may be inside the engine when a DataLoader worker is
 // forked (its copy of the engine would stay half-updated), so fork waits for the lock. The
 // child cannot unlock it (a recursive mutex belongs to a thread id the child does not
-// have), so it starts with a new one; its copy of the lineage then works on its own.
+// have), so it starts with a new one; its copy of the lineage then works on its own, and
+// its remats never raise the thread count (Note [Op context] in lineage.cpp).
 void lock_before_fork() {
   if (Lineage* lineage = the_lineage()) lineage->mutex().lock();
 }
@@ -971,7 +969,10 @@ void unlock_in_parent() {
   if (Lineage* lineage = the_lineage()) lineage->mutex().unlock();
 }
 void renew_in_child() {
-  if (Lineage* lineage = the_lineage()) new (&lineage->mutex()) std::recursive_mutex();
+  if (Lineage* lineage = the_lineage()) {
+    new (&lineage->mutex()) std::recursive_mutex();
+    lineage->note_forked_child();
+  }
 }
 
 // The fallback on kDtrKey and the dtr:: ops; false if another library has the key.

@@ -253,7 +253,10 @@ constexpr size_t kMinEvictableBytes = 16384;
 //  - Process state that kernels read: the default dtype (an integer division, a factory
 //    without a dtype), mkldnn enabled or not (which convolution kernel runs; their
 //    results differ in low bits), and deterministic algorithms.
-//  - Thread state: MXCSR's flush-to-zero and denormals-are-zero bits, which
+//  - Thread state: the intra-op thread count (torch.set_num_threads), which decides how a
+//    full reduction splits its sum: 1.13's x.sum() and x.mean() over 2^16 floats or more
+//    gave other bits on one thread than on two, for most inputs tried
+//    (test_op_context.py). MXCSR's flush-to-zero and denormals-are-zero bits, which
 //    torch.set_flush_denormal sets on the calling thread: with them off at the remat,
 //    values the op had flushed to zero came back as denormals. And grad mode: a kernel may
 //    read it below autograd. PyTorch 2.11's CPU LSTM kernel (mkldnn_rnn_layer) returns its
@@ -264,16 +267,15 @@ constexpr size_t kMinEvictableBytes = 16384;
 // `OpRec::context` (op_context.h) packs the last two into one word when the op is
 // recorded, and OpContextScope puts it back around the remat where it differs from the
 // current one, then restores. A program that never changes them pays one read of each per
-// recorded op and per remat (about 34 ns an op here). The intra-op thread count is left
-// out: the first version set it back too, and a forked child (a process that set one
-// thread, as DataLoader workers do) whose remat set two hung in GNU OpenMP, whose pool
-// does not survive a fork; reading it was also half the cost, and none of eight ops tried
-// gave other bits with one thread than with two (those that do are remade in
-// deterministic mode instead: Note [Thread-order results] in dispatch_hook.cpp).
-// Changing process state for a remat while another thread runs an op would race with it.
-// A program that changes that state itself while ops run on other threads gets there, and
-// it races without dtr too. The one exception is that deterministic mode: it is set
-// warn-only, so a CPU op on another thread meanwhile warns at most, or adds serially.
+// recorded op and per remat (about 34 ns an op here, 7-9 ns more for the thread count).
+// The thread count is set for the calling thread alone (OpenMP's per-thread count,
+// torch_compat::set_intra_op_threads_here), and never raised in the child of a fork: a
+// first version raised it there, and a forked child that had set one thread, as DataLoader
+// workers do, hung in GNU OpenMP, whose pool does not survive a fork. There a remat runs on
+// the child's count, which may give other bits than the parent's call (the one case left
+// open). Changing process state for a remat while another thread runs an op would race
+// with it; only a program that changes that state itself while ops run on other threads
+// can get there, and it races without dtr too.
 // The keys never hold Python's (DispatchKey::Python, below dtr's): an op that ran through
 // a TorchDispatchMode is not recorded (Note [Dispatch modes] in dispatch_hook.cpp). Not
 // covered: state an op reads that is neither (CUDA's flags, which CPU kernels do not
@@ -691,13 +693,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
   // Note [Thread-order results] in dispatch_hook.cpp
   if (pending.record && info.thread_order_arg >= 0 &&
-      stack[base + info.thread_order_arg].toBool() &&
-      !at::globalContext().deterministicAlgorithms()) {
-    if (DTR_TORCH_DETERMINISTIC_IS_SERIAL && at::get_num_threads() == 1)
-      pending.serial = true;
-    else
-      pending.record = false;
-  }
+      stack[base + info.thread_order_arg].toBool() && at::get_num_threads() > 1 &&
+      !at::globalContext().deterministicAlgorithms())
+    pending.record = false;
   // Tracing: what died since the last op is released before this op allocates, as its
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
   // discarded as soon as lineage lets it go (Note [Discards in a trace]). Under a budget
@@ -1146,7 +1144,6 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
       r.fingerprints.assign(pending.fingerprints.begin(), pending.fingerprints.end());
       r.keys = pending.keys;
       r.context = OpContext::current();  // Note [Op context]
-      if (pending.serial) r.context = r.context.deterministic();  // Note [Thread-order results]
       if (r.mask_bits) ++engine_->stats().num_packed_masks;
       for (size_t k = 0; k < pending.inputs.size(); ++k) {
         StorageRec& in = storages_[engine_->storage_of(pending.inputs[k])];
@@ -1323,7 +1320,7 @@ void Lineage::on_compute(OpId op, bool remat) {
   c10::impl::ExcludeDispatchKeyGuard no_hook(kDtrKey);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  OpContextScope context(r.context);
+  OpContextScope context(r.context, /*raise_threads=*/!forked_child_);
   MemoryHistory::ContextScope remat_allocations(history_, MemoryContext::remat);
   torch::jit::Stack stack(r.args.begin(), r.args.end());
   // Note [Seeded ops] (dispatch_hook.cpp): each replay draws from a copy of the state the

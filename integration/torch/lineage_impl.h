@@ -132,7 +132,6 @@ struct PendingOp {
   bool record = false;                  // record the op once it has run
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
   bool overwrite = false;               // Note [Overwrite]
-  bool serial = false;                  // remade in deterministic mode: Note [Thread-order results]
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
   // The overwritten storage, which the op writes without a lock (Note [Moving storages]).
   const c10::StorageImpl* unlocked_target = nullptr;
@@ -161,7 +160,6 @@ struct PendingOp {
     record = record_op;
     new_target_storage = false;
     overwrite = false;
-    serial = false;
     orphan = kNoId;
     unlocked_target = nullptr;
     fingerprints.clear();
@@ -187,6 +185,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
           std::shared_ptr<const PlanHints> plan);
 
   std::recursive_mutex& mutex() { return mutex_; }
+  // In the child of fork(): a remat never raises the thread count (Note [Op context]).
+  void note_forked_child() { forked_child_ = true; }
   Engine& engine() { return *engine_; }
   const PlanGuide* guide() const { return guide_.get(); }
   const PlanHints* plan() const { return plan_.get(); }
@@ -345,6 +345,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
   std::unique_ptr<Engine> engine_;
   mutable std::recursive_mutex mutex_;
+  bool forked_child_ = false;
   std::vector<StorageRec> storages_;
   std::vector<OpRec> ops_;
   // Its nodes come from mimalloc: Note [Hot-path allocations] in lineage.cpp.

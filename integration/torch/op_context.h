@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/ScalarType.h>
@@ -16,7 +17,10 @@
 #define DTR_HAVE_MXCSR 0
 #endif
 
+#include <algorithm>
 #include <cstdint>
+
+#include "integration/torch/compat.h"
 
 namespace dtr::torch_integration {
 
@@ -24,8 +28,8 @@ namespace dtr::torch_integration {
 struct OpContext {
   // Bits 0-7: default dtype (c10::ScalarType); 8: mkldnn enabled; 9-10: deterministic
   // algorithms and their warn-only mode; 11-12: the calling thread's MXCSR flush-to-zero
-  // and denormals-are-zero (torch.set_flush_denormal); 13: the thread's grad mode. Not the
-  // intra-op thread count (Note [Op context]).
+  // and denormals-are-zero (torch.set_flush_denormal); 13: the thread's grad mode; 16-31:
+  // the intra-op thread count (at most 65535).
   uint64_t word = 0;
 
   static constexpr uint64_t kMkldnn = uint64_t{1} << 8;
@@ -34,6 +38,8 @@ struct OpContext {
   static constexpr uint64_t kFlushToZero = uint64_t{1} << 11;
   static constexpr uint64_t kDenormalsAreZero = uint64_t{1} << 12;
   static constexpr uint64_t kGradMode = uint64_t{1} << 13;
+  static constexpr int kThreadsShift = 16;
+  static constexpr uint64_t kThreads = uint64_t{0xffff} << kThreadsShift;
 
   static OpContext current() {
     const at::Context& ctx = at::globalContext();
@@ -42,6 +48,7 @@ struct OpContext {
     if (ctx.deterministicAlgorithms()) w |= kDeterministic;
     if (ctx.deterministicAlgorithmsWarnOnly()) w |= kWarnOnly;
     if (c10::GradMode::is_enabled()) w |= kGradMode;
+    w |= static_cast<uint64_t>(std::min(at::get_num_threads(), 0xffff)) << kThreadsShift;
 #if DTR_HAVE_MXCSR
     const unsigned csr = _mm_getcsr();
     if (csr & 0x8000) w |= kFlushToZero;
@@ -50,11 +57,11 @@ struct OpContext {
     return OpContext{w};
   }
 
-  // This context with deterministic algorithms on, warn-only, so that a check of the mode
-  // by another op warns at most (Note [Thread-order results] in dispatch_hook.cpp).
-  OpContext deterministic() const { return OpContext{word | kDeterministic | kWarnOnly}; }
-
   c10::ScalarType default_dtype() const { return static_cast<c10::ScalarType>(word & 0xff); }
+  int threads() const { return static_cast<int>((word & kThreads) >> kThreadsShift); }
+  OpContext with_threads(int n) const {
+    return OpContext{(word & ~kThreads) | (static_cast<uint64_t>(n) << kThreadsShift)};
+  }
   bool operator==(OpContext other) const { return word == other.word; }
   bool operator!=(OpContext other) const { return word != other.word; }
 };
@@ -62,9 +69,12 @@ struct OpContext {
 // Sets `recorded` for its lifetime where the current context differs, and puts the current
 // one back after. Each part is set only if it differs, so a remat in an unchanged context
 // (every remat of a program that never changes these) costs the reads and one comparison.
+// The thread count is raised only where `raise_threads` (Note [Op context]).
 class OpContextScope {
  public:
-  explicit OpContextScope(OpContext recorded) : saved_(OpContext::current()) {
+  OpContextScope(OpContext recorded, bool raise_threads) : saved_(OpContext::current()) {
+    if (!raise_threads && recorded.threads() > saved_.threads())
+      recorded = recorded.with_threads(saved_.threads());
     if (recorded != saved_) apply(recorded, saved_);
     applied_ = recorded;
   }
@@ -87,6 +97,7 @@ class OpContextScope {
     }
     if ((to.word ^ from.word) & OpContext::kGradMode)
       c10::GradMode::set_enabled((to.word & OpContext::kGradMode) != 0);
+    if (to.threads() != from.threads()) torch_compat::set_intra_op_threads_here(to.threads());
 #if DTR_HAVE_MXCSR
     const uint64_t fp = OpContext::kFlushToZero | OpContext::kDenormalsAreZero;
     if ((to.word & fp) != (from.word & fp)) {

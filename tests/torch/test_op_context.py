@@ -6,9 +6,10 @@ reader's state: inside torch.autocast the process died on a size check (the mm r
 bfloat16), after torch.set_flush_denormal(False) flushed zeros came back as denormals,
 after torch.set_default_dtype(torch.float64) an integer division came back in float64,
 with mkldnn enabled again a convolution made without it came back from the other
-kernel (the sum of one of the three read 3981088.25 against 3981088.5), and under no_grad a
+kernel (the sum of one of the three read 3981088.25 against 3981088.5), under no_grad a
 kernel that reads grad mode computed its other branch (PyTorch 2.11's LSTM kernel returned
-no workspace, and backward died on it)."""
+no workspace, and backward died on it), and a kernel that reads the thread count used
+the reader's count after torch.set_num_threads."""
 import re
 
 import pytest
@@ -34,6 +35,12 @@ print("DIGESTS", *digests, *(str(y.dtype) for y in ys))
 if dtr is not None and dtr.is_enabled():
     print("REMATS", dtr.memory_stats()["dtr.num_remats"])
 """
+
+SINH_BY_THREADS = ("lib = torch.library.Library('aten', 'IMPL')\n"
+                   "def sinh(x):\n"
+                   "    return x * (2 + torch.get_num_threads())\n"
+                   "lib.impl('sinh', sinh, 'CPU')\n"
+                   "w = torch.randn(1024, 1024)\n")
 
 CASES = {
     # fp32 mm results made outside autocast, read inside it.
@@ -69,6 +76,18 @@ CASES = {
              "w = torch.randn(1024, 1024)\nys = [torch.sinh(w + i) for i in range(3)]",
         READ="with torch.no_grad():",
         BUDGET='"24M"', FILLER="3 * 2 ** 20"),
+    # A kernel that reads the intra-op thread count, standing for those whose work split
+    # follows it (index_put_ with accumulate: Note [Thread-order results]); made on two
+    # threads (conftest's OMP_NUM_THREADS), read on one, and the other way round.
+    "threads_lowered": dict(
+        MAKE=SINH_BY_THREADS + "ys = [torch.sinh(w + i) for i in range(3)]",
+        READ="torch.set_num_threads(1)\nif True:",
+        BUDGET='"24M"', FILLER="3 * 2 ** 20"),
+    "threads_raised": dict(
+        MAKE=SINH_BY_THREADS + "torch.set_num_threads(1)\n"
+             "ys = [torch.sinh(w + i) for i in range(3)]",
+        READ="torch.set_num_threads(2)\nif True:",
+        BUDGET='"24M"', FILLER="3 * 2 ** 20"),
 }
 
 
@@ -89,3 +108,30 @@ def test_a_remat_runs_in_the_state_its_op_ran_in(lib, case):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert expected in proc.stdout, (expected, proc.stdout + proc.stderr)
     assert int(re.search(r"^REMATS (\d+)", proc.stdout, re.M).group(1)) > 0, proc.stdout
+
+
+# A forked child that set one thread, as a DataLoader worker does, reads tensors its parent
+# made on two threads and evicted. Its remats run on its one thread: raising the count
+# there hung GNU OpenMP, whose pool does not survive a fork (these ops run in parallel).
+FORKED = r"""
+import os, torch, dtr
+torch.manual_seed(0)
+w = torch.randn(1024, 1024)
+ys = [torch.tanh(w + i) for i in range(3)]
+dtr.set_budget("24M")
+filler = torch.ones(3 * 2 ** 20)
+del filler
+print("EVICTED", dtr.memory_stats()["dtr.num_evictions"] > 0, flush=True)
+pid = os.fork()
+if pid == 0:
+    torch.set_num_threads(1)
+    total = sum(float(y.numpy().sum()) for y in ys)
+    os._exit(0 if dtr.memory_stats()["dtr.num_remats"] > 0 else 3)
+_, status = os.waitpid(pid, 0)
+print("CHILD", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_remakes_on_its_own_thread_count(lib):
+    proc = run([PYTHON, "-c", FORKED], clean_env(LD_PRELOAD=lib), timeout=120)
+    assert "EVICTED True" in proc.stdout and "CHILD 0" in proc.stdout, proc.stdout + proc.stderr
