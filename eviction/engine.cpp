@@ -66,6 +66,21 @@
 // depth: nothing of the refused op has run, its outputs stay undefined, the parents
 // already remade stay material, and the caller gets Status::refused().
 //
+// Note [Host exceptions]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The host may throw from on_compute: the torch host runs the op's kernel there, and when
+// the kernel asks for more than make_room freed (a temporary, a workspace, or no free
+// block large enough) and nothing more can be evicted, its allocator raises PyTorch's
+// out-of-memory error from inside the kernel. The exception passed through the engine and
+// left the frames of the materialization, and their locks, behind: after a training step
+// that ran out of memory in backward, caught by the program (a batch-size finder halves the
+// batch and tries again), the locked storages stayed "in use by the running op" for good,
+// and the retry ran out of memory at a budget a fresh run fit in. So an exception from
+// on_compute unwinds the materialization as a status does (Note [Stopping a
+// materialization]): every frame of it and every lock it took; what was remade stays
+// material; the op that threw left its outputs undefined. lock_tensors undoes its own locks
+// the same way, and the exception goes on to the host's caller.
+//
 // Note [Dead storages first]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A storage nobody outside holds (ext_refs 0) is evicted eagerly when it dies, but a
@@ -418,13 +433,22 @@ Status Engine::lock_tensors(const std::vector<TensorId>& ts) {
     lock(tensors_[ts[i]].storage);
     locked[i] = 1;
   }
+  auto undo = [&] {
+    for (size_t j = 0; j < ts.size(); ++j)
+      if (locked[j]) unlock(tensors_[ts[j]].storage);
+  };
   for (size_t i = 0; i < ts.size(); ++i) {
     if (locked[i]) continue;
     if (!tensors_[ts[i]].defined) {
-      Status status = run_materialize(ts[i], /*remat=*/true);
+      Status status = Status::success();
+      try {
+        status = run_materialize(ts[i], /*remat=*/true);
+      } catch (...) {  // Note [Host exceptions]
+        undo();
+        throw;
+      }
       if (!status.ok()) {
-        for (size_t j = 0; j < ts.size(); ++j)
-          if (locked[j]) unlock(tensors_[ts[j]].storage);
+        undo();
         return status;
       }
     }
@@ -1021,7 +1045,12 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     Status status = make_room(op.total_bytes);
     if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t);
     if (!status.ok()) return abandon(status);
-    compute(t, is_remat);
+    try {
+      compute(t, is_remat);
+    } catch (...) {  // Note [Host exceptions]
+      abandon(Status::success());
+      throw;
+    }
     for (TensorId p : op.inputs) unlock(tensors_[p].storage);
     // Read after compute: making room may have relaxed the frames (Note [Relaxed remat
     // locks]), which moves this frame's slices.

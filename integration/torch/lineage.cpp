@@ -748,7 +748,13 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   for (size_t k = 0; k < pending.inputs.size(); ++k)
     if (pending.inputs[k] != kNoId && static_cast<int32_t>(k) != overwritten)
       to_lock.push_back(pending.inputs[k]);
-  const Status status = engine_->lock_tensors(to_lock);
+  Status status = Status::success();
+  try {
+    status = engine_->lock_tensors(to_lock);
+  } catch (...) {     // a remat's kernel ran out of memory: Note [Host exceptions] in engine.cpp
+    to_lock.clear();  // lock_tensors undid its locks
+    throw;
+  }
   if (!status.ok()) {
     to_lock.clear();  // lock_tensors undid its locks
     throw_status(status);

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <stdexcept>
 
 #include "dtr/core/clock.h"
 #include "dtr/core/options.h"
@@ -369,8 +370,10 @@ struct StoppingHooks : EngineHooks {
   TensorId nested = kNoId;  // materialized from inside the first remat when set
   Status nested_status;
   OpId refused = kNoId;  // may_recompute says no for it (Note [Refused remats])
+  uint64_t throw_at = UINT64_MAX;  // the remat that throws (Note [Host exceptions])
   void on_compute(OpId, bool remat) override {
     if (!remat) return;
+    if (remats + 1 == throw_at) throw std::runtime_error("out of memory in a kernel");
     ++remats;
     if (nested != kNoId) {
       const TensorId t = nested;
@@ -393,6 +396,15 @@ std::vector<TensorId> dropped_chain(Engine& engine, int length) {
   }
   for (TensorId t : chain) REQUIRE(engine.drop(engine.storage_of(t)));
   return chain;
+}
+
+// After a materialization was abandoned: the engine is consistent and nothing of `chain`
+// is locked.
+void check_unwound(const Engine& engine, const std::vector<TensorId>& chain) {
+  std::string why;
+  CHECK(engine.is_valid(&why));
+  CHECK(why.empty());
+  for (TensorId t : chain) CHECK(!engine.is_locked(engine.storage_of(t)));
 }
 
 // An engine with room for 100 such storages, asking `hooks`.
@@ -422,10 +434,7 @@ TEST_CASE("the host can stop a cascade of remats between two of them", "[evictio
   CHECK(engine.is_defined(chain[4]));     // what was made stays
   CHECK(!engine.is_defined(chain[5]));
   CHECK(!engine.is_defined(chain[20]));
-  std::string why;
-  CHECK(engine.is_valid(&why));  // every frame's locks undone
-  CHECK(why.empty());
-  for (TensorId t : chain) CHECK(!engine.is_locked(engine.storage_of(t)));
+  check_unwound(engine, chain);  // every frame's locks undone
   // The host goes on: the next materialization starts from what the stopped one made.
   hooks.stop_after = UINT64_MAX;
   REQUIRE(engine.materialize(chain[20]).ok());
@@ -467,16 +476,52 @@ TEST_CASE("the host can refuse a remat before it runs", "[eviction]") {
   CHECK(engine.is_defined(chain[2]));
   CHECK(!engine.is_defined(chain[3]));
   CHECK(!engine.is_defined(chain[6]));
-  std::string why;
-  CHECK(engine.is_valid(&why));
-  CHECK(why.empty());
-  for (TensorId t : chain) CHECK(!engine.is_locked(engine.storage_of(t)));
+  check_unwound(engine, chain);
   // Asked again, it refuses again; what does not need the op still comes back.
   CHECK(engine.materialize(chain[6]).code == StatusCode::refused);
   CHECK(engine.stats().num_remats == 3);
   hooks.refused = kNoId;
   REQUIRE(engine.materialize(chain[6]).ok());
   CHECK(engine.stats().num_remats == 7);
+}
+
+TEST_CASE("an exception from a remat unwinds the materialization and its locks", "[eviction]") {
+  // Note [Host exceptions]
+  StoppingFixture f;
+  Engine& engine = *f.engine;
+  StoppingHooks& hooks = f.hooks;
+  hooks.stop_after = UINT64_MAX;
+  const std::vector<TensorId> chain = dropped_chain(engine, 8);
+  hooks.throw_at = 4;  // chain[3]'s op
+  CHECK_THROWS_WITH(engine.materialize(chain[6]), "out of memory in a kernel");
+  CHECK(engine.stats().num_remats == 3);  // chain[0..2] stay made
+  CHECK(engine.is_defined(chain[2]));
+  CHECK(!engine.is_defined(chain[3]));
+  check_unwound(engine, chain);
+  // Each made storage can go again, and the next materialization starts from them.
+  CHECK(engine.evictable_bytes() == 3 * 100);
+  hooks.throw_at = UINT64_MAX;
+  REQUIRE(engine.materialize(chain[6]).ok());
+  CHECK(engine.stats().num_remats == 7);
+}
+
+TEST_CASE("lock_tensors undoes its locks when a remat throws", "[eviction]") {
+  // Note [Host exceptions]: the live host locks an op's inputs this way.
+  StoppingFixture f;
+  Engine& engine = *f.engine;
+  StoppingHooks& hooks = f.hooks;
+  hooks.stop_after = UINT64_MAX;
+  std::vector<TensorId> kept;
+  REQUIRE(engine.call(10, {}, {{100, -1}}, kept).ok());  // defined: locked first
+  const std::vector<TensorId> chain = dropped_chain(engine, 3);
+  hooks.throw_at = 2;  // chain[1]'s op
+  CHECK_THROWS(engine.lock_tensors({kept[0], chain[2]}));
+  CHECK(engine.is_defined(chain[0]));
+  check_unwound(engine, {kept[0], chain[0]});
+  hooks.throw_at = UINT64_MAX;
+  REQUIRE(engine.lock_tensors({kept[0], chain[2]}).ok());
+  CHECK(engine.is_locked(engine.storage_of(kept[0])));
+  engine.unlock_tensors({kept[0], chain[2]});
 }
 
 TEST_CASE("the registry lists every built-in policy and refuses unknown names", "[eviction][registry]") {

@@ -1,6 +1,7 @@
 """An allocation beyond the budget raises PyTorch's out-of-memory error, catchable in
-Python, whose message names the budget; the process goes on afterwards."""
-from conftest import PYTHON, clean_env, run
+Python, whose message names the budget; the process goes on afterwards, also after an
+error raised inside a remat or in backward, with nothing left locked."""
+from conftest import PYTHON, clean_env, last_json, run
 
 SCRIPT = r"""
 import sys, torch
@@ -49,3 +50,98 @@ def test_training_under_too_small_budget_raises_in_python(lib):
     # Without the budget the same run trains.
     ok = run([PYTHON, "-c", script], clean_env(LD_PRELOAD=lib))
     assert "CAUGHT" not in ok.stdout and "loss 2 " in ok.stdout
+
+
+# Note [Host exceptions] (eviction/engine.cpp): an out-of-memory error raised inside a remat.
+# a and b are evicted; `a + b` refills a, whose remat makes a 16 MiB repeat first, then b,
+# whose remat has no room left. Afterwards nothing may stay locked: a 34 MiB allocation
+# needs every 16 MiB tensor evicted. Before, b's storage stayed "in use by the running op"
+# for good, and the allocation ran out of memory.
+REMAT_OOM = r"""
+import torch, dtr
+torch.manual_seed(0)
+dtr.set_budget("40M")
+w = torch.randn(1024, 1024)
+a = torch.tanh(w.repeat(4, 1))
+b = torch.sigmoid(w.repeat(4, 1))
+c = torch.relu(w.repeat(4, 1))
+try:
+    d = a + b + c
+except torch.cuda.OutOfMemoryError as e:
+    print("OOM", str(e).splitlines()[0])
+z = torch.ones(34 * 2 ** 20 // 4)
+print("ALLOCATED", z.numel())
+print("SUM", float(a.sum() + b.sum() + c.sum()))
+"""
+
+
+def test_an_out_of_memory_error_in_a_remat_leaves_nothing_locked(lib):
+    proc = run([PYTHON, "-c", REMAT_OOM], clean_env(LD_PRELOAD=lib), check=False)
+    assert "OOM dtr: allocator out of memory" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "ALLOCATED" in proc.stdout, proc.stdout + proc.stderr
+    plain = run([PYTHON, "-c", REMAT_OOM.replace('dtr.set_budget("40M")', "")], clean_env())
+    expected = next(l for l in plain.stdout.splitlines() if l.startswith("SUM "))
+    assert expected in proc.stdout, (expected, proc.stdout)
+
+
+# A batch-size finder, as PyTorch Lightning's and Accelerate's: train a few steps at a
+# batch, and on out-of-memory restore the model and try half. Under a budget the errors come
+# from inside ops: forward, backward, and remats. argv[1]: the first batch.
+FINDER = r"""
+import copy, hashlib, json, struct, sys
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Dropout(0.1), nn.Linear(1024, 1024),
+                      nn.ReLU(), nn.Linear(1024, 1024), nn.Tanh(), nn.Linear(1024, 10))
+init = copy.deepcopy(model.state_dict())
+
+def train(bs):
+    torch.manual_seed(1)
+    model.load_state_dict(init)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    losses = []
+    for step in range(3):
+        with torch.no_grad():
+            x, y = torch.randn(bs, 512), torch.randint(0, 10, (bs,))
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(struct.pack("<f", loss.item()).hex())
+    return losses
+
+bs, tried = int(sys.argv[1]), []
+while True:
+    try:
+        losses = train(bs)
+        break
+    except torch.cuda.OutOfMemoryError:
+        tried.append(bs)
+        for p in model.parameters():
+            p.grad = None
+        bs //= 2
+params = {k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in model.state_dict().items()}
+out = {"bs": bs, "tried": tried, "losses": losses, "params": params}
+try:
+    import dtr
+    if dtr.is_enabled():
+        out["remats"] = dtr.memory_stats()["dtr.num_remats"]
+except ImportError:
+    pass
+print(json.dumps(out))
+"""
+
+
+def test_a_batch_size_finder_recovers_from_out_of_memory_errors(lib):
+    """Started at 65536 under a 150 MiB budget, the finder runs out of memory in the
+    forward pass, then in backward, and stops at the batch a fresh process stops at when it
+    starts just above it; that run trains as the run without the library at its batch.
+    Before Note [Host exceptions], the storages of a backward that ran out of memory stayed
+    locked, and the retry's load_state_dict ran out of memory."""
+    env = clean_env(LD_PRELOAD=lib, DTR_CONF="budget:150M")
+    found = last_json(run([PYTHON, "-c", FINDER, "65536"], env))
+    assert len(found["tried"]) >= 3 and found["remats"] > 0, found
+    fresh = last_json(run([PYTHON, "-c", FINDER, str(2 * found["bs"])], env))
+    assert fresh["tried"] == [2 * found["bs"]] and fresh["bs"] == found["bs"], (found, fresh)
+    plain = last_json(run([PYTHON, "-c", FINDER, str(found["bs"])], clean_env()))
+    assert (found["losses"], found["params"]) == (plain["losses"], plain["params"])
