@@ -32,7 +32,9 @@ namespace dtr::torch_integration {
 // full collect left its bytes in the engine's pinned and live counts meanwhile: with no
 // eviction requests, a loop that deep-copied 4 live 256 KiB tensors a step showed 12 MiB
 // more pinned bytes (dtr.pinned_bytes.current) than the allocator held. So such a storage
-// is discarded as soon as it is found dead.
+// is discarded as soon as it is found dead: by the scans ops make, and by one before
+// dtr.memory_stats() is read (after `del opt` and no op since, the freed momentum buffers
+// had stayed in the pinned count, above the allocated bytes).
 void Lineage::release_storage(StorageId s) {
   storages_[s].dead = true;
   ++deaths_;

@@ -1679,6 +1679,10 @@ Stats lineage_stats() {
   return lineage->engine().stats();
 }
 
+void find_dead_storages() {
+  if (Lineage* lineage = the_lineage()) lineage->scan_for_dead();
+}
+
 void set_recording(bool on) { recording_on = on; }
 bool recording() { return recording_on; }
 

@@ -37,6 +37,9 @@ void install_storage_guard();
 
 // The engine's stats (dtr.* keys); zeros before start_lineage.
 Stats lineage_stats();
+// Finds the storages that died since the last op (Note [Freed pinned storages] in
+// collector.cpp), so that stats read next count them out: dtr.memory_stats() after a `del`.
+void find_dead_storages();
 
 // Recording on the calling thread (python: dtr.disable()/dtr.enable()): while off, ops run
 // without being recorded, but evicted inputs are still refilled first.

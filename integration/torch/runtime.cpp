@@ -418,6 +418,9 @@ const char* dtr_torch_memory_stats_json(void) {
   try {
     dtr::torch_integration::TorchRuntime* rt = runtime();
     if (!rt) return dtr::torch_integration::keep_text("{}");
+    // Before either count is read: what the program let go of since its last op (a `del
+    // opt` frees the momentum buffers) must not stay in dtr.pinned_bytes.current.
+    dtr::torch_integration::find_dead_storages();
     nlohmann::ordered_json stats = rt->allocator().stats().to_json();
     // The engine's own counters under dtr.*; the allocator's are the PyTorch-named ones.
     const dtr::Stats engine = dtr::torch_integration::lineage_stats();

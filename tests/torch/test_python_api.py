@@ -125,3 +125,30 @@ def test_python_api_under_ld_preload(lib):
 def test_python_api_without_library_then_load(lib):
     proc = run([PYTHON, "-c", NOT_LOADED], clean_env())
     assert "LOAD OK" in proc.stdout
+
+
+# Note [Freed pinned storages] (integration/torch/collector.cpp): the optimizer's momentum
+# buffers are pinned at its step; `del opt` frees them with no op after it. The pinned count
+# read next must leave them out (before, it stayed 4 MiB above the allocated bytes).
+PINNED_AFTER_DEL = r"""
+import torch, torch.nn as nn, torch.nn.functional as F, dtr
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+for step in range(2):
+    with torch.no_grad():
+        x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+before = dtr.memory_stats()["allocated_bytes.all.current"]
+del opt
+s = dtr.memory_stats()
+print("FREED", before - s["allocated_bytes.all.current"] >= 4 * 2 ** 20)
+print("PINNED <= ALLOCATED", s["dtr.pinned_bytes.current"] <= s["allocated_bytes.all.current"])
+"""
+
+
+def test_memory_stats_leave_out_what_died_since_the_last_op(lib):
+    proc = run([PYTHON, "-c", PINNED_AFTER_DEL], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:100M"))
+    assert "FREED True" in proc.stdout and "PINNED <= ALLOCATED True" in proc.stdout, proc.stdout
