@@ -111,11 +111,20 @@ void* writable_bytes(c10::StorageImpl& impl) {
 #endif
 }
 
+// Note [Out-of-memory words]: batch-size finders (Accelerate's find_executable_batch_size,
+// Lightning's batch-size scaler) halve the batch on a RuntimeError with one argument that
+// holds "CUDA out of memory." or "DefaultCPUAllocator: can't allocate memory", the words of
+// PyTorch's CUDA and CPU allocators, and re-raise anything else. dtr's allocator stands in
+// for the CPU one, so its message ends with the CPU allocator's words and those finders
+// halve the batch under a budget too (tests/torch/test_oom.py).
 void throw_out_of_memory(const std::string& message) {
+  const std::string text = message + " [" + kCpuOutOfMemoryWords +
+                           ": the words of PyTorch's CPU allocator, which batch-size finders "
+                           "look for]";
 #if DTR_TORCH_HAS_OOM_ERROR
-  C10_THROW_ERROR(OutOfMemoryError, message);
+  C10_THROW_ERROR(OutOfMemoryError, text);
 #else
-  C10_THROW_ERROR(Error, message);
+  C10_THROW_ERROR(Error, text);
 #endif
 }
 

@@ -195,8 +195,10 @@ void* storage_address(const c10::StorageImpl& impl);
 void* writable_bytes(c10::StorageImpl& impl);
 
 // Throws PyTorch's out-of-memory error (c10::OutOfMemoryError, torch.cuda.OutOfMemoryError
-// in Python; c10::Error before 1.13) with `message`.
+// in Python; c10::Error before 1.13) with `message`, then kCpuOutOfMemoryWords (Note
+// [Out-of-memory words] in compat.cpp).
 [[noreturn]] void throw_out_of_memory(const std::string& message);
+constexpr const char* kCpuOutOfMemoryWords = "DefaultCPUAllocator: can't allocate memory";
 
 // Note [Sparse tensors] in lineage.cpp. A tensor of another layout than strided (sparse
 // COO; CSR, CSC, BSR, BSC) has no storage of its own: it holds dense tensors (indices,

@@ -85,8 +85,11 @@ def test_an_out_of_memory_error_in_a_remat_leaves_nothing_locked(lib):
 
 
 # A batch-size finder, as PyTorch Lightning's and Accelerate's: train a few steps at a
-# batch, and on out-of-memory restore the model and try half. Under a budget the errors come
-# from inside ops: forward, backward, and remats. argv[1]: the first batch.
+# batch, and on out-of-memory restore the model and try half. It tells an out-of-memory
+# error as they do (Note [Out-of-memory words] in integration/torch/compat.cpp): a
+# RuntimeError with one argument holding the words of PyTorch's CPU allocator. Under a
+# budget the errors come from inside ops: forward, backward, and remats. argv[1]: the first
+# batch.
 FINDER = r"""
 import copy, hashlib, json, struct, sys
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -110,12 +113,18 @@ def train(bs):
         losses.append(struct.pack("<f", loss.item()).hex())
     return losses
 
+def should_reduce_batch_size(e):
+    return (isinstance(e, RuntimeError) and len(e.args) == 1
+            and "DefaultCPUAllocator: can't allocate memory" in e.args[0])
+
 bs, tried = int(sys.argv[1]), []
 while True:
     try:
         losses = train(bs)
         break
-    except torch.cuda.OutOfMemoryError:
+    except Exception as e:
+        if not should_reduce_batch_size(e):
+            raise
         tried.append(bs)
         for p in model.parameters():
             p.grad = None
