@@ -253,17 +253,19 @@ constexpr size_t kMinEvictableBytes = 16384;
 //  - Process state that kernels read: the default dtype (an integer division, a factory
 //    without a dtype), mkldnn enabled or not (which convolution kernel runs; their
 //    results differ in low bits), and deterministic algorithms.
-//  - Thread state: the intra-op thread count (torch.set_num_threads), which decides how a
-//    full reduction splits its sum: 1.13's x.sum() and x.mean() over 2^16 floats or more
-//    gave other bits on one thread than on two, for most inputs tried
-//    (test_op_context.py). MXCSR's flush-to-zero and denormals-are-zero bits, which
-//    torch.set_flush_denormal sets on the calling thread: with them off at the remat,
-//    values the op had flushed to zero came back as denormals. And grad mode: a kernel may
-//    read it below autograd. PyTorch 2.11's CPU LSTM kernel (mkldnn_rnn_layer) returns its
-//    workspace only in grad mode; a forward op recomputed in the backward pass, which the
-//    engine runs with grad mode off, came back without it, and the library died reading
-//    its storage (tests/torch/torch2_check.sh, 2026-11-30). No 1.13 kernel is known to
-//    read it; test_op_context.py registers one that does.
+//  - Thread state: the intra-op thread count (torch.set_num_threads), which decides how
+//    some kernels split their work: index_put_ with accumulate adds serially on one thread
+//    only (Note [Thread-order results] in dispatch_hook.cpp), and 1.13's x.sum() over 2^16
+//    floats or more gave other bits on one thread than on two for most inputs tried, though
+//    a result that small is never evicted (kMinEvictableBytes); test_op_context.py
+//    registers a kernel that reads the count. MXCSR's flush-to-zero and denormals-are-zero
+//    bits, which torch.set_flush_denormal sets on the calling thread: with them off at the
+//    remat, values the op had flushed to zero came back as denormals. And grad mode: a
+//    kernel may read it below autograd. PyTorch 2.11's CPU LSTM kernel (mkldnn_rnn_layer)
+//    returns its workspace only in grad mode; a forward op recomputed in the backward
+//    pass, which the engine runs with grad mode off, came back without it, and the library
+//    died reading its storage (tests/torch/torch2_check.sh, 2026-11-30). No 1.13 kernel is
+//    known to read it; test_op_context.py registers one that does.
 // `OpRec::context` (op_context.h) packs the last two into one word when the op is
 // recorded, and OpContextScope puts it back around the remat where it differs from the
 // current one, then restores. A program that never changes them pays one read of each per
