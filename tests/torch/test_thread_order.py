@@ -2,9 +2,9 @@
 index_put_ and put_ with accumulate=True give other bits from call to call, so a remat of
 one would change a tensor the program already read. Such calls are not recorded; on one
 thread, or in deterministic mode, they are, and their results are evicted and remade like
-any op's; a call recorded on one thread is remade in deterministic mode, which takes the
-same path, after the program raised its thread count. index_copy_ with repeated indices
-changes too, a case PyTorch leaves undefined, and stays recorded."""
+any op's; a call recorded on one thread is remade on one thread after the program raised
+its thread count (the count is part of Note [Op context] in lineage.cpp). index_copy_ with
+repeated indices changes too, a case PyTorch leaves undefined, and stays recorded."""
 import pytest
 
 from conftest import PYTHON, clean_env, last_json, run
@@ -100,9 +100,9 @@ def test_on_one_thread_or_in_deterministic_mode_it_is_recorded(lib, threads, mod
 
 @pytest.mark.parametrize("op", OPS)
 def test_a_call_recorded_on_one_thread_is_remade_as_it_ran_after_the_count_is_raised(lib, op):
-    """The program records the call on one thread, then sets two: each remat runs in
-    deterministic mode, the one-thread path. Before, the remats ran on two threads and,
-    on an idle machine, gave other low bits."""
+    """The program records the call on one thread, then sets two: each remat runs on the
+    one thread the call ran on. Before, the remats ran on two threads and, on an idle
+    machine, gave other low bits (index_put_ and x[idx]; put_ kept its bits by chance)."""
     out = last_json(run([PYTHON, "-c", UNDER_PRESSURE, "1", "-", "16384", op, "2"],
                         clean_env(LD_PRELOAD=lib, DTR_CONF="budget:20M,policy:lru")))
     assert out["remats"] > 0 and out["same"], out
