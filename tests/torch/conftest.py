@@ -96,9 +96,9 @@ def stats_of(code, lib, *args, conf=None):
                          clean_env(LD_PRELOAD=lib, DTR_CONF=conf)))
 
 
-# The program side of trains_as_without, for programs written in a test file: argv is a
-# budget fraction (0: none) and a peak in bytes. apply_budget() sets that budget where the
-# program calls it; record(loss) keeps a loss's bit pattern, digest(name, t) a tensor's
+# The program side of trains_as_without, for programs written in a test file.
+# apply_budget() sets the budget argv gives (a fraction, 0 for none, of a peak in bytes)
+# where the program calls it; record(loss) keeps a loss's bit pattern, digest(name, t) a tensor's
 # sha256; finish(model) digests the model's state_dict and prints the JSON object, with the
 # peak, evictions and remats under the library.
 TRAINING_PRELUDE = r"""

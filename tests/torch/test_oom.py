@@ -1,7 +1,7 @@
 """An allocation beyond the budget raises PyTorch's out-of-memory error, catchable in
 Python, whose message names the budget; the process goes on afterwards, also after an
 error raised inside a remat or in backward, with nothing left locked."""
-from conftest import PYTHON, clean_env, last_json, run
+from conftest import PYTHON, TRAINING_PRELUDE, clean_env, last_json, run
 
 SCRIPT = r"""
 import sys, torch
@@ -89,11 +89,9 @@ def test_an_out_of_memory_error_in_a_remat_leaves_nothing_locked(lib):
 # error as they do (Note [Out-of-memory words] in integration/torch/compat.cpp): a
 # RuntimeError with one argument holding the words of PyTorch's CPU allocator. Under a
 # budget the errors come from inside ops: forward, backward, and remats. argv[1]: the first
-# batch.
-FINDER = r"""
-import copy, hashlib, json, struct, sys
-import torch, torch.nn as nn, torch.nn.functional as F
-torch.manual_seed(0)
+# batch; the budget comes from DTR_CONF (conftest's TRAINING_PRELUDE records the result).
+FINDER = TRAINING_PRELUDE + r"""
+import copy
 model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Dropout(0.1), nn.Linear(1024, 1024),
                       nn.ReLU(), nn.Linear(1024, 1024), nn.Tanh(), nn.Linear(1024, 10))
 init = copy.deepcopy(model.state_dict())
@@ -102,7 +100,7 @@ def train(bs):
     torch.manual_seed(1)
     model.load_state_dict(init)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    losses = []
+    OUT["losses"].clear()  # the successful attempt's only
     for step in range(3):
         with torch.no_grad():
             x, y = torch.randn(bs, 512), torch.randint(0, 10, (bs,))
@@ -110,8 +108,7 @@ def train(bs):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        losses.append(struct.pack("<f", loss.item()).hex())
-    return losses
+        record(loss)
 
 def should_reduce_batch_size(e):
     return (isinstance(e, RuntimeError) and len(e.args) == 1
@@ -120,7 +117,7 @@ def should_reduce_batch_size(e):
 bs, tried = int(sys.argv[1]), []
 while True:
     try:
-        losses = train(bs)
+        train(bs)
         break
     except Exception as e:
         if not should_reduce_batch_size(e):
@@ -129,15 +126,8 @@ while True:
         for p in model.parameters():
             p.grad = None
         bs //= 2
-params = {k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in model.state_dict().items()}
-out = {"bs": bs, "tried": tried, "losses": losses, "params": params}
-try:
-    import dtr
-    if dtr.is_enabled():
-        out["remats"] = dtr.memory_stats()["dtr.num_remats"]
-except ImportError:
-    pass
-print(json.dumps(out))
+OUT.update(bs=bs, tried=tried)
+finish(model)
 """
 
 

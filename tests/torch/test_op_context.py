@@ -36,11 +36,15 @@ if dtr is not None and dtr.is_enabled():
     print("REMATS", dtr.memory_stats()["dtr.num_remats"])
 """
 
-SINH_BY_THREADS = ("lib = torch.library.Library('aten', 'IMPL')\n"
-                   "def sinh(x):\n"
-                   "    return x * (2 + torch.get_num_threads())\n"
-                   "lib.impl('sinh', sinh, 'CPU')\n"
-                   "w = torch.randn(1024, 1024)\n")
+
+def sinh_kernel(result):
+    """MAKE's start: aten::sinh on CPU replaced by a kernel returning `result` of x, and w."""
+    return ("lib = torch.library.Library('aten', 'IMPL')\n"
+            "def sinh(x):\n"
+            f"    return {result}\n"
+            "lib.impl('sinh', sinh, 'CPU')\n"
+            "w = torch.randn(1024, 1024)\n")
+
 
 CASES = {
     # fp32 mm results made outside autocast, read inside it.
@@ -69,22 +73,20 @@ CASES = {
     # A kernel that reads grad mode, as PyTorch 2.x's mkldnn_rnn_layer does (no workspace
     # without it); made in grad mode, read under no_grad (as a backward pass runs).
     "grad_mode": dict(
-        MAKE="lib = torch.library.Library('aten', 'IMPL')\n"
-             "def sinh(x):\n"
-             "    return x * 2 if torch.is_grad_enabled() else x * 3\n"
-             "lib.impl('sinh', sinh, 'CPU')\n"
-             "w = torch.randn(1024, 1024)\nys = [torch.sinh(w + i) for i in range(3)]",
+        MAKE=sinh_kernel("x * 2 if torch.is_grad_enabled() else x * 3")
+             + "ys = [torch.sinh(w + i) for i in range(3)]",
         READ="with torch.no_grad():",
         BUDGET='"24M"', FILLER="3 * 2 ** 20"),
     # A kernel that reads the intra-op thread count, standing for those whose work split
     # follows it (index_put_ with accumulate: Note [Thread-order results]); made on two
     # threads (conftest's OMP_NUM_THREADS), read on one, and the other way round.
     "threads_lowered": dict(
-        MAKE=SINH_BY_THREADS + "ys = [torch.sinh(w + i) for i in range(3)]",
+        MAKE=sinh_kernel("x * (2 + torch.get_num_threads())")
+             + "ys = [torch.sinh(w + i) for i in range(3)]",
         READ="torch.set_num_threads(1)\nif True:",
         BUDGET='"24M"', FILLER="3 * 2 ** 20"),
     "threads_raised": dict(
-        MAKE=SINH_BY_THREADS + "torch.set_num_threads(1)\n"
+        MAKE=sinh_kernel("x * (2 + torch.get_num_threads())") + "torch.set_num_threads(1)\n"
              "ys = [torch.sinh(w + i) for i in range(3)]",
         READ="torch.set_num_threads(2)\nif True:",
         BUDGET='"24M"', FILLER="3 * 2 ** 20"),
