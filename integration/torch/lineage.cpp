@@ -828,7 +828,14 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   }
 
   if (batch_norm_training) {
-    // The running stats are locked, but not inputs of the recorded call.
+    // The running stats are locked, but not inputs of the recorded call, so their
+    // fingerprints go too (exposed stats, as after model.share_memory(), got one above): a
+    // remat would look for them in its arguments, where they are None, and the stats change
+    // at every call anyway (Note [Writes outside the dispatcher]).
+    auto stat_slot = [](const auto& f) { return f.first.index == 3 || f.first.index == 4; };
+    pending.fingerprints.erase(
+        std::remove_if(pending.fingerprints.begin(), pending.fingerprints.end(), stat_slot),
+        pending.fingerprints.end());
     for (size_t k = pending.input_slots.size(); k-- > 0;) {
       if (pending.input_slots[k].index != 3 && pending.input_slots[k].index != 4) continue;
       pending.input_slots.erase(pending.input_slots.begin() + static_cast<std::ptrdiff_t>(k));

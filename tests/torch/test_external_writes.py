@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import PYTHON, clean_env, run
+from conftest import PYTHON, TRAINING_PRELUDE, clean_env, run, trains_as_without
 
 # t: 1 MiB that an op reads; u = tanh(t @ t): 1 MiB, evicted under the budget once a 2 MiB
 # filler comes (t is pinned: a constant; from_numpy memory is not ours and not counted).
@@ -190,3 +190,66 @@ def test_an_exported_tensor_zeroed_in_place_stays_in_memory(lib):
     assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
     assert f"SUMS {2.0 * 512 * 512} {2.0 * 512 * 512} {3.0 * 512 * 512}" in proc.stdout, \
         proc.stdout + proc.stderr
+
+
+# A model whose parameters and buffers live in shared memory (model.share_memory(), as
+# Hogwild training does), trained under budgets below its peak in this process, or in a
+# forked worker that trains the first two steps before this process trains the third. The
+# running stats of its batch norms are exposed, so they were fingerprinted where the
+# training-mode batch norm read them; but they are no arguments of its record (Note [Batch
+# norm] in dispatch_hook.cpp), and until 2026-12-02 each remat of one failed with "Expected
+# Tensor but got None", looking for them. On one thread: a fork (SHARED above).
+SHARED_MODEL = TRAINING_PRELUDE + r"""
+torch.set_num_threads(1)
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+model.share_memory()
+apply_budget()
+
+def train(steps, out):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(steps):
+        with torch.no_grad():  # data, as a loader's batch
+            x, y = torch.randn(32, 3, 64, 64), torch.randint(0, 10, (32,))
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        out.put(struct.pack("<f", float(loss)).hex())
+
+class Losses:
+    put = OUT["losses"].append
+
+if WORKER:
+    ctx = torch.multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+    def work():
+        train(2, queue)
+        if dtr is not None and dtr.is_enabled():
+            s = dtr.memory_stats()
+            queue.put({"peak": s["allocated_bytes.all.peak"], "evictions": s["dtr.num_evictions"]})
+    worker = ctx.Process(target=work)
+    worker.start()
+    worker.join()
+    assert worker.exitcode == 0, worker.exitcode
+    while not queue.empty():
+        item = queue.get()
+        if isinstance(item, dict):
+            OUT["worker"] = dict(item, budget=int(float(sys.argv[1]) * int(sys.argv[2])))
+        else:
+            OUT["losses"].append(item)
+train(3 - 2 * WORKER, Losses)
+finish(model)
+"""
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["in this process", "forked worker"])
+def test_a_shared_memory_model_trains_as_without_the_library(lib, worker):
+    code = SHARED_MODEL.replace("WORKER", str(worker))
+    for under in trains_as_without(code, lib, (0.7,)):
+        assert len(under["losses"]) == 3, under
+        if worker:  # the worker trained under the same budget
+            child = under["worker"]
+            assert child["evictions"] > 0 and child["peak"] <= child["budget"], under
