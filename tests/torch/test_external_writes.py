@@ -192,20 +192,21 @@ def test_an_exported_tensor_zeroed_in_place_stays_in_memory(lib):
         proc.stdout + proc.stderr
 
 
-# A model whose parameters and buffers live in shared memory (model.share_memory(), as
-# Hogwild training does), trained under budgets below its peak in this process, or in a
-# forked worker that trains the first two steps before this process trains the third. The
-# running stats of its batch norms are exposed, so they were fingerprinted where the
-# training-mode batch norm read them; but they are no arguments of its record (Note [Batch
-# norm] in dispatch_hook.cpp), and until 2026-12-02 each remat of one failed with "Expected
-# Tensor but got None", looking for them. On one thread: a fork (SHARED above).
-SHARED_MODEL = TRAINING_PRELUDE + r"""
+# A model whose buffers are exposed: in shared memory (model.share_memory(), as Hogwild
+# training does), trained at 0.7 of its peak in this process, or in a forked worker that
+# trains the first two steps before this process trains the third; or viewed through numpy
+# (as a logger of the running stats may keep them). The training-mode batch norm
+# fingerprinted the exposed running stats where it read them; but they are no arguments of
+# its record (Note [Batch norm] in dispatch_hook.cpp), and until 2026-12-02 each remat of
+# its output failed with "Expected Tensor but got None", looking for them. On one thread:
+# a fork (SHARED above).
+EXPOSED_MODEL = TRAINING_PRELUDE + r"""
 torch.set_num_threads(1)
 model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
                       nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
                       nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
-model.share_memory()
+EXPOSE
 apply_budget()
 
 def train(steps, out):
@@ -245,9 +246,17 @@ finish(model)
 """
 
 
-@pytest.mark.parametrize("worker", [False, True], ids=["in this process", "forked worker"])
-def test_a_shared_memory_model_trains_as_without_the_library(lib, worker):
-    code = SHARED_MODEL.replace("WORKER", str(worker))
+EXPOSED_MODELS = {
+    "shared memory": ("model.share_memory()", False),
+    "shared memory, forked worker": ("model.share_memory()", True),
+    "numpy views": ("views = [b.numpy() for b in model.buffers() if b.is_floating_point()]",
+                    False),
+}
+
+
+@pytest.mark.parametrize("expose, worker", EXPOSED_MODELS.values(), ids=EXPOSED_MODELS.keys())
+def test_a_model_with_exposed_buffers_trains_as_without_the_library(lib, expose, worker):
+    code = EXPOSED_MODEL.replace("EXPOSE", expose).replace("WORKER", str(worker))
     for under in trains_as_without(code, lib, (0.7,)):
         assert len(under["losses"]) == 3, under
         if worker:  # the worker trained under the same budget
