@@ -209,7 +209,7 @@ model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReL
 EXPOSE
 apply_budget()
 
-def train(steps, out):
+def train(steps, put):  # put: where each loss's bits go
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for step in range(steps):
         with torch.no_grad():  # data, as a loader's batch
@@ -218,16 +218,13 @@ def train(steps, out):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        out.put(struct.pack("<f", float(loss)).hex())
-
-class Losses:
-    put = OUT["losses"].append
+        put(struct.pack("<f", float(loss)).hex())
 
 if WORKER:
     ctx = torch.multiprocessing.get_context("fork")
     queue = ctx.SimpleQueue()
     def work():
-        train(2, queue)
+        train(2, queue.put)
         if dtr is not None and dtr.is_enabled():
             s = dtr.memory_stats()
             queue.put({"peak": s["allocated_bytes.all.peak"], "evictions": s["dtr.num_evictions"]})
@@ -241,7 +238,7 @@ if WORKER:
             OUT["worker"] = dict(item, budget=int(float(sys.argv[1]) * int(sys.argv[2])))
         else:
             OUT["losses"].append(item)
-train(3 - 2 * WORKER, Losses)
+train(3 - 2 * WORKER, OUT["losses"].append)
 finish(model)
 """
 
