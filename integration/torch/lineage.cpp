@@ -830,14 +830,15 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   if (batch_norm_training) {
     // The running stats are locked, but not inputs of the recorded call, so their
     // fingerprints go too (exposed stats, as after model.share_memory(), got one above): a
-    // remat would look for them in its arguments, where they are None, and the stats change
-    // at every call anyway (Note [Writes outside the dispatcher]).
-    auto stat_slot = [](const auto& f) { return f.first.index == 3 || f.first.index == 4; };
+    // remat does not read them, and would look for them in its arguments, where they are
+    // None (Note [Writes outside the dispatcher]).
+    auto running_stat = [](TensorSlot slot) { return slot.index == 3 || slot.index == 4; };
     pending.fingerprints.erase(
-        std::remove_if(pending.fingerprints.begin(), pending.fingerprints.end(), stat_slot),
+        std::remove_if(pending.fingerprints.begin(), pending.fingerprints.end(),
+                       [&](const auto& f) { return running_stat(f.first); }),
         pending.fingerprints.end());
     for (size_t k = pending.input_slots.size(); k-- > 0;) {
-      if (pending.input_slots[k].index != 3 && pending.input_slots[k].index != 4) continue;
+      if (!running_stat(pending.input_slots[k])) continue;
       pending.input_slots.erase(pending.input_slots.begin() + static_cast<std::ptrdiff_t>(k));
       pending.inputs.erase(pending.inputs.begin() + static_cast<std::ptrdiff_t>(k));
       tensors.erase(tensors.begin() + static_cast<std::ptrdiff_t>(k));
