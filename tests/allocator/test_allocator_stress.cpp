@@ -31,25 +31,42 @@ struct LiveBlock {
   bool evictable;
 };
 
+// What the test holds, by address (as the allocator and the Evictor name blocks) and by
+// tag. The random choices go by tag, so that a run does not depend on where the backend's
+// memory happens to lie: real (host) addresses move with the binary's own heap use, and a
+// choice by address order changed a seed's run when an unrelated test was added.
+struct Holdings {
+  std::map<void*, LiveBlock> by_address;
+  std::map<uint64_t, void*> by_tag;
+  void add(void* ptr, const LiveBlock& block) {
+    REQUIRE(by_address.emplace(ptr, block).second);
+    REQUIRE(by_tag.emplace(block.tag, ptr).second);
+  }
+  void erase(std::map<void*, LiveBlock>::iterator it) {
+    by_tag.erase(it->second.tag);
+    by_address.erase(it);
+  }
+};
+
 // Note [Compaction] under stress: moves the pinned blocks whose tag is not a multiple of
 // 3 (evictable ones stay: the Evictor knows them by address), re-keying `live`.
 class CompactingEvictor : public Evictor, public BlockMover {
  public:
-  std::map<void*, LiveBlock>* live = nullptr;
+  Holdings* live = nullptr;
   CachingAllocator* allocator = nullptr;
   uint64_t compact(uint64_t bytes_requested) override {
     return allocator->compact(bytes_requested, *this);
   }
   bool movable(uint64_t owner, void* ptr) override {
-    auto it = live->find(ptr);
-    return it != live->end() && !it->second.evictable && owner % 3 != 0;
+    auto it = live->by_address.find(ptr);
+    return it != live->by_address.end() && !it->second.evictable && owner % 3 != 0;
   }
   void moved(uint64_t, void* from, void* to) override {
-    auto it = live->find(from);
-    REQUIRE(it != live->end());
+    auto it = live->by_address.find(from);
+    REQUIRE(it != live->by_address.end());
     const LiveBlock block = it->second;
     live->erase(it);
-    REQUIRE(live->emplace(to, block).second);
+    live->add(to, block);
   }
 };
 
@@ -65,13 +82,13 @@ void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend, bool c
   CachingAllocator allocator(config, std::move(backend), &evictor);
   evictor.attach(&allocator);
 
-  std::map<void*, LiveBlock> live;  // everything this test holds, evictable or not
+  Holdings live;  // everything this test holds, evictable or not
   compactor.live = &live;
   compactor.allocator = &allocator;
   uint64_t evictions = 0, ooms = 0;
   evictor.before_free = [&](const Registered& victim) {
-    auto it = live.find(victim.ptr);
-    REQUIRE(it != live.end());
+    auto it = live.by_address.find(victim.ptr);
+    REQUIRE(it != live.by_address.end());
     if (real) REQUIRE(check_pattern(victim.ptr, it->second.bytes, it->second.tag));
     live.erase(it);
     ++evictions;
@@ -80,7 +97,7 @@ void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend, bool c
   std::mt19937_64 rng(spec.seed);
   uint64_t next_tag = 1;
   for (int op = 0; op < spec.ops; ++op) {
-    const bool do_alloc = live.empty() || rng() % 100 < 55;
+    const bool do_alloc = live.by_tag.empty() || rng() % 100 < 55;
     if (do_alloc) {
       const size_t bytes = log_like_size(rng, spec.max_large_bytes);
       const uint64_t tag = next_tag++;
@@ -92,25 +109,27 @@ void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend, bool c
         ++ooms;
         // Unpin a few blocks so the run goes on.
         int n = 0;
-        for (auto& entry : live) {
-          if (!entry.second.evictable && n++ < 3) {
-            entry.second.evictable = true;
-            allocator.set_evictable(entry.first, true);
-            evictor.add(entry.first, entry.second.bytes, entry.second.tag);
+        for (const auto& [tag, ptr] : live.by_tag) {
+          LiveBlock& block = live.by_address.at(ptr);
+          if (!block.evictable && n++ < 3) {
+            block.evictable = true;
+            allocator.set_evictable(ptr, true);
+            evictor.add(ptr, block.bytes, block.tag);
           }
         }
       } else {
         if (real) write_pattern(r.ptr, bytes, tag);
         const bool evictable = rng() % 2 == 0;
-        REQUIRE(live.emplace(r.ptr, LiveBlock{bytes, tag, evictable}).second);
+        live.add(r.ptr, LiveBlock{bytes, tag, evictable});
         if (evictable) {
           allocator.set_evictable(r.ptr, true);
           evictor.add(r.ptr, bytes, tag);
         }
       }
     } else {
-      auto it = live.begin();
-      std::advance(it, static_cast<long>(rng() % live.size()));
+      auto chosen = live.by_tag.begin();
+      std::advance(chosen, static_cast<long>(rng() % live.by_tag.size()));
+      auto it = live.by_address.find(chosen->second);
       if (it->second.evictable) REQUIRE(evictor.take(it->first, it->second.tag));
       if (real) REQUIRE(check_pattern(it->first, it->second.bytes, it->second.tag));
       allocator.free(it->first);
@@ -120,7 +139,7 @@ void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend, bool c
     const AllocatorStats s = allocator.stats();
     REQUIRE(s.allocated_bytes.all.current <= spec.budget_bytes);
     REQUIRE(s.reserved_bytes.all.current <= spec.reserved_limit_bytes);
-    REQUIRE(s.allocation.all.current == live.size());
+    REQUIRE(s.allocation.all.current == live.by_address.size());
   }
   std::string why;
   const bool valid = allocator.is_valid(&why);
@@ -137,12 +156,11 @@ void run_stress(const StressSpec& spec, std::unique_ptr<Backend> backend, bool c
     CHECK(s.num_block_moves > 0);
     CHECK(s.num_packings > 0);
   }
-  for (auto& entry : live) {
+  for (auto& entry : live.by_address) {
     if (entry.second.evictable) REQUIRE(evictor.take(entry.first, entry.second.tag));
     if (real) REQUIRE(check_pattern(entry.first, entry.second.bytes, entry.second.tag));
     allocator.free(entry.first);
   }
-  live.clear();
   CHECK(allocator.stats().allocated_bytes.all.current == 0);
   CHECK(allocator.is_valid(&why));
 }
