@@ -136,7 +136,33 @@
 // a replay may report `thrash` (max_overhead) where it reported `oom` before: 120 failed
 // cells of a sweep of DTR's three logs (7 policies, budgets 0.05 to 0.60 by 0.01 and 0.1 to
 // 0.9 by 0.1, byte accounting), while no replay that finished changed. Option
-// `relax_locks` (default True; False is simrd's behaviour) turns it off.
+// `relax_locks` (default True; False is simrd's behaviour) turns it off. Once a
+// materialization has relaxed, its frames lock late (Note [Late remat locks]).
+//
+// Note [Late remat locks]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Relaxing once was not always enough. The frames entered after a relaxation locked their
+// material parents on entry as before, so the chain built its locks up again, and the next
+// frame to find nothing to evict relaxed again, until the cap. On the two-losses pattern
+// (tests/torch/scripts/patterns.py --pattern two_losses: a weight's gradient is the sum of
+// two, each remade through its own backward chain, which locks one activation per level)
+// the two chains took turns: remaking the second evicted the first's result as soon as the
+// frame holding it let go, and the other way round. A live run under make test's load ran
+// out of memory at 0.8 of the peak that way (`pinned 10.15 MiB, in use by the running op
+// 13.00 MiB`, in the optimizer step), and replays of traces of the same script reproduce
+// it to the byte. So once an outermost materialization has relaxed, every frame of it
+// walks its parents late: the evicted ones first, then the material ones, each locked only
+// when the walk reaches it and remade there if it was evicted meanwhile (push_parents_late).
+// A chain then holds only the parents it has remade, not one material parent per level.
+// Locking late leaves those parents evictable and may cost remats where simrd's order
+// would have fit, and it is not simrd's order, so it starts only at a relaxation, where
+// the materialization would otherwise have run out of memory. Replays that never relax are
+// unchanged (five traces of the PyTorch host's scripts, and every finished cell of DTR's
+// three logs). In replays of nine two_losses traces (dtr_eq, dtr, auto and msps, 0.3 to
+// 0.9 of the peak by 0.05) 66 cells that ran out of memory finish, none the other way, and
+// each materialization converged within kMaxRelaxations (a cap of 16 gave the same
+// results); dtr_eq's lowest budget went from 0.7-0.85 to 0.65 (docs/pytorch.md, "Late
+// remat locks").
 //
 // Note [Lazy release]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -959,11 +985,12 @@ bool Engine::relax_remat_locks() {
   std::vector<TensorId> top_slice(pending_.begin() + frames_[top].pending_begin,
                                   pending_.begin() + frames_[top].pending_end);
   pending_.resize(pending_low);
+  relaxed_ = true;
   for (size_t f = base; f < top; ++f) {
     Frame& frame = frames_[f];
     frame.held_begin = held_low;
     frame.pending_begin = static_cast<uint32_t>(pending_.size());
-    for (TensorId p : ops_[tensors_[frame.tensor].op].inputs) pending_.push_back(p);
+    push_parents_late(ops_[tensors_[frame.tensor].op].inputs);
     frame.pending_end = static_cast<uint32_t>(pending_.size());
     frame.cursor = frame.pending_begin;
   }
@@ -975,6 +1002,16 @@ bool Engine::relax_remat_locks() {
   return pool_bytes_ > pool_before;
 }
 
+// Note [Late remat locks]: a frame's parents as its walk takes them, the evicted ones first,
+// then the material ones, each locked only when the walk reaches it (and remade there if
+// it was evicted meanwhile).
+void Engine::push_parents_late(const std::vector<TensorId>& inputs) {
+  for (TensorId p : inputs)
+    if (!tensors_[p].defined) pending_.push_back(p);
+  for (TensorId p : inputs)
+    if (tensors_[p].defined) pending_.push_back(p);
+}
+
 void Engine::enter_frame(TensorId t, bool remat) {
   const Tick now = clock_.now();
   const OpRec& op = ops_[tensors_[t].op];
@@ -983,15 +1020,19 @@ void Engine::enter_frame(TensorId t, bool remat) {
   frame.remat = remat;
   frame.held_begin = static_cast<uint32_t>(held_.size());
   for (TensorId p : op.inputs) storages_[tensors_[p].storage].last_access = now;
-  for (TensorId p : op.inputs) {
-    if (tensors_[p].defined) {
-      lock(tensors_[p].storage);
-      held_.push_back(tensors_[p].storage);
-    }
-  }
   frame.pending_begin = static_cast<uint32_t>(pending_.size());
-  for (TensorId p : op.inputs)
-    if (!tensors_[p].defined) pending_.push_back(p);
+  if (relaxed_) {
+    push_parents_late(op.inputs);  // Note [Late remat locks]
+  } else {
+    for (TensorId p : op.inputs) {
+      if (tensors_[p].defined) {
+        lock(tensors_[p].storage);
+        held_.push_back(tensors_[p].storage);
+      }
+    }
+    for (TensorId p : op.inputs)
+      if (!tensors_[p].defined) pending_.push_back(p);
+  }
   frame.pending_end = static_cast<uint32_t>(pending_.size());
   frame.cursor = frame.pending_begin;
   frames_.push_back(frame);
@@ -1005,7 +1046,10 @@ Status Engine::run_materialize(TensorId target, bool remat) {
   const size_t base_pending = pending_.size();
   const size_t outer_base = materialize_base_;
   materialize_base_ = base_depth;
-  if (base_depth == 0) relaxations_left_ = config_.relax_locks ? kMaxRelaxations : 0;
+  if (base_depth == 0) {
+    relaxations_left_ = config_.relax_locks ? kMaxRelaxations : 0;
+    relaxed_ = false;
+  }
   struct RestoreBase {
     size_t& base;
     size_t saved;

@@ -523,3 +523,37 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
   CHECK_THROWS_WITH(replay_with("reserved_limit:64M,allocator:none"),
                     Catch::Contains("reserved_limit") && Catch::Contains("allocator fake"));
 }
+
+// Note [Late remat locks]. A trace of `tests/torch/scripts/patterns.py --pattern two_losses
+// --steps 2` (DTR_TRACE, no budget, 2026-12-02): each weight's gradient is the sum of two,
+// each remade through its own backward chain. Replayed as the PyTorch host runs (dead_first,
+// lazy_release), dtr_eq ran out of memory at these budgets when a relaxed remat went on
+// locking each new frame's parents on entry; with late locks it finishes, within the budget.
+TEST_CASE("after a relaxation, remats lock late: two backward chains summed into one gradient",
+          "[sim][relax]") {
+  const Trace trace = read_trace(std::string(DTR_TEST_DATA_DIR) + "/replay/two_losses.trace");
+  const Baseline baseline = compute_baseline(trace);
+  for (const char* budget : {"0.7", "0.75"}) {
+    for (const bool relax : {true, false}) {
+      CAPTURE(budget, relax);
+      ReplayOptions o;
+      o.memory = ReplayOptions::Memory::none;
+      o.policy = "dtr_eq";
+      o.budget = Budget::parse(budget);
+      o.dead_first = true;
+      o.lazy_release = true;
+      o.relax_locks = relax;
+      o.max_overhead = 0;
+      o.debug = 3;
+      const ReplayResult r = replay(trace, baseline, o);
+      if (!relax) {
+        CHECK(r.status_name == "oom");
+        continue;
+      }
+      REQUIRE(r.status_name == "ok");
+      CHECK(r.stats.num_relaxed_remats > 0);
+      CHECK(r.stats.num_remats > 0);
+      CHECK(r.peak_bytes <= r.budget_bytes);
+    }
+  }
+}

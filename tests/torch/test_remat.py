@@ -76,9 +76,11 @@ SCRIPTS = {
     "reload": (("patterns.py", "--pattern", "reload", "--steps", "3"), (0.8,)),
     # Two backward passes summed into .grad (the first with retain_graph=True): without
     # dead_first it ran out of memory at 0.8 under dtr_eq and auto; with the host's default
-    # dead_first 0.8 passed 3 of 3 (each warned of thrashing), 0.75 2 of 2 in one search and
-    # 0 of 3 in the next (docs/pytorch.md, "Training-loop patterns").
-    "two_losses": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.9, 0.8)),
+    # dead_first 0.8 passed 3 of 3 (each warned of thrashing), but failed once under make
+    # test's load. Note [Late remat locks] (eviction/engine.cpp): 0.8, 0.75 and 0.7 passed 6
+    # of 6 beside two busy loops, 0.65 2 of 2, 0.6 0 of 2 (docs/pytorch.md, "Late remat
+    # locks").
+    "two_losses": (("patterns.py", "--pattern", "two_losses", "--steps", "3"), (0.9, 0.8, 0.7)),
     # Noise drawn in grad mode inside each step, recomputed from a copy of the generator
     # (Note [Seeded factories]; 3, 21 randn remats at 0.7, 0.6); 0.55 failed 3 of 3.
     "noise": (("patterns.py", "--pattern", "noise", "--steps", "3"), (0.8, 0.7, 0.6)),
