@@ -32,9 +32,10 @@ struct LiveBlock {
 };
 
 // What the test holds, by address (as the allocator and the Evictor name blocks) and by
-// tag. The random choices go by tag, so that a run does not depend on where the backend's
-// memory happens to lie: real (host) addresses move with the binary's own heap use, and a
-// choice by address order changed a seed's run when an unrelated test was added.
+// tag. The test's random choices go by tag, so that they do not depend on where the
+// backend's memory happens to lie: real (host) addresses move with the binary's own heap
+// use, and a choice by address order changed a seed's run when an unrelated test was added.
+// (The allocator's own choices still follow addresses, as they must.)
 struct Holdings {
   std::map<void*, LiveBlock> by_address;
   std::map<uint64_t, void*> by_tag;
