@@ -985,7 +985,6 @@ bool Engine::relax_remat_locks() {
   std::vector<TensorId> top_slice(pending_.begin() + frames_[top].pending_begin,
                                   pending_.begin() + frames_[top].pending_end);
   pending_.resize(pending_low);
-  relaxed_ = true;
   for (size_t f = base; f < top; ++f) {
     Frame& frame = frames_[f];
     frame.held_begin = held_low;
@@ -1000,6 +999,11 @@ bool Engine::relax_remat_locks() {
   pending_.insert(pending_.end(), top_slice.begin(), top_slice.end());
   last.pending_end = last.cursor = static_cast<uint32_t>(pending_.size());
   return pool_bytes_ > pool_before;
+}
+
+// Note [Late remat locks]: whether the outermost materialization has used a relaxation.
+bool Engine::has_relaxed() const {
+  return relaxations_left_ < (config_.relax_locks ? kMaxRelaxations : 0);
 }
 
 // Note [Late remat locks]: a frame's parents as its walk takes them, the evicted ones first,
@@ -1021,7 +1025,7 @@ void Engine::enter_frame(TensorId t, bool remat) {
   frame.held_begin = static_cast<uint32_t>(held_.size());
   for (TensorId p : op.inputs) storages_[tensors_[p].storage].last_access = now;
   frame.pending_begin = static_cast<uint32_t>(pending_.size());
-  if (relaxed_) {
+  if (has_relaxed()) {
     push_parents_late(op.inputs);  // Note [Late remat locks]
   } else {
     for (TensorId p : op.inputs) {
@@ -1046,10 +1050,7 @@ Status Engine::run_materialize(TensorId target, bool remat) {
   const size_t base_pending = pending_.size();
   const size_t outer_base = materialize_base_;
   materialize_base_ = base_depth;
-  if (base_depth == 0) {
-    relaxations_left_ = config_.relax_locks ? kMaxRelaxations : 0;
-    relaxed_ = false;
-  }
+  if (base_depth == 0) relaxations_left_ = config_.relax_locks ? kMaxRelaxations : 0;
   struct RestoreBase {
     size_t& base;
     size_t saved;

@@ -344,6 +344,7 @@ class Engine {
   Status run_materialize(TensorId t, bool remat);
   void enter_frame(TensorId t, bool remat);
   bool relax_remat_locks();  // Note [Relaxed remat locks]
+  bool has_relaxed() const;  // the outermost call has relaxed: its frames lock late
   void push_parents_late(const std::vector<TensorId>& inputs);  // Note [Late remat locks]
   Status allocate_outputs(TensorId t);
   void compute(TensorId t, bool remat);
@@ -410,7 +411,6 @@ class Engine {
   std::vector<StorageId> held_;
   size_t materialize_base_ = 0;  // frames_ of the innermost run_materialize start here
   uint32_t relaxations_left_ = 0;  // Note [Relaxed remat locks], per outermost call
-  bool relaxed_ = false;           // the outermost call has relaxed: its frames lock late
   std::mt19937_64 rng_;
   std::vector<std::pair<double, StorageId>> search_scratch_;
   Stats stats_;
