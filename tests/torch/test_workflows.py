@@ -4,7 +4,8 @@ below its peak as without the library (conftest's trains_as_without): complex te
 torch.fx GraphModule, spectral and weight normalization (buffers updated in place in the
 forward pass), a channels-last CNN, attention with a key padding mask under AdamW and
 clip_grad_norm_, a language model whose output layer shares the embedding's weight, and
-MAML (double backward through functional_call).
+MAML (double backward through functional_call); and a Dataset normalized in grad mode,
+evicted before a DataLoader forks its workers, which remake it.
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import pytest
@@ -248,3 +249,64 @@ def test_workflow_trains_as_without_the_library(lib, name):
     code, fractions = WORKFLOWS[name]
     for under in trains_as_without(code, lib, fractions):
         assert under["remats"] > 0, under
+
+
+# A Dataset normalized in grad mode at start (as a script's top level does: the result is
+# recorded, so evictable), evicted before the DataLoader forks its two workers, and remade
+# by each worker from the lineage the fork copied (Note [Fork]): on its own thread count,
+# never raised to the parent's (Note [Op context]). The full mean, whose bits follow the
+# thread count, is a small storage kept pinned (Note [Small storages]), so what a worker
+# remakes is elementwise and its batches have the parent's bits (docs/pytorch.md, "Threads
+# and fork"). Each item says how many remats its worker has made since the fork.
+LOADER = PRELUDE + r"""
+import os
+from torch.utils.data import DataLoader, Dataset
+def remats():
+    return dtr.memory_stats()["dtr.num_remats"] if dtr is not None and dtr.is_enabled() else 0
+class Normalized(Dataset):
+    def __init__(self, count, size):
+        g = torch.Generator().manual_seed(1234)
+        raw = torch.randn(count, 3, size, size, generator=g)
+        self.images = (raw - raw.mean()) / raw.std()
+        self.labels = torch.randint(0, 10, (count,), generator=g)
+    def __len__(self):
+        return len(self.labels)
+    def __getitem__(self, i):
+        x = self.images[i] * 0.5 + 0.1
+        return x, self.labels[i], remats() - AT_FORK
+data = Normalized(128, 48)
+evicted = 0
+if dtr is not None and dtr.is_enabled() and float(sys.argv[1]) > 0:  # a budget run
+    # Make room for 2 MiB within 1 MiB of what is allocated: only the images can go.
+    budget = dtr.get_budget()
+    before = dtr.memory_stats()["dtr.num_evictions"]
+    dtr.set_budget(dtr.memory_allocated() + (1 << 20))
+    del_me = torch.empty(2 << 20, dtype=torch.uint8)
+    del del_me
+    dtr.set_budget(budget)
+    evicted = dtr.memory_stats()["dtr.num_evictions"] - before
+model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                      nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                      nn.Flatten(), nn.Linear(16, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+worker_remats = []
+AT_FORK = remats()
+for step, (x, y, made) in enumerate(DataLoader(data, batch_size=16, num_workers=2)):
+    if step == 4:
+        break
+    worker_remats.append(int(made.max()))
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    record(loss)
+OUT.update(evicted_before_fork=evicted, worker_remats=worker_remats)
+finish(model)
+"""
+
+
+def test_a_dataset_evicted_before_the_fork_is_remade_in_the_workers(lib):
+    for under in trains_as_without(LOADER, lib, (0.9,)):
+        assert under["evicted_before_fork"] > 0, under
+        # Both workers' first items (steps 0 and 1) remade the images.
+        assert min(under["worker_remats"][:2]) > 0, under
