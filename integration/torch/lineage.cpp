@@ -1277,10 +1277,60 @@ void Lineage::throw_status(const Status& status) {
 bool Lineage::stop_remats() { return !thrash_error_.empty(); }
 
 // Note [Writes outside the dispatcher]
+// Whether the exposed inputs of `r` hold what they held when the op read them.
+bool Lineage::exposed_inputs_unchanged(const OpRec& r) {
+  for (const auto& [slot, expected] : r.fingerprints)
+    if (fingerprint_at(r.args, slot) != expected) return false;
+  return true;
+}
+
+// Note [Unrecomputable victims] in eviction/engine.cpp: `s` can be made again only if
+// every op its remat would run finds its exposed inputs unchanged: the ops that make it
+// and, through evicted parents, theirs (the first kMaxVictimWalk storages of that walk;
+// a parent past them whose input changed is refused at its remat, as before). If not, `s`
+// is pinned: it stays. Each look at an op hashes its exposed inputs (a DataLoader worker's
+// batch is exposed, and most storages of a step descend from the ops that read it), so an
+// op found unchanged is not looked at again until the program runs another op.
+bool Lineage::may_evict(StorageId s) {
+  if (!any_exposed_) return true;  // no op has a fingerprint
+  constexpr size_t kMaxVictimWalk = 256;
+  if (unchanged_at_ != ops_recorded_) {
+    unchanged_ops_.clear();
+    unchanged_at_ = ops_recorded_;
+  }
+  const uint32_t seen = begin_marks();
+  std::vector<StorageId>& stack = victim_walk_;
+  stack.assign(1, s);
+  marks_[s] = seen;
+  for (size_t walked = 0; !stack.empty() && walked < kMaxVictimWalk; ++walked) {
+    const StorageId u = stack.back();
+    stack.pop_back();
+    for (TensorId t : engine_->storage_tensors(u)) {
+      const OpId op = engine_->op_of(t);
+      const OpRec& r = ops_[op];
+      if (!r.fingerprints.empty() &&
+          std::find(unchanged_ops_.begin(), unchanged_ops_.end(), op) == unchanged_ops_.end()) {
+        if (!exposed_inputs_unchanged(r)) {
+          const Status pinned = pin_tensor(storages_[s].current);
+          DTR_CHECK(pinned.ok(), "pinning a material storage cannot fail");
+          return false;
+        }
+        unchanged_ops_.push_back(op);
+      }
+      for (TensorId in : engine_->op_inputs(op)) {
+        const StorageId p = engine_->storage_of(in);
+        if (engine_->is_material(p) || marks_[p] == seen) continue;
+        marks_[p] = seen;
+        stack.push_back(p);
+      }
+    }
+  }
+  return true;
+}
+
 bool Lineage::may_recompute(OpId op) {
   const OpRec& r = ops_[op];
-  for (const auto& [slot, expected] : r.fingerprints) {
-    if (fingerprint_at(r.args, slot) == expected) continue;
+  if (!exposed_inputs_unchanged(r)) {
     refusal_ = std::string("dtr: cannot recompute an evicted result of ") +
                (r.op ? r.op->schema().name() : std::string("an op")) +
                ": the memory of one of its inputs was written outside the dispatcher after the "

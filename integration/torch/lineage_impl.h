@@ -239,6 +239,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void on_retire_storage(StorageId s) override;
   bool stop_remats() override;  // Note [Thrashing within one op]
   bool may_recompute(OpId op) override;  // Note [Writes outside the dispatcher]
+  bool may_evict(StorageId s) override;  // Note [Unrecomputable victims] in eviction/engine.cpp
   // EvictionCallback (the allocator, without its lock)
   uint64_t make_room(uint64_t bytes_needed, bool contiguous_request) override;
   uint64_t before_new_peak(uint64_t bytes_requested) override;
@@ -365,6 +366,11 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void remember_exposed(const c10::intrusive_ptr<c10::StorageImpl>& impl);
   bool any_exposed_ = false;  // some storage was ever exposed: else no op looks
   std::string refusal_;
+  bool exposed_inputs_unchanged(const OpRec& r);
+  // Note [Unrecomputable victims]: ops found unchanged since the last op ran, and the walk.
+  std::vector<OpId> unchanged_ops_;
+  uint64_t unchanged_at_ = UINT64_MAX;
+  std::vector<StorageId> victim_walk_;
   // Copy on write within the current op: the user's storage -> the copy of its old value.
   std::vector<std::pair<const c10::StorageImpl*, c10::intrusive_ptr<c10::StorageImpl>>> cow_;
   // Storages running ops overwrite without locking them: Note [Moving storages].

@@ -1,6 +1,8 @@
 // test_engine.cpp: the engine's semantics on small hand-built programs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <memory>
 #include <stdexcept>
 
@@ -483,6 +485,59 @@ TEST_CASE("the host can refuse a remat before it runs", "[eviction]") {
   hooks.refused = kNoId;
   REQUIRE(engine.materialize(chain[6]).ok());
   CHECK(engine.stats().num_remats == 7);
+}
+
+// Pins the storages it is told to keep when the engine asks to evict them.
+struct KeepingHooks final : public EngineHooks {
+  Engine* engine = nullptr;
+  std::vector<StorageId> keep;
+  std::vector<StorageId> asked;
+  bool may_evict(StorageId s) override {
+    asked.push_back(s);
+    if (std::find(keep.begin(), keep.end(), s) == keep.end()) return true;
+    REQUIRE(engine->pin(engine->storage_tensors(s)[0]).ok());
+    return false;
+  }
+};
+
+TEST_CASE("a storage the host says cannot be made again is pinned, not evicted", "[eviction]") {
+  // Note [Unrecomputable victims]
+  LogicalClock clock{1};
+  KeepingHooks hooks;
+  EngineConfig config;
+  config.budget_bytes = 300;
+  config.debug = 3;
+  Engine engine(config, builtin_heuristics().make("lru", {}), clock, &hooks);
+  hooks.engine = &engine;
+  std::vector<TensorId> t(5), out;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(engine.call(10, {}, {{100, -1}}, out).ok());
+    t[i] = out[0];
+    out.clear();
+  }
+  // lru would take t[0], then t[1]: the host keeps both, so t[2] goes.
+  hooks.keep = {engine.storage_of(t[0]), engine.storage_of(t[1])};
+  REQUIRE(engine.call(10, {}, {{100, -1}}, out).ok());
+  t[3] = out[0];
+  out.clear();
+  CHECK(hooks.asked == std::vector<StorageId>{engine.storage_of(t[0]), engine.storage_of(t[1]),
+                                              engine.storage_of(t[2])});
+  CHECK(engine.stats().num_unrecomputable == 2);
+  CHECK(engine.stats().num_evictions == 1);
+  CHECK(engine.is_defined(t[0]));
+  CHECK(engine.is_pinned(engine.storage_of(t[0])));
+  CHECK(engine.is_pinned(engine.storage_of(t[1])));
+  CHECK(!engine.is_defined(t[2]));
+  // Only t[3] is left to evict; once the host keeps it too, nothing is, and the request
+  // fails with the kept storages counted as pinned.
+  hooks.keep.push_back(engine.storage_of(t[3]));
+  const Status s = engine.call(10, {}, {{100, -1}}, out);
+  CHECK(s.code == StatusCode::oom);
+  CHECK(engine.stats().num_unrecomputable == 3);
+  CHECK(engine.stats().pinned_current == 300);
+  std::string why;
+  CHECK(engine.is_valid(&why));
+  CHECK(why.empty());
 }
 
 TEST_CASE("an exception from a remat unwinds the materialization and its locks", "[eviction]") {

@@ -259,3 +259,45 @@ def test_a_model_with_exposed_buffers_trains_as_without_the_library(lib, expose,
         if worker:  # the worker trained under the same budget
             child = under["worker"]
             assert child["evictions"] > 0 and child["peak"] <= child["budget"], under
+
+
+# Note [Unrecomputable victims] in eviction/engine.cpp: h's memory is freed
+# (`storage().resize_(0)`, as code that frees memory by hand does) or written through numpy
+# after feat was computed from it, and before anything is evicted. feat can no longer be
+# made again, so under pressure (six recomputable 4 MiB results over a 20 MB budget) it
+# stays and the others go; before, the policy evicted feat and the read of it raised the
+# refusal's RuntimeError.
+CHANGED_BEFORE_EVICTION = r"""
+import struct, torch
+try:
+    import dtr
+except ImportError:
+    dtr = None
+if dtr is not None and dtr.is_enabled():
+    dtr.set_budget(20_000_000)
+torch.manual_seed(0)
+with torch.no_grad():
+    a = torch.randn(1024, 1024)
+    h = a @ a
+    feat = h * 2.0
+    CHANGE
+    junk = [a + i for i in range(6)]
+    s = sum(j.sum().item() for j in junk)
+    print("VALUES", struct.pack("<f", feat.sum().item()).hex(), struct.pack("<f", s).hex())
+if dtr is not None and dtr.is_enabled():
+    stats = dtr.memory_stats()
+    print("EVICTIONS", stats["dtr.num_evictions"], "KEPT", stats["dtr.num_unrecomputable"])
+"""
+
+
+@pytest.mark.parametrize("change", ["h.storage().resize_(0)", "h.numpy()[:] = 0.0"],
+                         ids=["freed", "written"])
+def test_a_result_whose_input_changed_before_an_eviction_stays(lib, change):
+    text = CHANGED_BEFORE_EVICTION.replace("CHANGE", change)
+    plain = run([PYTHON, "-c", text], clean_env())
+    proc = under_budget(lib, text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    values = [l for l in proc.stdout.splitlines() if l.startswith("VALUES")]
+    assert values == [l for l in plain.stdout.splitlines() if l.startswith("VALUES")], proc.stdout
+    counts = re.search(r"EVICTIONS (\d+) KEPT (\d+)", proc.stdout)
+    assert counts and int(counts[1]) > 0 and int(counts[2]) > 0, proc.stdout

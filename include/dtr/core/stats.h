@@ -51,6 +51,9 @@ namespace dtr {
   X(num_relaxed_remats, "dtr.num_relaxed_remats",                                                  \
     "times a nested remat let go of its outer frames' parents to find room (Note [Relaxed "        \
     "remat locks])")                                                                               \
+  X(num_unrecomputable, "dtr.num_unrecomputable",                                                  \
+    "storages the policy chose that could no longer be made again, pinned instead of evicted "     \
+    "(Note [Unrecomputable victims])")                                                             \
   X(allocator_requests, "dtr.allocator_requests", "times the allocator asked the engine for room") \
   X(contiguous_requests, "dtr.contiguous_requests",                                                \
     "of those, requests for a contiguous block while the budget had room (fragmentation)")         \

@@ -106,6 +106,10 @@ class EngineHooks {
   // materialization as stop_remats does, before the op runs, and it returns
   // Status::refused() (Note [Refused remats] in engine.cpp).
   virtual bool may_recompute(OpId op) { return true; }
+  // Asked before the policy's choice `s` is evicted to make room: false when s could not
+  // be made again now, after the host has taken it out of the pool for good (pinned it);
+  // the engine then chooses again (Note [Unrecomputable victims] in engine.cpp).
+  virtual bool may_evict(StorageId s) { return true; }
   // Note [Retiring] in engine.cpp: `op` and its output tensors are forgotten (the host
   // may still read op_inputs/op_outputs/storage_of during the call); their ids come back
   // at the next reuse_retired().
@@ -342,6 +346,7 @@ class Engine {
   class AllocatorLink;  // the EvictionCallback given to the allocator
 
   Status run_materialize(TensorId t, bool remat);
+  StorageId next_victim();  // Note [Unrecomputable victims]; kNoId: the pool is empty
   void enter_frame(TensorId t, bool remat);
   bool relax_remat_locks();  // Note [Relaxed remat locks]
   bool has_relaxed() const;  // the outermost call has relaxed: its frames lock late
