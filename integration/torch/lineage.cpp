@@ -1277,8 +1277,10 @@ void Lineage::throw_status(const Status& status) {
 bool Lineage::stop_remats() { return !thrash_error_.empty(); }
 
 // Note [Writes outside the dispatcher]
-// Whether the exposed inputs of `r` hold what they held when the op read them.
+// Whether the exposed inputs of `r` hold what they held when the op read them (an op
+// whose lineage was dropped, Note [Collecting dead lineage], is never run again).
 bool Lineage::exposed_inputs_unchanged(const OpRec& r) {
+  if (r.args.empty()) return true;
   for (const auto& [slot, expected] : r.fingerprints)
     if (fingerprint_at(r.args, slot) != expected) return false;
   return true;
