@@ -867,15 +867,8 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
     std::vector<StorageId> window =
         search.window(memory_.allocator->blocks_in_address_order(), bytes_needed - released,
                       contiguous, stats_.candidates_scored);
-    for (StorageId s : window) {
-      if (storages_[s].pool_index < 0) continue;  // pinned by may_evict since the search
-      if (hooks_->may_evict(s)) {
-        evict_one(s);
-      } else {  // Note [Unrecomputable victims]
-        DTR_CHECK(storages_[s].pool_index < 0, "may_evict refused a storage but left it evictable");
-        ++stats_.num_unrecomputable;
-      }
-    }
+    for (StorageId s : window)  // each still evictable: may_evict pins only what it refuses
+      if (may_evict(s)) evict_one(s);
     if (freed == released) evict_one(next_victim());
   } else if (contiguous) {
     evict_one(next_victim());
@@ -979,12 +972,17 @@ StorageId Engine::choose_victim() {
 // host refuses changes; a value whose input is written after it was evicted is still lost
 // (the refusal's error says so). Eager eviction of dead storages and a plan's drops do not
 // ask.
+bool Engine::may_evict(StorageId s) {
+  if (hooks_->may_evict(s)) return true;
+  DTR_CHECK(storages_[s].pool_index < 0, "may_evict refused a storage but left it evictable");
+  ++stats_.num_unrecomputable;
+  return false;
+}
+
 StorageId Engine::next_victim() {
   while (!pool_.empty()) {
     const StorageId s = choose_victim();
-    if (hooks_->may_evict(s)) return s;
-    DTR_CHECK(storages_[s].pool_index < 0, "may_evict refused a storage but left it evictable");
-    ++stats_.num_unrecomputable;
+    if (may_evict(s)) return s;
   }
   return kNoId;
 }

@@ -2,7 +2,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-
 #include <memory>
 #include <stdexcept>
 
@@ -509,7 +508,7 @@ TEST_CASE("a storage the host says cannot be made again is pinned, not evicted",
   config.debug = 3;
   Engine engine(config, builtin_heuristics().make("lru", {}), clock, &hooks);
   hooks.engine = &engine;
-  std::vector<TensorId> t(5), out;
+  std::vector<TensorId> t(4), out;
   for (int i = 0; i < 3; ++i) {
     REQUIRE(engine.call(10, {}, {{100, -1}}, out).ok());
     t[i] = out[0];

@@ -259,7 +259,6 @@ def test_workflow_trains_as_without_the_library(lib, name):
 # remakes is elementwise and its batches have the parent's bits (docs/pytorch.md, "Threads
 # and fork"). Each item says how many remats its worker has made since the fork.
 LOADER = PRELUDE + r"""
-import os
 from torch.utils.data import DataLoader, Dataset
 def remats():
     return dtr.memory_stats()["dtr.num_remats"] if dtr is not None and dtr.is_enabled() else 0

@@ -347,6 +347,7 @@ class Engine {
 
   Status run_materialize(TensorId t, bool remat);
   StorageId next_victim();  // Note [Unrecomputable victims]; kNoId: the pool is empty
+  bool may_evict(StorageId s);  // asks the host; on no, counts it (it left the pool)
   void enter_frame(TensorId t, bool remat);
   bool relax_remat_locks();  // Note [Relaxed remat locks]
   bool has_relaxed() const;  // the outermost call has relaxed: its frames lock late
