@@ -53,10 +53,10 @@
 // object; collectives), except Note [Pure foreign ops]; ops tagged nondeterministic_seeded
 // (except Note [Seeded ops], [Seeded factories] and [Seeded like factories], in grad mode)
 // or nondeterministic_bitwise; the empty* family (its values are whatever memory held);
-// resize_/set_ (they change a storage, not its values); in-place ops that write more than
-// one tensor (a foreach optimizer step: a remat would apply the step again to every target
-// that is still material), except Note [Observed fake quantization]; and ops that return
-// no tensor.
+// the resize family and set_ (they change a storage, not its values; a grown storage's
+// tail is whatever memory held); in-place ops that write more than one tensor (a foreach
+// optimizer step: a remat would apply the step again to every target that is still
+// material), except Note [Observed fake quantization]; and ops that return no tensor.
 // A written storage of an opaque op is pinned (Note [Mutation] in lineage.cpp).
 // Except seeded fills (Note [Seeded ops]).
 //
@@ -307,10 +307,13 @@ namespace {
 
 // Note [Never recompute]: by name, without the overload.
 const std::unordered_set<std::string>& never_recompute_names() {
+  // clang-format off
   static const std::unordered_set<std::string> names = {
       "aten::empty",          "aten::empty_like",   "aten::empty_strided",
       "aten::new_empty",      "aten::new_empty_strided", "aten::_empty_affine_quantized",
       "aten::resize_",        "aten::resize_as_",   "aten::set_",
+      "aten::resize",         "aten::resize_as",    "aten::_resize_output",
+      "aten::_resize_output_",
       "aten::bernoulli",      "aten::bernoulli_",   "aten::native_dropout",
       "aten::rand",           "aten::rand_like",    "aten::randn",
       "aten::randn_like",     "aten::randint",      "aten::randint_like",
@@ -321,6 +324,7 @@ const std::unordered_set<std::string>& never_recompute_names() {
       "aten::rrelu_with_noise_", "aten::_fused_dropout", "aten::_standard_gamma",
       "aten::_local_scalar_dense",
   };
+  // clang-format on
   return names;
 }
 
@@ -429,6 +433,12 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
   if (name == torch_compat::kObservedFakeQuant && info.num_args == 13 && info.num_returns == 2) {
     info.observed_fake_quant = true;  // Note [Observed fake quantization]
     return info;                      // opaque
+  }
+  // resize_ carries the inplace_view tag, but it can give its tensor's storage new, larger
+  // memory: a view op only where it does not (Note [Grown storages] in lineage.cpp).
+  if (name == "aten::resize_") {
+    info.resize = true;
+    return info;  // opaque
   }
   if (op.hasTag(at::Tag::inplace_view) || (info.write_args.empty() && returns_alias)) {
     info.kind = OpKind::view;
@@ -863,6 +873,22 @@ void record_fake_quant(Lineage& lineage, FakeQuantCall& call, PendingOp& pending
                        c10::DispatchKeySet keys, const torch::jit::Stack& results,
                        uint64_t compute_ns);
 
+// Note [Grown storages] in lineage.cpp: whether the resize_ on top of `stack` (self, size,
+// memory_format) needs more bytes than its tensor's storage holds, as PyTorch's CPU
+// kernel reckons it (contiguous strides in either memory format: its extent is its numel).
+bool resize_grows_storage(const torch::jit::Stack& stack) {
+  const c10::IValue& self = stack[stack.size() - 3];
+  const c10::IValue& size = stack[stack.size() - 2];
+  if (!self.isTensor() || !size.isIntList()) return true;  // as an opaque op, to be safe
+  const at::Tensor& t = self.toTensor();
+  if (!t.has_storage()) return true;
+  int64_t numel = 1;
+  for (int64_t d : size.toIntList()) numel *= d;
+  if (numel <= 0) return false;
+  const auto needed = static_cast<uint64_t>(t.storage_offset() + numel) * t.element_size();
+  return needed > t.storage().nbytes();
+}
+
 void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                   torch::jit::Stack* stack) {
   const Classified& classified = op_info(op);
@@ -887,7 +913,7 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   }
   // Note [Dispatch modes]
   const bool python = below.has(c10::DispatchKey::Python);
-  if (info.kind == OpKind::view && !python) {
+  if ((info.kind == OpKind::view || (info.resize && !resize_grows_storage(*stack))) && !python) {
     op.redispatchBoxed(below, stack);
     return;
   }

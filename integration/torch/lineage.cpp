@@ -785,6 +785,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   for (uint16_t w : batch_norm_training ? kRunningStats : info.write_args) {
     for (size_t k = 0; k < pending.input_slots.size(); ++k) {
       if (pending.input_slots[k].index != w || static_cast<int32_t>(k) == overwritten) continue;
+      pending.written.push_back(tensors[k]);  // Note [Grown storages]
       StorageId s = lookup(tensors[k].storage().unsafeGetStorageImpl());
       if (s == kNoId) continue;  // no lineage reads it
       // Note [Parameters]
@@ -1069,6 +1070,20 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const OpInfo& info = *pending.info;
   const size_t base = stack.size() - info.num_returns;
+  // Note [Grown storages]: the engine storages the written tensors view now whose size
+  // is not the engine's.
+  c10::SmallVector<StorageId, 1> grown;
+  for (const at::Tensor& t : pending.written) {
+    c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    const StorageId s = lookup(impl);
+    if (s == kNoId || impl->nbytes() == engine_->storage_size(s) ||
+        std::find(grown.begin(), grown.end(), s) != grown.end())
+      continue;
+    pending.record = false;
+    if (storages_[s].exposed)
+      remember_exposed(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+    grown.push_back(s);
+  }
   for (uint16_t i = 0; i < info.num_returns; ++i)  // Note [Sparse tensors]
     for_each_cpu_tensor(
         stack[base + i], [](const at::Tensor&, int16_t) {},
@@ -1193,6 +1208,7 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     }
   }
   abort_op(pending);
+  for (StorageId s : grown) forget_storage(s);
   if (pending.orphan != kNoId && !pending.record) pending.orphan = kNoId;
   if (pending.orphan != kNoId) {
     // Note [Overwrite]: the old value is unreachable (no lineage reads it); the user's
@@ -1214,6 +1230,32 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
     scan_for_dead(kNewestScanned);  // Note [Temporaries]
   else if (ops_since_collect_ % kOpsBetweenDeadScans == 0)
     collect(/*full=*/false);
+}
+
+// Note [Grown storages]
+// ~~~~~~~~~~~~~~~~~~~~~
+// An op can give a storage it writes new, larger memory: resize_ or resize_as_ to more
+// elements than the storage holds, an out= op whose result PyTorch resizes
+// (`torch.cat(..., out=buf)` into a buffer of another shape), set_ to a storage with a
+// size past its end. The old bytes are copied over; the tail is whatever memory held. Lineage
+// knew the storage at its old size. Recorded as a new version of it (an out= op, Note
+// [Mutation]), a remat made the old size again and the process stopped on `a
+// rematerialized output has another size`; pinned (resize_as_), its bytes were counted
+// at the old size. And resize_, a view op to the fallback (PyTorch tags it inplace_view),
+// grew an evicted tensor without refilling it first; its next read stopped the process
+// the same way. Now a resize_ that grows the storage runs as an opaque op (its tensor is
+// refilled and locked first; Note [Never recompute] in dispatch_hook.cpp); one that fits
+// stays a view op, so shrinking a result leaves it evictable. After any op that writes tensors, a storage they view whose size is not the
+// engine's is forgotten (readers of its old value, if any, read a copy already: Note
+// [Copy on write]) and the op is not recorded: the next op that reads the storage finds a
+// constant of its new size, pinned as any constant. Found by a helper's probe
+// (2026-12-03); tests/torch/test_grown_storages.py.
+void Lineage::forget_storage(StorageId s) {
+  by_impl_.erase(storages_[s].impl._unsafe_get_target());
+  storages_[s].impl =
+      c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
+  release_storage(s);  // discards it already if pinned: Note [Freed pinned storages]
+  if (!storages_[s].discarded) discard_storage(s);
 }
 
 void Lineage::budget_changed(uint64_t budget_bytes) {

@@ -108,6 +108,9 @@ struct OpInfo {
   // to call on several threads, so such a call is not recorded (Note [Thread-order
   // results] in dispatch_hook.cpp). The `accumulate` argument's index; -1 for other ops.
   int16_t thread_order_arg = -1;
+  // aten::resize_: a view op where it keeps its tensor's storage, opaque where it grows it
+  // (Note [Grown storages] in lineage.cpp).
+  bool resize = false;
 };
 
 // What a raw scope (Note [Raw scopes] in dispatch_hook.cpp) holds until it ends: engine
@@ -138,6 +141,8 @@ struct PendingOp {
   // Note [Writes outside the dispatcher] in lineage.cpp: each exposed input's slot and the
   // fingerprint of the bytes the op reads there.
   std::vector<std::pair<TensorSlot, uint64_t>> fingerprints;
+  // Note [Grown storages] in lineage.cpp: the tensors the op writes.
+  std::vector<at::Tensor> written;
   // The dispatch keys below dtr's that the fallback runs the op with (Note [Op context]).
   c10::DispatchKeySet keys;
   // Scratch: before_op's input tensors (parallel to input_slots) and after_op's outputs.
@@ -168,6 +173,7 @@ struct PendingOp {
   void release() {
     args.clear();  // moved into the op's record if it was recorded
     tensors.clear();
+    written.clear();
     specs.clear();
     output_slots.clear();
     impls.clear();
@@ -310,6 +316,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool is_ours(const c10::StorageImpl& impl) const;
   void release_storage(StorageId s);
   void discard_storage(StorageId s);  // Note [Collecting dead lineage]
+  void forget_storage(StorageId s);   // Note [Grown storages] in lineage.cpp
   bool found_dead(StorageId s) const;
   void trace_deaths();
   void drop_lineage(OpId op);

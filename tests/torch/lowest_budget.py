@@ -30,7 +30,12 @@ def try_budget(script, args, conf, budget, ref, fraction):
     warning)."""
     run = runs.run(script, args, conf=conf)
     if run.returncode != 0:
-        errors = [l for l in run.stderr.splitlines() if "Error" in l] or ["?"]
+        # A Python exception's line, else dtr's own (an internal check stops the process
+        # with SIGABRT, and no traceback), else the last line, with the exit status.
+        lines = [l for l in run.stderr.splitlines() if l.strip()]
+        errors = ([l for l in lines if "Error" in l] or
+                  [l for l in lines if l.startswith(("dtr: internal", "dtr: fatal"))] or
+                  [f"exit status {run.returncode}: " + (lines[-1] if lines else "no stderr")])
         outcome = "fail: " + errors[-1][:160]
     elif run.state() != ref.state():
         outcome = "DIFFERENT RESULTS"
