@@ -1070,8 +1070,12 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const OpInfo& info = *pending.info;
   const size_t base = stack.size() - info.num_returns;
-  // Note [Grown storages]: the engine storages the written tensors view now whose size
-  // is not the engine's.
+  // Note [Grown storages]: an op recorded in place whose target changed size is not
+  // recorded (its target may have been copied away for readers: unknown to the engine);
+  // the engine storages the written tensors view now whose size is not the engine's.
+  if (pending.target >= 0 &&
+      pending.tensors[pending.target].storage().nbytes() != pending.target_nbytes)
+    pending.record = false;
   c10::SmallVector<StorageId, 1> grown;
   for (const at::Tensor& t : pending.written) {
     c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
@@ -1237,19 +1241,21 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
 // An op can give a storage it writes new, larger memory: resize_ or resize_as_ to more
 // elements than the storage holds, an out= op whose result PyTorch resizes
 // (`torch.cat(..., out=buf)` into a buffer of another shape), set_ to a storage with a
-// size past its end. The old bytes are copied over; the tail is whatever memory held. Lineage
-// knew the storage at its old size. Recorded as a new version of it (an out= op, Note
-// [Mutation]), a remat made the old size again and the process stopped on `a
-// rematerialized output has another size`; pinned (resize_as_), its bytes were counted
-// at the old size. And resize_, a view op to the fallback (PyTorch tags it inplace_view),
-// grew an evicted tensor without refilling it first; its next read stopped the process
-// the same way. Now a resize_ that grows the storage runs as an opaque op (its tensor is
-// refilled and locked first; Note [Never recompute] in dispatch_hook.cpp); one that fits
-// stays a view op, so shrinking a result leaves it evictable. After any op that writes tensors, a storage they view whose size is not the
-// engine's is forgotten (readers of its old value, if any, read a copy already: Note
-// [Copy on write]) and the op is not recorded: the next op that reads the storage finds a
-// constant of its new size, pinned as any constant. Found by a helper's probe
-// (2026-12-03); tests/torch/test_grown_storages.py.
+// size past its end. The old bytes are copied over; the tail is whatever memory held.
+// Lineage knew the storage at its old size. Recorded as a new version of it (an out= op,
+// Note [Mutation]), a remat made the old size again and the process stopped on `a
+// rematerialized output has another size`; recorded as a new storage after a copy for
+// readers (Note [Copy on write]), a remat would have copied the new size out of the old
+// value's copy; pinned (resize_as_), its bytes were counted at the old size. And resize_,
+// a view op to the fallback (PyTorch tags it inplace_view), grew an evicted tensor without
+// refilling it first; its next read stopped the process the same way. Now a resize_ that
+// grows the storage runs as an opaque op (its tensor is refilled and locked first; Note
+// [Never recompute] in dispatch_hook.cpp); one that fits stays a view op, so shrinking a
+// result leaves it evictable. An op whose written storage changed size is not recorded,
+// and after it a storage the written tensors view whose size is not the engine's is
+// forgotten (readers of its old value, if any, read a copy already): the next op that
+// reads the storage finds a constant of its new size, pinned as any constant. Found by a
+// helper's probe (2026-12-03); tests/torch/test_grown_storages.py.
 void Lineage::forget_storage(StorageId s) {
   by_impl_.erase(storages_[s].impl._unsafe_get_target());
   storages_[s].impl =
