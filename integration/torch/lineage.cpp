@@ -1233,14 +1233,9 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
   abort_op(pending);
   for (StorageId s : grown) forget_storage(s);
   if (pending.orphan != kNoId && !pending.record) pending.orphan = kNoId;
-  if (pending.orphan != kNoId) {
-    // Note [Overwrite]: the old value is unreachable (no lineage reads it); the user's
-    // storage has moved to the op's output.
-    storages_[pending.orphan].impl =
-        c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
-    release_storage(pending.orphan);  // discards it already if pinned: Note [Freed pinned storages]
-    if (!storages_[pending.orphan].discarded) discard_storage(pending.orphan);
-  }
+  // Note [Overwrite]: the old value is unreachable (no lineage reads it); the user's
+  // storage has moved to the op's output.
+  if (pending.orphan != kNoId) forget_storage(pending.orphan);
   // Note [Warm start in PyTorch]: the op's inputs are unlocked now.
   if (guide_ && recorded != kNoId) guide_->end_op(*engine_, recorded);
   watch_for_thrash();
@@ -1275,8 +1270,11 @@ void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
 // forgotten (readers of its old value, if any, read a copy already): the next op that
 // reads the storage finds a constant of its new size, pinned as any constant. Found by a
 // helper's probe (2026-12-03); tests/torch/test_grown_storages.py.
+// forget_storage(s) lets go of s's StorageImpl (unless another engine storage has taken it,
+// as an overwrite's output does) and discards s.
 void Lineage::forget_storage(StorageId s) {
-  by_impl_.erase(storages_[s].impl._unsafe_get_target());
+  auto it = by_impl_.find(storages_[s].impl._unsafe_get_target());
+  if (it != by_impl_.end() && it->second == s) by_impl_.erase(it);
   storages_[s].impl =
       c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>());
   release_storage(s);  // discards it already if pinned: Note [Freed pinned storages]
