@@ -889,17 +889,6 @@ bool resize_grows_storage(const torch::jit::Stack& stack) {
   return needed > t.storage().nbytes();
 }
 
-// Note [Exceptions after an op]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// before_op and the kernel were guarded: what throws there unlocks the op's inputs
-// (Lineage::abort_op) before the exception reaches the program. after_op was not, and it
-// unlocks them only at its end. Nothing in it throws by design (its checks stop the process),
-// but its tables allocate, and a std::bad_alloc from them would have left the op's inputs
-// locked for the rest of the run: counted as "in use by the running op" by every later
-// out-of-memory error and never evictable (Note [Host exceptions] in eviction/engine.cpp
-// met the same leak inside remats). So a throw from after_op unlocks them as well;
-// abort_op is idempotent. This keeps the locks honest, no more: a bad_alloc between the
-// engine's record and the op's record in lineage would leave an op no remat can run.
 void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                   torch::jit::Stack* stack) {
   const Classified& classified = op_info(op);
@@ -968,12 +957,8 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now() - start)
                       .count();
-  try {  // Note [Exceptions after an op]
-    lineage->after_op(op, pending, *stack, static_cast<uint64_t>(ns > 0 ? ns : 1));
-  } catch (...) {
-    lineage->abort_op(pending);
-    throw;
-  }
+  // after_op unlocks the inputs itself if it throws: Note [Exceptions after an op] in lineage.cpp.
+  lineage->after_op(op, pending, *stack, static_cast<uint64_t>(ns > 0 ? ns : 1));
   if (fake_quant.op)
     record_fake_quant(*lineage, fake_quant, pending, below, *stack,
                       static_cast<uint64_t>(ns > 0 ? ns : 1));
@@ -996,12 +981,7 @@ void record_fake_quant(Lineage& lineage, FakeQuantCall& call, PendingOp& pending
   torch::jit::drop(call.args, info.num_args);
   call.args.push_back(results[results.size() - 2]);
   call.args.push_back(results.back());
-  try {  // Note [Exceptions after an op]
-    lineage.after_op(*call.op, pending, call.args, compute_ns);
-  } catch (...) {
-    lineage.abort_op(pending);
-    throw;
-  }
+  lineage.after_op(*call.op, pending, call.args, compute_ns);
 }
 
 // Note [Fork]: no other thread may be inside the engine when a DataLoader worker is

@@ -1084,8 +1084,30 @@ void Lineage::copy_on_write(StorageId s) {
   cow_.emplace_back(user.get(), copy);
 }
 
+// Note [Exceptions after an op]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// before_op and the kernel are guarded by the fallback: what throws there unlocks the op's
+// inputs (abort_op) before the exception reaches the program. after_op unlocks them only at
+// its end. Nothing in it throws by design (its checks stop the process), but its tables
+// allocate, and a std::bad_alloc from them would leave the op's inputs locked for the rest
+// of the run: counted as "in use by the running op" by every later out-of-memory error and
+// never evictable (Note [Host exceptions] in eviction/engine.cpp met the same leak inside
+// remats). So after_op runs its body under one guard that unlocks them; abort_op is
+// idempotent, and every caller is covered. This keeps the locks honest, no more: a
+// bad_alloc between the engine's record and the op's record here would leave an op no
+// remat can run.
 void Lineage::after_op(const c10::OperatorHandle& op, PendingOp& pending,
                        torch::jit::Stack& stack, uint64_t compute_ns) {
+  try {
+    record_finished_op(op, pending, stack, compute_ns);
+  } catch (...) {
+    abort_op(pending);
+    throw;
+  }
+}
+
+void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pending,
+                                 torch::jit::Stack& stack, uint64_t compute_ns) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   const OpInfo& info = *pending.info;
   const size_t base = stack.size() - info.num_returns;

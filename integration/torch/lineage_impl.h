@@ -256,6 +256,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
 
  private:
   std::unique_lock<std::recursive_mutex> allocator_lock() const;
+  // after_op's body, run under its guard: Note [Exceptions after an op] in lineage.cpp.
+  void record_finished_op(const c10::OperatorHandle& op, PendingOp& pending,
+                          torch::jit::Stack& stack, uint64_t compute_ns);
   struct StorageRec {
     c10::weak_intrusive_ptr<c10::StorageImpl> impl{
         c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>())};
