@@ -981,39 +981,88 @@ void Lineage::pin_live_descendants(StorageId root) {
 // cutting those too halved the remats at 0.75 (5.7 s against 7.3-8.1 s) but did not lower
 // its floor. The walk stops at live storages: pinning the nearest ones is enough to free
 // the constant.
+//
+// Note [Small frontiers]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// The rule above kept every constant a storage computed once reaches, however little that
+// storage weighs. A dropout mask drawn under no_grad is such a constant (a draw outside
+// autograd is opaque: Note [Seeded factories] in dispatch_hook.cpp): `h = F.dropout(x,
+// training=True); y = h @ w; del h` kept the 2 MiB mask as long as y lived, where PyTorch
+// frees it with h (7.0 MiB against 5.0 MiB). A reentrant torch.utils.checkpoint runs its
+// forward so, and a helper's probe of one (2026-12-03: three checkpointed blocks with
+// dropout, Adam) ran out of memory at 0.7 of its peak with 6 MiB of dead masks pinned,
+// where the non-reentrant form trains at 0.6. So each dead constant also gets a walk of its
+// own, and where the live storages it reaches through dead storages only (its frontier)
+// are all material and weigh no more than it, they are pinned too: the constant is freed,
+// and the bytes that cannot be evicted do not grow. The float input of `x =
+// batch.float() / 255`, four times the dead uint8 batch, still keeps the batch; so does a
+// frontier with an evicted storage (it would have to be refilled first).
 // Returns whether it pinned anything (then the caller's marks are stale).
 bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
-  std::vector<StorageId> stack;
+  std::vector<StorageId> constants;
   for (StorageId s : active_) {
     const StorageRec& rec = storages_[s];
     if (rec.dead && !rec.discarded && marks_[s] == needed_mark && engine_->is_pinned(s) &&
         engine_->storage_size(s) >= kMinEvictableBytes)
-      stack.push_back(s);
+      constants.push_back(s);
   }
-  holds_dead_constants_ = !stack.empty();
-  if (stack.empty()) return false;
-  // The walk's marks replace the caller's; each visited storage's is put back after.
-  const uint32_t seen_mark = begin_marks();
-  std::vector<std::pair<StorageId, uint32_t>> visited;
-  auto visit = [&](StorageId s) {
-    visited.emplace_back(s, marks_[s]);
-    marks_[s] = seen_mark;
+  holds_dead_constants_ = !constants.empty();
+  if (constants.empty()) return false;
+  // The walks' marks replace the caller's; each one is put back after, the first saved
+  // last.
+  std::vector<std::pair<StorageId, uint32_t>> saved;
+  auto mark = [&](StorageId s, uint32_t m) {
+    saved.emplace_back(s, marks_[s]);
+    marks_[s] = m;
   };
-  for (StorageId s : stack) visit(s);
+  // Walks from `roots` through the dead storages they reach; `at_live` sees each live
+  // storage reached (the walk stops there) and may end the walk by returning false.
+  auto walk = [&](const std::vector<StorageId>& roots, auto&& at_live) {
+    const uint32_t seen = begin_marks();
+    std::vector<StorageId> stack;
+    for (StorageId r : roots) {
+      mark(r, seen);
+      stack.push_back(r);
+    }
+    while (!stack.empty()) {
+      const StorageId s = stack.back();
+      stack.pop_back();
+      bool go_on = true;
+      for_each_unpinned_child(s, [&](StorageId cs) {
+        if (marks_[cs] == seen || !go_on) return;
+        mark(cs, seen);
+        if (storages_[cs].dead)
+          stack.push_back(cs);
+        else
+          go_on = at_live(cs);
+      });
+      if (!go_on) return;
+    }
+  };
   std::vector<TensorId> to_pin;
-  while (!stack.empty()) {
-    const StorageId s = stack.back();
-    stack.pop_back();
-    for_each_unpinned_child(s, [&](StorageId cs) {
-      if (marks_[cs] == seen_mark) return;
-      visit(cs);
-      if (storages_[cs].dead)
-        stack.push_back(cs);
-      else if (storages_[cs].versions > 0 && engine_->is_defined(storages_[cs].current))
-        to_pin.push_back(storages_[cs].current);
+  walk(constants, [&](StorageId cs) {
+    if (storages_[cs].versions > 0 && engine_->is_defined(storages_[cs].current))
+      to_pin.push_back(storages_[cs].current);
+    return true;
+  });
+  // Note [Small frontiers]
+  for (StorageId c : constants) {
+    std::vector<TensorId> frontier;
+    uint64_t frontier_bytes = 0;
+    bool cut = true;
+    walk({c}, [&](StorageId cs) {
+      if (storages_[cs].versions > 0) return true;  // pinned above where material
+      frontier.push_back(storages_[cs].current);
+      frontier_bytes += engine_->storage_size(cs);
+      cut =
+          engine_->is_defined(storages_[cs].current) && frontier_bytes <= engine_->storage_size(c);
+      return cut;
     });
+    if (cut) to_pin.insert(to_pin.end(), frontier.begin(), frontier.end());
   }
-  for (const auto& [s, mark] : visited) marks_[s] = mark;
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) marks_[it->first] = it->second;
+  std::sort(to_pin.begin(), to_pin.end());
+  to_pin.erase(std::unique(to_pin.begin(), to_pin.end()), to_pin.end());
   for (TensorId t : to_pin) {
     // Where it is evicted, a replay pins it once it is material again, as this walk would.
     recording_->pin_when_material(t);
