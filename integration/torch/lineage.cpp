@@ -761,6 +761,13 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
           (engine_->is_pinned(s) && pending.inputs.size() > 1) || !covers_storage(t) ||
           storages_[s].exposed || (impl.data() && !is_ours(impl)))
         continue;
+      // Note [Pinned frontiers]: a pinned storage's readers may be live storages left
+      // evictable (a momentum buffer cloned from a gradient); pinning them first lets the
+      // overwrite make it recomputable, as it does where they were pinned before.
+      if (engine_->is_pinned(s) && has_readers_beyond(s)) {
+        pin_live_descendants(s);
+        collect(/*full=*/true);
+      }
       if (!has_readers_beyond(s)) overwritten = static_cast<int32_t>(k);
     }
   }
@@ -920,24 +927,90 @@ void Lineage::for_each_unpinned_child(StorageId s, F&& f) const {
 // 15.6 MiB logits first, then ran out of memory rematerializing a gradient through three
 // more storages of that size (2 runs of 3 failed; 4 of 4 passed smallest first;
 // tests/torch/test_pinned_writes.py).
+//
+// Note [Pinned frontiers]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Only the live storages the old value reaches through dead storages (the frontier) need
+// it: a live storage computed from one of them is remade from that one once it is pinned.
+// Pinning every live descendant held what a loop keeps across the step: a helper's probe
+// (2026-12-03) held its embeddings (256 KiB) and four distance matrices computed from
+// them (7 MiB) at the optimizer step, and ran out of memory at 0.7 of its peak where a
+// `del` of them before the step trained. So the frontier is pinned, and the storages
+// beyond it stay evictable, unless the frontier storages they are computed from weigh
+// more than they do: a frontier storage that dies first stays as a dead constant while
+// they need it (Note [Dead constants], Note [Small frontiers]), so a big activation with a
+// small sum of it held would be kept in place of the sum. The walk goes on past a live
+// storage that has older versions: readers of those read what its pin does not keep.
+// A storage overwritten whole (zero_grad's zero_, Note [Overwrite]) pins its frontier
+// before it decides: a momentum buffer cloned from a gradient, left evictable at the
+// step, made the gradient's zero_ keep it pinned (its reader was live), where pinning the
+// buffer first lets the zeroed gradient be recomputable (the save pattern of
+// patterns.py at 0.7 ran out of memory with 1 MiB more pinned; now 5 MiB less than
+// before this note at the next step's forward pass, as every zeroed gradient whose buffer
+// read it is let go).
 void Lineage::pin_live_descendants(StorageId root) {
-  const uint32_t seen_mark = begin_marks();
-  std::vector<StorageId> stack{root};
-  std::vector<TensorId> to_pin;
-  marks_[root] = seen_mark;
-  while (!stack.empty()) {
-    const StorageId s = stack.back();
-    stack.pop_back();
-    for_each_unpinned_child(s, [&](StorageId cs) {
-      if (marks_[cs] == seen_mark) return;
-      marks_[cs] = seen_mark;
-      // One the program let go but no scan has found yet is dead too: pinning it would
-      // refill what the collect below discards, and a trace has its RELEASE already
-      // (Note [Tracing under a budget] in collector.cpp).
-      if (!storages_[cs].dead && !found_dead(cs)) to_pin.push_back(storages_[cs].current);
-      stack.push_back(cs);
-    });
+  // One the program let go but no scan has found yet is dead too: pinning it would refill
+  // what the collect after this discards, and a trace has its RELEASE already (Note
+  // [Tracing under a budget] in collector.cpp).
+  auto live = [&](StorageId s) { return !storages_[s].dead && !found_dead(s); };
+  // Note [Pinned frontiers]: the live descendants reached through dead storages only, and
+  // through live ones with older versions (readers of those read what a pin keeps not).
+  std::vector<StorageId> frontier;
+  const uint32_t frontier_mark = begin_marks();
+  {
+    std::vector<StorageId> stack{root};
+    marks_[root] = frontier_mark;
+    while (!stack.empty()) {
+      const StorageId s = stack.back();
+      stack.pop_back();
+      for_each_unpinned_child(s, [&](StorageId cs) {
+        if (marks_[cs] == frontier_mark) return;
+        marks_[cs] = frontier_mark;
+        const bool is_live = live(cs);
+        if (is_live) frontier.push_back(cs);
+        if (!is_live || engine_->storage_tensors(cs).size() > 1) stack.push_back(cs);
+      });
+    }
   }
+  std::vector<StorageId> sorted_frontier(frontier);
+  std::sort(sorted_frontier.begin(), sorted_frontier.end());
+  auto is_frontier = [&](StorageId s) {
+    return std::binary_search(sorted_frontier.begin(), sorted_frontier.end(), s);
+  };
+  // The live storages beyond it: computable from the frontier once it is pinned.
+  std::vector<StorageId> beyond;
+  uint64_t beyond_bytes = 0, holding_bytes = 0;
+  const uint32_t beyond_mark = begin_marks();
+  for (StorageId f : frontier) {
+    const uint32_t seen = begin_marks();
+    std::vector<StorageId> stack{f};
+    marks_[f] = seen;
+    bool holds = false;
+    while (!stack.empty()) {
+      const StorageId s = stack.back();
+      stack.pop_back();
+      for_each_unpinned_child(s, [&](StorageId cs) {
+        if (marks_[cs] == seen || marks_[cs] == beyond_mark || is_frontier(cs)) {
+          holds = holds || marks_[cs] == beyond_mark;
+          return;
+        }
+        if (live(cs)) {
+          holds = true;
+          beyond.push_back(cs);
+          beyond_bytes += engine_->storage_size(cs);
+          marks_[cs] = beyond_mark;
+        } else {
+          marks_[cs] = seen;
+        }
+        stack.push_back(cs);
+      });
+    }
+    if (holds) holding_bytes += engine_->storage_size(f);
+  }
+  std::vector<TensorId> to_pin;
+  for (StorageId f : frontier) to_pin.push_back(storages_[f].current);
+  if (holding_bytes > beyond_bytes)
+    for (StorageId b : beyond) to_pin.push_back(storages_[b].current);
   std::stable_sort(to_pin.begin(), to_pin.end(), [&](TensorId a, TensorId b) {
     return engine_->storage_size(engine_->storage_of(a)) <
            engine_->storage_size(engine_->storage_of(b));

@@ -74,3 +74,40 @@ finish(model)
 
 def test_parameters_made_in_grad_mode_train_under_a_budget(lib):
     trains_as_without(GRAD_MODE_PARAMETERS, lib, (0.7, 0.5))
+
+
+# Note [Pinned frontiers]: the loop still holds, at the optimizer step, the embeddings and
+# four distance matrices computed from them (7 MiB besides 256 KiB of embeddings). Only the
+# embeddings need the parameters' old values; the matrices are remade from them once they
+# are pinned. Before, all five were pinned until the next step reassigned them, and this
+# ran out of memory at 0.7 of its peak (a helper's probe, 2026-12-03; with a `del` of the
+# matrices before the step it trained at 0.7).
+HELD_DISTANCES = TRAINING_PRELUDE + r"""
+torch.set_num_threads(1)  # on two threads its plain runs differ from run to run
+N, D = 512, 256
+model = nn.Sequential(nn.Linear(D, 1024), nn.LayerNorm(1024), nn.GELU(), nn.Linear(1024, 1024),
+                      nn.ReLU(), nn.Linear(1024, 128))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+triplet = nn.TripletMarginLoss(margin=0.5, p=2)
+with torch.no_grad():
+    x, labels = torch.randn(N, D), torch.randint(0, 16, (N,))
+apply_budget()
+for step in range(4):
+    e = model(x)
+    d = torch.cdist(e, e)                                    # 1 MiB
+    d2 = torch.cdist(e.repeat(2, 1), e.repeat(2, 1))         # 4 MiB
+    same = labels[:, None] == labels[None, :]
+    pos_d = d.masked_fill(~same, -1.0)                       # 1 MiB
+    neg_d = d.masked_fill(same, 1e9)                         # 1 MiB
+    loss = (triplet(e, e[pos_d.argmax(1)], e[neg_d.argmin(1)]) + 1e-3 * d2.mean() +
+            1e-3 * torch.cdist(e, e, p=1.0).mean())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
+
+def test_storages_computed_from_a_pinned_descendant_stay_evictable(lib):
+    trains_as_without(HELD_DISTANCES, lib, (0.7,))
