@@ -1124,7 +1124,10 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
     uint64_t frontier_bytes = 0;
     bool cut = true;
     walk({c}, [&](StorageId cs) {
-      if (storages_[cs].versions > 0) return true;  // pinned above where material
+      if (storages_[cs].versions > 0) {  // pinned above where material; else it needs c
+        cut = engine_->is_defined(storages_[cs].current);
+        return cut;
+      }
       frontier.push_back(storages_[cs].current);
       frontier_bytes += engine_->storage_size(cs);
       cut =
