@@ -14,11 +14,12 @@ torch.manual_seed(0)
 base = torch.randn(n)                       # random: pinned (Note [Seeded ops])
 v = (base * 2.0).reshape(n, 1)              # 1 MiB, recorded: evictable
 i = torch.arange(n).unsqueeze(0)            # 2 MiB of int64 indices, recorded
-u = v + 1.0                                 # lineage reads v
+u = v * torch.ones(1, 2)                    # 2 MiB; lineage reads v (more than v's
+                                            # old value weighs: Note [Small frontiers])
 w = base * 3.0                              # 1 MiB, evictable
 with dtr.disable():
     ref_dense = (base * 4.0).reshape(n, 1).numpy().copy()
-    ref_u = ((base * 2.0).reshape(n, 1) + 1.0).numpy().copy()
+    ref_u = ((base * 2.0).reshape(n, 1) * torch.ones(1, 2)).numpy().copy()
     ref_w = (base * 3.0).numpy().copy()
 pinned_before = dtr.memory_stats()["dtr.pinned_bytes.current"]
 sp = torch.sparse_coo_tensor(i, v, (n, 1))  # holds v and i themselves
@@ -27,7 +28,7 @@ del v, i
 sp.mul_(2.0)                                # writes v's storage through sp
 dtr.set_budget(dtr.memory_stats()["allocated_bytes.all.current"] + 64 * 1024)
 dtr.reset_peak_stats()
-filler = torch.ones(2 * MiB // 4)           # u and w must go
+filler = torch.ones(3 * MiB // 4)           # u and w must go
 evictions = dtr.memory_stats()["dtr.num_evictions"]
 del filler
 dense = sp.to_dense()

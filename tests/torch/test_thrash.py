@@ -125,7 +125,8 @@ torch.manual_seed(0)
 with torch.no_grad():
     w = torch.randn(512, 512)
     x = torch.randn(512, 512)
-links = 0
+first = x  # held, so the chain's end stays evictable (a dead first x would be cut loose for
+links = 0  # it, Note [Small frontiers] in lineage.cpp: both are 1 MiB)
 start = time.perf_counter()
 while time.perf_counter() - start < 4.0 or links < 50:
     x = torch.tanh(x @ w)
