@@ -71,13 +71,17 @@ void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
   fired_ = false;
 }
 
-std::optional<std::string> ThrashWatch::check(const Stats& now) {
-  if (fired_ || max_overhead_ <= 0.0) return std::nullopt;
+void ThrashWatch::advance(const Stats& now) {
   if (now.model_compute_ns - current_.model_ns >= kWindowNs) {  // a window closes
     from_ = current_;
     current_ = Mark{now.model_compute_ns, now.remat_measured_ns};
     windowed_ = true;
   }
+}
+
+std::optional<std::string> ThrashWatch::check(const Stats& now) {
+  advance(now);  // also once fired: runaway() judges over the same span
+  if (fired_ || max_overhead_ <= 0.0) return std::nullopt;
   const uint64_t remat_ns = now.remat_measured_ns - from_.remat_ns;
   const uint64_t model_ns = now.model_compute_ns - from_.model_ns;
   if (remat_ns < kMinRematNs || double(remat_ns) <= (max_overhead_ - 1.0) * double(model_ns))
@@ -124,27 +128,35 @@ std::string ThrashWatch::advice() const {
 // policy tried. Nothing was printed after the warning, and the program's own threads could
 // not read dtr's stats (the cascade holds the engine's lock). So the remats one op's
 // inputs take are counted from the op's start (mark_op), and once they pass kRunawayMinNs
-// (10 s) and kRunawayFactor * max_overhead (10 at the default) times all the program's own
-// ops so far, the op is stopped with PyTorch's out-of-memory error, under on_thrash:warn
-// as well as raise: a run that has spent ten times its whole compute on one op's inputs
+// (10 s) and kRunawayFactor * max_overhead (10 at the default) times the program's own
+// ops over the run's recent past (below), the op is stopped with PyTorch's out-of-memory error, under on_thrash:warn
+// as well as raise: a run that has spent ten times its recent compute on one op's inputs
 // is not going to finish in a time anyone waits for. The engine unwinds the cascade as for
 // a raise (Note [Thrashing within one op] in integration/torch/lineage.cpp); the program
 // can catch the error and go on. A cascade that is merely long, recomputing a forward
 // pass for one gradient, costs about the program's compute once, far under the limit.
 // max_overhead:0 turns this off with the rest of the watch.
+// The program's ops are counted over the span the thrash check looks at (since the budget
+// was set, at most the last one to two windows), not since the process started, as they
+// first were: that limit grew with the run, so a cascade an hour into training would have
+// been let run for ten hours, and ops run before any budget (a first epoch without one)
+// raised it too. A window is a minute of ops or more, many steps of the models this library
+// is for, so one cascade still gets ten minutes or more before it is stopped.
 std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
   if (max_overhead_ <= 0.0) return std::nullopt;
+  advance(now);
   const uint64_t in_op = now.remat_measured_ns - op_remat_ns_;
-  const double limit = std::max(double(kRunawayMinNs),
-                                kRunawayFactor * max_overhead_ * double(now.model_compute_ns));
+  const uint64_t model_ns = now.model_compute_ns - from_.model_ns;
+  const double limit =
+      std::max(double(kRunawayMinNs), kRunawayFactor * max_overhead_ * double(model_ns));
   if (double(in_op) <= limit) return std::nullopt;
   op_remat_ns_ = now.remat_measured_ns;
   char numbers[320];
   std::snprintf(numbers, sizeof numbers,
                 "the remats for one op's inputs have run %.1f s, over %.0f times the %.1f s "
-                "the program's own ops have taken in all, and had not ended",
-                double(in_op) * 1e-9, kRunawayFactor * max_overhead_,
-                double(now.model_compute_ns) * 1e-9);
+                "the program's own ops have taken %s, and had not ended",
+                double(in_op) * 1e-9, kRunawayFactor * max_overhead_, double(model_ns) * 1e-9,
+                windowed_ ? "in the last stretch of the run" : "since the budget was set");
   const std::string budget =
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
   return std::string("dtr: runaway thrashing: ") + numbers + " (budget " + budget +

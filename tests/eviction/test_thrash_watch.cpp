@@ -122,9 +122,9 @@ TEST_CASE("on_thrash takes warn or raise and names both when wrong", "[eviction]
   }
 }
 
-TEST_CASE("one op's remats past 10 s and 5 x max_overhead times all ops are a runaway",
+TEST_CASE("one op's remats past 10 s and 5 x max_overhead times the recent ops are a runaway",
           "[eviction][thrash]") {
-  // Note [Runaway cascades]: counted from mark_op, against all the program's ops so far.
+  // Note [Runaway cascades]: counted from mark_op, against the program's ops since rearm.
   ThrashWatch watch(2.0, "dtr_eq", true);
   watch.rearm(totals(0, 0), 64ull << 20);
   watch.mark_op(totals(kSecond / 2, 3 * kSecond));                // 3 s of remats before this op
@@ -132,7 +132,8 @@ TEST_CASE("one op's remats past 10 s and 5 x max_overhead times all ops are a ru
   std::optional<std::string> message = watch.runaway(totals(kSecond / 2, 13 * kSecond + 1));
   REQUIRE(message);
   CHECK(message->find("dtr: runaway thrashing: the remats for one op's inputs have run 10.0 s, "
-                      "over 10 times the 0.5 s") == 0);
+                      "over 10 times the 0.5 s the program's own ops have taken since the "
+                      "budget was set, and had not ended") == 0);
   CHECK(message->find("budget 64.00 MiB") != std::string::npos);
   CHECK(message->find("policy:msps") != std::string::npos);
   CHECK(message->find("dead_first") == std::string::npos);  // the run already does it
@@ -151,4 +152,31 @@ TEST_CASE("one op's remats past 10 s and 5 x max_overhead times all ops are a ru
   ThrashWatch off(0.0, "dtr_eq", true);
   off.mark_op(totals(0, 0));
   CHECK_FALSE(off.runaway(totals(kSecond, 1000 * kSecond)));
+}
+
+TEST_CASE("a runaway is judged against the recent ops, not all the run's", "[eviction][thrash]") {
+  // Note [Runaway cascades]: ten minutes of healthy ops, checked after each op as the host
+  // does, then a cascade. The limit is 10 x the last window (60 s), not 10 x 600 s.
+  ThrashWatch watch(2.0, "dtr_eq", true);
+  watch.rearm(totals(0, 0), 64ull << 20);
+  for (uint64_t t = 1; t <= 600; ++t) CHECK_FALSE(watch.check(totals(t * kSecond, 0)));
+  watch.mark_op(totals(600 * kSecond, 0));
+  CHECK_FALSE(watch.runaway(totals(600 * kSecond, 600 * kSecond)));
+  std::optional<std::string> message = watch.runaway(totals(600 * kSecond, 600 * kSecond + 1));
+  REQUIRE(message);
+  CHECK(message->find("have run 600.0 s, over 10 times the 60.0 s the program's own ops have "
+                      "taken in the last stretch of the run") != std::string::npos);
+  // Ops run before the budget was set do not count: 100 s of them, then 1 s under a budget.
+  ThrashWatch late(2.0, "dtr_eq", true);
+  late.rearm(totals(100 * kSecond, 0), 64ull << 20);
+  late.mark_op(totals(101 * kSecond, 0));
+  CHECK_FALSE(late.runaway(totals(101 * kSecond, 10 * kSecond)));  // the 10 s floor
+  CHECK(late.runaway(totals(101 * kSecond, 10 * kSecond + 1)));
+  // After the thrash warning fired, windows still close: the span stays recent.
+  ThrashWatch fired(2.0, "dtr_eq", true);
+  fired.rearm(totals(0, 0), 64ull << 20);
+  REQUIRE(fired.check(totals(2 * kSecond, 3 * kSecond)));  // the warning
+  for (uint64_t t = 3; t <= 600; ++t) CHECK_FALSE(fired.check(totals(t * kSecond, 3 * kSecond)));
+  fired.mark_op(totals(600 * kSecond, 3 * kSecond));
+  CHECK(fired.runaway(totals(600 * kSecond, 603 * kSecond + 1)));
 }

@@ -53,7 +53,8 @@ class ThrashWatch {
   // from now on count as this op's.
   void mark_op(const Stats& now) { op_remat_ns_ = now.remat_measured_ns; }
   // Before each remat: the message when the remats since mark_op() have passed
-  // max(kRunawayMinNs, kRunawayFactor * max_overhead * all of the program's compute so far),
+  // max(kRunawayMinNs, kRunawayFactor * max_overhead * the program's compute over the span
+  // check() looks at: since rearm(), at most the last one to two windows),
   // whatever on_thrash says; nullopt otherwise, and always with max_overhead 0. Firing
   // marks again, so a later cascade is judged on its own.
   std::optional<std::string> runaway(const Stats& now);
@@ -76,7 +77,8 @@ class ThrashWatch {
   bool fired_ = false;
   uint64_t op_remat_ns_ = 0;  // Stats::remat_measured_ns at mark_op()
 
-  std::string advice() const;  // what to try, for both messages
+  void advance(const Stats& now);  // closes the current window once kWindowNs of ops passed
+  std::string advice() const;      // what to try, for both messages
 };
 
 }  // namespace dtr
