@@ -132,6 +132,11 @@ constexpr const char* kObservedFakeQuant = "aten::_fused_moving_avg_obs_fq_helpe
 constexpr const char* kFakeQuantPerTensor =
     "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams";
 constexpr const char* kFakeQuantPerChannel = "aten::fake_quantize_per_channel_affine_cachemask";
+// Note [Observed RReLU] in dispatch_hook.cpp: RReLU's op in training mode, and the op
+// whose result is its own (mul.Tensor of self and the noise it wrote; checked on 1.13 by
+// tests/torch/test_rrelu.py).
+constexpr const char* kObservedRRelu = "aten::rrelu_with_noise";
+constexpr const char* kRReLUResult = "aten::mul";
 
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
 constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;

@@ -52,7 +52,8 @@
 // recomputable). They are: ops outside aten (a profiler op returns a tensor that owns a C++
 // object; collectives), except Note [Pure foreign ops]; ops tagged nondeterministic_seeded
 // (except Note [Seeded ops], [Seeded factories] and [Seeded like factories], in grad mode)
-// or nondeterministic_bitwise; the empty* family (its values are whatever memory held);
+// or nondeterministic_bitwise, whose results may still be recorded as another call's
+// (Note [Observed RReLU]); the empty* family (its values are whatever memory held);
 // the resize family and set_ (they change a storage, not its values; a grown storage's
 // tail is whatever memory held); in-place ops that write more than one tensor (a foreach
 // optimizer step: a remat would apply the step again to every target that is still
@@ -189,6 +190,28 @@
 // quantization off, under a mode (Note [Dispatch modes]) or with recording off, the
 // results stay opaque. tests/torch/test_fake_quant.py checks the ops' bits against the
 // helper's and trains a QAT model bit-identically under budgets.
+//
+// Note [Observed RReLU]
+// ~~~~~~~~~~~~~~~~~~~~~
+// RReLU in training mode (nn.RReLU, F.rrelu) calls rrelu_with_noise(self, noise, lower,
+// upper, training=True), which draws a slope for each element of self at or under zero,
+// writes the slopes (and 1 for the rest) to `noise`, a fresh contiguous empty_like, and
+// returns self times them. A seeded op that writes an argument is opaque, so its result
+// was pinned while it lived: a helper's probe with three RReLUs (2026-12-03) ran out of
+// memory at 0.6 of its peak, where the same model with LeakyReLU trained at 0.5. Once the
+// op has run, its result is mul(self, noise) bit for bit: 1.13's CPU kernel computes
+// self[i] * r in the element type and stores r in noise[i], and x * 1 is x (NaN payloads,
+// -0.0 and infinities included; checked for float and double by tests/torch/test_rrelu.py;
+// bfloat16 stays opaque, as mul there gives a NaN another payload). So the op runs as before (its draw and its write pin
+// `noise`, which autograd saves for the backward pass anyway), and the fallback records
+// mul(self, noise) as the maker of its result, as for Note [Observed fake quantization]:
+// the result can be evicted, and a remat multiplies. Only where self and noise are
+// contiguous, of one shape and dtype and not aliased: the kernel walks both in memory
+// order, and a strided self would give mul another layout. The in-place form
+// (nn.RReLU(inplace=True), rrelu_with_noise_) overwrites self, which the call would read,
+// and stays opaque; so does eval mode (training=False: a leaky_relu that writes nothing,
+// never recorded since the op is seeded by name). The recorded cost is the op's own
+// time, draws included, though a remat only multiplies.
 //
 // Note [Raw access]
 // ~~~~~~~~~~~~~~~~~
@@ -431,7 +454,11 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
     return info;          // opaque
   }
   if (name == torch_compat::kObservedFakeQuant && info.num_args == 13 && info.num_returns == 2) {
-    info.observed_fake_quant = true;  // Note [Observed fake quantization]
+    info.observed = Observed::fake_quant;  // Note [Observed fake quantization]
+    return info;                           // opaque
+  }
+  if (name == torch_compat::kObservedRRelu && info.num_args == 6 && info.num_returns == 1) {
+    info.observed = Observed::rrelu;  // Note [Observed RReLU]
     return info;                      // opaque
   }
   // resize_ carries the inplace_view tag, but it can give its tensor's storage new, larger
@@ -838,15 +865,16 @@ bool draw_like(const c10::OperatorHandle& op, LikeFill fill, torch::jit::Stack& 
   return true;
 }
 
-// Note [Observed fake quantization]: the call whose results are those of the
-// _fused_moving_avg_obs_fq_helper call on top of `stack` once it has run (its tensors
-// written in place), or no op where there is none. Its inputs must be material (locked).
-struct FakeQuantCall {
+// Note [Observed fake quantization], Note [Observed RReLU]: the call whose results are
+// those of the observed op on top of `stack` once it has run (its tensors written in
+// place), or no op where there is none. Its inputs must be material (locked).
+struct ObservedCall {
   const c10::OperatorHandle* op = nullptr;
   torch::jit::Stack args;
 };
 
-FakeQuantCall fake_quant_call(const torch::jit::Stack& stack) {
+// For _fused_moving_avg_obs_fq_helper.
+ObservedCall fake_quant_call(const torch::jit::Stack& stack) {
   static const c10::optional<c10::OperatorHandle> per_tensor =
       c10::Dispatcher::singleton().findSchema({torch_compat::kFakeQuantPerTensor, ""});
   static const c10::optional<c10::OperatorHandle> per_channel =
@@ -867,11 +895,38 @@ FakeQuantCall fake_quant_call(const torch::jit::Stack& stack) {
   return {&*per_channel, {a[0], a[5], a[6], a[10], a[8], a[9]}};
 }
 
-// Records `call` as the op that made the two results on top of `results`, which the
-// helper computed in `compute_ns`.
-void record_fake_quant(Lineage& lineage, FakeQuantCall& call, PendingOp& pending,
-                       c10::DispatchKeySet keys, const torch::jit::Stack& results,
-                       uint64_t compute_ns);
+// For rrelu_with_noise: self, noise, lower, upper, training, generator.
+ObservedCall rrelu_call(const torch::jit::Stack& stack) {
+  static const c10::optional<c10::OperatorHandle> mul =
+      c10::Dispatcher::singleton().findSchema({torch_compat::kRReLUResult, "Tensor"});
+  const c10::IValue* a = &stack[stack.size() - 6];
+  if (!mul || !a[4].isBool() || !a[4].toBool() || !a[0].isTensor() || !a[1].isTensor()) return {};
+  const at::Tensor& self = a[0].toTensor();
+  const at::Tensor& noise = a[1].toTensor();
+  if (!self.defined() || !noise.defined() || !self.is_cpu() || !noise.is_cpu() ||
+      self.layout() != c10::kStrided || noise.layout() != c10::kStrided || !self.is_contiguous() ||
+      !noise.is_contiguous() || self.sizes() != noise.sizes() ||
+      self.scalar_type() != noise.scalar_type() || self.is_alias_of(noise))
+    return {};
+  const c10::ScalarType type = self.scalar_type();
+  if (type != c10::kFloat && type != c10::kDouble) return {};  // bfloat16: Note [Observed RReLU]
+  return {&*mul, {a[0], a[1]}};
+}
+
+ObservedCall observed_call(const OpInfo& info, const torch::jit::Stack& stack) {
+  switch (info.observed) {
+    case Observed::fake_quant: return fake_quant_call(stack);
+    case Observed::rrelu: return rrelu_call(stack);
+    case Observed::none: break;
+  }
+  return {};
+}
+
+// Records `call` as the op that made the observed op's results, on top of `results`,
+// which it computed in `compute_ns`.
+void record_observed(Lineage& lineage, ObservedCall& call, PendingOp& pending,
+                     c10::DispatchKeySet keys, const torch::jit::Stack& results, size_t num_results,
+                     uint64_t compute_ns);
 
 // Note [Grown storages] in lineage.cpp: whether the resize_ on top of `stack` (self, size,
 // memory_format) needs more bytes than its tensor's storage holds, as PyTorch's CPU
@@ -942,8 +997,9 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     lineage->abort_op(pending);
     throw;
   }
-  FakeQuantCall fake_quant;  // Note [Observed fake quantization]
-  if (info.observed_fake_quant && !python && recording()) fake_quant = fake_quant_call(*stack);
+  ObservedCall observed;  // Note [Observed fake quantization], Note [Observed RReLU]
+  if (info.observed != Observed::none && !python && recording())
+    observed = observed_call(info, *stack);
   const auto start = std::chrono::steady_clock::now();
   try {
     // Note [Lean batch-norm backward] in compat.cpp; never under Python's key, whose mode
@@ -959,16 +1015,17 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                       .count();
   // after_op unlocks the inputs itself if it throws: Note [Exceptions after an op] in lineage.cpp.
   lineage->after_op(op, pending, *stack, static_cast<uint64_t>(ns > 0 ? ns : 1));
-  if (fake_quant.op)
-    record_fake_quant(*lineage, fake_quant, pending, below, *stack,
-                      static_cast<uint64_t>(ns > 0 ? ns : 1));
+  if (observed.op)
+    record_observed(*lineage, observed, pending, below, *stack, info.num_returns,
+                    static_cast<uint64_t>(ns > 0 ? ns : 1));
 }
 
-void record_fake_quant(Lineage& lineage, FakeQuantCall& call, PendingOp& pending,
-                       c10::DispatchKeySet keys, const torch::jit::Stack& results,
-                       uint64_t compute_ns) {
+void record_observed(Lineage& lineage, ObservedCall& call, PendingOp& pending,
+                     c10::DispatchKeySet keys, const torch::jit::Stack& results, size_t num_results,
+                     uint64_t compute_ns) {
   const OpInfo& info = op_info(*call.op).info;
-  if (info.kind != OpKind::compute || info.num_returns != 2 || info.num_args != call.args.size())
+  if (info.kind != OpKind::compute || info.num_returns != num_results ||
+      info.num_args != call.args.size() || results.size() < num_results)
     return;
   pending.reset(info, /*record_op=*/true);
   pending.keys = keys;
@@ -979,8 +1036,8 @@ void record_fake_quant(Lineage& lineage, FakeQuantCall& call, PendingOp& pending
     throw;
   }
   torch::jit::drop(call.args, info.num_args);
-  call.args.push_back(results[results.size() - 2]);
-  call.args.push_back(results.back());
+  for (size_t i = results.size() - num_results; i < results.size(); ++i)
+    call.args.push_back(results[i]);
   lineage.after_op(*call.op, pending, call.args, compute_ns);
 }
 

@@ -66,6 +66,9 @@ using LeanKernel = bool (*)(torch::jit::Stack& stack);
 
 enum class LikeFill : uint8_t { none, normal, uniform, random };
 
+// OpInfo::observed: whose results the fallback records as another call's.
+enum class Observed : uint8_t { none, fake_quant, rrelu };
+
 struct OpInfo {
   OpKind kind = OpKind::opaque;
   uint16_t num_args = 0;
@@ -96,10 +99,11 @@ struct OpInfo {
   // randn_like, rand_like, randint_like: the fill their kernels draw with, which the
   // fallback runs instead in grad mode (Note [Seeded like factories] in dispatch_hook.cpp).
   LikeFill like_fill = LikeFill::none;
-  // _fused_moving_avg_obs_fq_helper: runs opaque, as it writes the observer's state; then
-  // its results are recorded as those of its fake quantization alone (Note [Observed fake
-  // quantization] in dispatch_hook.cpp).
-  bool observed_fake_quant = false;
+  // An op that runs opaque, as it writes state, whose results are then recorded as those
+  // of another call: _fused_moving_avg_obs_fq_helper's as its fake quantization alone
+  // (Note [Observed fake quantization] in dispatch_hook.cpp), rrelu_with_noise's as
+  // mul(self, noise) (Note [Observed RReLU] there).
+  Observed observed = Observed::none;
   // Not an aten:: op (c10d's collectives, an extension's kernels) nor one of Note [Pure
   // foreign ops] in dispatch_hook.cpp: it may hand its tensors' addresses to other threads,
   // so they are never moved (Note [Moving storages]).
