@@ -202,16 +202,16 @@
 // op has run, its result is mul(self, noise) bit for bit: 1.13's CPU kernel computes
 // self[i] * r in the element type and stores r in noise[i], and x * 1 is x (NaN payloads,
 // -0.0 and infinities included; checked for float and double by tests/torch/test_rrelu.py;
-// bfloat16 stays opaque, as mul there gives a NaN another payload). So the op runs as before (its draw and its write pin
-// `noise`, which autograd saves for the backward pass anyway), and the fallback records
-// mul(self, noise) as the maker of its result, as for Note [Observed fake quantization]:
-// the result can be evicted, and a remat multiplies. Only where self and noise are
-// contiguous, of one shape and dtype and not aliased: the kernel walks both in memory
-// order, and a strided self would give mul another layout. The in-place form
-// (nn.RReLU(inplace=True), rrelu_with_noise_) overwrites self, which the call would read,
-// and stays opaque; so does eval mode (training=False: a leaky_relu that writes nothing,
-// never recorded since the op is seeded by name). The recorded cost is the op's own
-// time, draws included, though a remat only multiplies.
+// bfloat16 stays opaque, as mul there gives a NaN another payload). So the op runs as
+// before (its draw and its write pin `noise`, which autograd saves for the backward pass
+// anyway), and the fallback records mul(self, noise) as the maker of its result, as for
+// Note [Observed fake quantization]: the result can be evicted, and a remat multiplies.
+// Only where self and noise are contiguous, of one shape and dtype and not aliased: the
+// kernel walks both in memory order, and a strided self would give mul another layout.
+// The in-place form (nn.RReLU(inplace=True), rrelu_with_noise_) overwrites self, which
+// the call would read, and stays opaque; so does eval mode (training=False: a leaky_relu
+// that writes nothing, never recorded since the op is seeded by name). The recorded cost
+// is the op's own time, draws included, though a remat only multiplies.
 //
 // Note [Raw access]
 // ~~~~~~~~~~~~~~~~~
