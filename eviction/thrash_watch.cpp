@@ -129,13 +129,15 @@ std::string ThrashWatch::advice() const {
 // not read dtr's stats (the cascade holds the engine's lock). So the remats one op's
 // inputs take are counted from the op's start (mark_op), and once they pass kRunawayMinNs
 // (10 s) and kRunawayFactor * max_overhead (10 at the default) times the program's own
-// ops over the run's recent past (below), the op is stopped with PyTorch's out-of-memory error, under on_thrash:warn
-// as well as raise: a run that has spent ten times its recent compute on one op's inputs
-// is not going to finish in a time anyone waits for. The engine unwinds the cascade as for
-// a raise (Note [Thrashing within one op] in integration/torch/lineage.cpp); the program
-// can catch the error and go on. A cascade that is merely long, recomputing a forward
-// pass for one gradient, costs about the program's compute once, far under the limit.
-// max_overhead:0 turns this off with the rest of the watch.
+// ops over the run's recent past (below), the op is stopped with PyTorch's out-of-memory
+// error, under on_thrash:warn as well as raise: a run that has spent ten times its recent
+// compute on one op's inputs is not going to finish in a time anyone waits for. The
+// engine unwinds the cascade as for a raise (Note [Thrashing within one op] in
+// integration/torch/lineage.cpp); the program can catch the error and go on. A cascade
+// that is merely long, recomputing a forward pass for one gradient, costs about the
+// program's compute once, far under the limit. max_overhead:0 turns this off with the
+// rest of the watch.
+//
 // The program's ops are counted over the span the thrash check looks at (since the budget
 // was set, at most the last one to two windows), not since the process started, as they
 // first were: that limit grew with the run, so a cascade an hour into training would have
