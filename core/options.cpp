@@ -196,6 +196,19 @@ std::string format_double(double value, std::chars_format format) {
   return text;
 }
 
+// Bytes exactly, in the largest binary unit that divides them: "300 MiB", "123456 B".
+std::string exact_size_text(uint64_t bytes) {
+  static constexpr struct {
+    uint64_t size;
+    const char* name;
+  } kUnits[] = {{kTiB, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}};
+  for (const auto& unit : kUnits) {
+    if (bytes != 0 && bytes % unit.size == 0)
+      return std::to_string(bytes / unit.size) + " " + unit.name;
+  }
+  return std::to_string(bytes) + " B";
+}
+
 // Note [Budget syntax]
 // ~~~~~~~~~~~~~~~~~~~~
 // A budget is either bytes or a ratio of the baseline peak, and the two forms share
@@ -280,6 +293,20 @@ struct OptionType<Budget> {
     return parse_budget_text(text, out, why);
   }
   static std::string format(const Budget& value) { return value.to_string(); }
+};
+
+template <>
+struct OptionType<ByteSize> {
+  static constexpr const char* expected = "a size such as 4096, 4K or 1.5M";
+  static constexpr const char* label = "sizes";
+  static constexpr const char* syntax =
+      "bytes: an integer with an optional binary suffix, as for budgets (`4096`, `4K`, "
+      "`1.5M`); `0` is zero bytes, not unlimited, and there are no ratios. `get` prints them "
+      "as budgets' bytes (`4 KiB`).";
+  static bool parse(std::string_view text, ByteSize& out, std::string& why) {
+    return parse_size_text(text, out.bytes, why);
+  }
+  static std::string format(const ByteSize& value) { return value.to_string(); }
 };
 
 template <>
@@ -511,6 +538,10 @@ std::string markdown_cell(std::string_view text) {
 
 }  // namespace
 
+// ---- ByteSize --------------------------------------------------------------------------
+
+std::string ByteSize::to_string() const { return exact_size_text(bytes); }
+
 // ---- Budget ----------------------------------------------------------------------------
 
 uint64_t Budget::resolve(uint64_t baseline_peak_bytes) const {
@@ -534,16 +565,7 @@ std::string Budget::to_string() const {
   switch (kind) {
     case Kind::unlimited:
       return "unlimited";
-    case Kind::bytes: {
-      static constexpr struct {
-        uint64_t size;
-        const char* name;
-      } kUnits[] = {{kTiB, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}};
-      for (const auto& unit : kUnits) {
-        if (bytes != 0 && bytes % unit.size == 0) return std::to_string(bytes / unit.size) + " " + unit.name;
-      }
-      return std::to_string(bytes) + " B";
-    }
+    case Kind::bytes: return exact_size_text(bytes);
     case Kind::ratio:
       return format_double(ratio, std::chars_format::fixed) + "x";
   }
@@ -666,6 +688,7 @@ std::string config_markdown() {
   out += "```sh\nDTR_CONF=\"budget:300M,policy:dtr_eq,search:sample\"\n```\n\n";
   out += "## Value syntax\n\n";
   append_syntax_line<Budget>(out);
+  append_syntax_line<ByteSize>(out);
   append_syntax_line<uint32_t>(out);
   append_syntax_line<uint64_t>(out);
   append_syntax_line<double>(out);

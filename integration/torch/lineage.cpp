@@ -190,7 +190,7 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // optimizer step) died early in step 2 and were DISCARDed 4500 events later, after step 2's
 // backward, so every replayed policy ran out of memory at 0.6-0.7 of the baseline peak
 // where the live run trains at 0.6. So while tracing with no budget, a full collect runs
-// before the next op once pinned storages of kMinEvictableBytes or more have died since the
+// before the next op once pinned storages of kSmallPinnedBytes or more have died since the
 // last one (batched: the small pinned storages of Note [Small storages] die all the time).
 // The same goes for the cut of Note [Dead constants]: under a budget a full collect comes
 // before every eviction, so a gradient written in place while a dead constant is held is
@@ -231,11 +231,26 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 constexpr size_t kNewestScanned = 16;
 // Note [Small storages]
 // ~~~~~~~~~~~~~~~~~~~~~
-// Evicting a storage smaller than this frees next to nothing, yet keeps its whole lineage
-// needed: a loss scalar the script holds across opt.step() would otherwise need every
-// old parameter value (Note [Copy on write]) to stay recomputable. Such outputs are pinned
-// when recorded; they are still freed when they die.
-constexpr size_t kMinEvictableBytes = 16384;
+// Evicting a storage smaller than option min_evictable (16 KiB by default) frees next to
+// nothing, yet keeps its whole lineage needed: a loss scalar the script holds across
+// opt.step() would otherwise need every old parameter value (Note [Copy on write]) to stay
+// recomputable. Such outputs are pinned when recorded; they are still freed when they die.
+// The bound was fixed until 2026-12-04, and a deep, narrow model got nothing from a budget:
+// an MLP 300 layers deep and 64 wide on a batch of 48 (12 KiB activations) ran out of
+// memory at 0.9 of its peak with nothing evictable, and at min_evictable:4K trains down to
+// 0.75 (tests/torch/test_small_storages.py). 4 KiB is no default: the RReLU CNN of
+// test_rrelu.py ran out of memory at 0.5 with 9.28 MiB pinned where 16 KiB trains, and
+// min_evictable:9216 against 9217 decides it. The storages of 9216 B there are its 3x3
+// convolutions' weight gradients (16x16x3x3 floats), which live through the step and whose
+// lineage is the forward pass. An exact-neighbourhood policy (dtr_ancestors, one of auto's
+// trials) also slows on the long evicted chains small storages make: a residual MLP 1000
+// layers deep at 0.9 of its peak and 4 KiB had not finished after 10 minutes (99% of its
+// samples in Engine::evicted_neighborhood_compute), where policy:dtr_eq trained in 5.5 s
+// and down to 0.6 (16 KiB, dtr_eq: 17.7 s at 0.9, out of memory at 0.7).
+// Dead pinned storages smaller than kSmallPinnedBytes are not worth a full collect of
+// their own (batched: the small pinned storages above die all the time) nor a cut (Note
+// [Dead constants]).
+constexpr size_t kSmallPinnedBytes = 16384;
 
 // Note [Op context]
 // ~~~~~~~~~~~~~~~~~
@@ -257,7 +272,7 @@ constexpr size_t kMinEvictableBytes = 16384;
 //    some kernels split their work: index_put_ with accumulate adds serially on one thread
 //    only (Note [Thread-order results] in dispatch_hook.cpp), and 1.13's x.sum() over 2^16
 //    floats or more gave other bits on one thread than on two for most inputs tried, though
-//    a result that small is never evicted (kMinEvictableBytes); test_op_context.py
+//    a result that small is never evicted (Note [Small storages]); test_op_context.py
 //    registers a kernel that reads the count. MXCSR's flush-to-zero and denormals-are-zero
 //    bits, which torch.set_flush_denormal sets on the calling thread: with them off at the
 //    remat, values the op had flushed to zero came back as denormals. And grad mode: a
@@ -435,11 +450,12 @@ bool covers_storage(const at::Tensor& t) {
 // nanoseconds packing took, or Engine::kSameCost (and no bits) where `t` is no mask over
 // its whole storage, is too small to be worth it, or the allocator had no room for the
 // bits.
-uint64_t pack_written_mask(const at::Tensor& t, c10::DataPtr& bits, uint64_t& one) {
+uint64_t pack_written_mask(const at::Tensor& t, size_t min_bytes, c10::DataPtr& bits,
+                           uint64_t& one) {
   const void* data = t.storage().data();
   const size_t n = static_cast<size_t>(t.numel());
   if (!t.device().is_cpu() || !covers_storage(t) || data == nullptr ||
-      t.storage().nbytes() < kMinEvictableBytes)
+      t.storage().nbytes() < min_bytes)
     return Engine::kSameCost;
   try {
     bits = c10::GetCPUAllocator()->allocate(packed_mask_bytes(n));
@@ -725,7 +741,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
       trace_deaths();
     } else {
       scan_for_dead();
-      if (pinned_dead_bytes_ >= kMinEvictableBytes ||
+      if (pinned_dead_bytes_ >= kSmallPinnedBytes ||
           (holds_dead_constants_ && versions_since_collect_ > 0))
         collect(/*full=*/true);
     }
@@ -1034,7 +1050,7 @@ void Lineage::pin_live_descendants(StorageId root) {
 // tests/torch/scripts/patterns.py ran out of memory at 0.8 of the baseline peak), and a
 // gradient evicted in the next forward pass came back through the previous backward pass:
 // every policy thrashed or ran out of memory at 0.5-0.9 in the simulator. So a full collect
-// that finds a dead constant of kMinEvictableBytes or more still needed pins the live
+// that finds a dead constant of kSmallPinnedBytes or more still needed pins the live
 // storages that were written in place as new versions (Note [Mutation]) and reach it
 // through dead storages only, where their current version is material (a pin costs no
 // memory then), and marks again: the constant and the dead storages between are discarded
@@ -1076,7 +1092,7 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
   for (StorageId s : active_) {
     const StorageRec& rec = storages_[s];
     if (rec.dead && !rec.discarded && marks_[s] == needed_mark && engine_->is_pinned(s) &&
-        engine_->storage_size(s) >= kMinEvictableBytes)
+        engine_->storage_size(s) >= kSmallPinnedBytes)
       constants.push_back(s);
   }
   holds_dead_constants_ = !constants.empty();
@@ -1286,6 +1302,8 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
         specs.push_back(OutputSpec{0, pending.target});
       }
     } else {
+      // Note [Small storages]; at min_evictable:0, every result that holds memory.
+      const uint64_t min_evictable_bytes = std::max<uint64_t>(config_.min_evictable.bytes, 1);
       for (uint16_t i = 0; i < info.num_returns && recordable; ++i) {
         for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
           const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
@@ -1303,7 +1321,7 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           specs.push_back(OutputSpec{alias < 0 ? t.storage().nbytes() : 0, alias});
           output_slots.push_back(TensorSlot{i, element});
           impls.push_back(t.storage().getWeakStorageImpl());
-          evictable.push_back(alias < 0 && t.storage().nbytes() >= kMinEvictableBytes &&
+          evictable.push_back(alias < 0 && t.storage().nbytes() >= min_evictable_bytes &&
                               is_ours(*t.storage().unsafeGetStorageImpl()));
         });
       }
@@ -1315,7 +1333,8 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
       uint64_t mask_one = 0, remat_ns = Engine::kSameCost;
       if (info.packs_mask && config_.pack_masks && pending.overwrite &&
           (engine_->stats().num_evictions > 0 || recording_->tracing()))
-        remat_ns = pack_written_mask(stack[base].toTensor(), mask_bits, mask_one);
+        remat_ns = pack_written_mask(stack[base].toTensor(), config_.min_evictable.bytes, mask_bits,
+                                     mask_one);
       if (remat_ns == Engine::kSameCost && median_costs_) {  // Note [Noisy op times]
         const uint64_t estimate = op_costs_.observe(op_signature(op, pending.args), compute_ns);
         if (estimate != compute_ns) remat_ns = estimate;
@@ -1730,7 +1749,7 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
 // 256 KiB activation each step and read it once more peaked at 59 MiB against the 1 MiB
 // it held (tests/torch/test_raw_access.py). So before a new peak, a full collect runs when
 // pinned storages died since the last one, or it kept dead pinned ones and something died
-// since: of kMinEvictableBytes or more (batched, as while tracing). It needs a new death,
+// since: of kSmallPinnedBytes or more (batched, as while tracing). It needs a new death,
 // so it runs at most once per scan.
 //
 // Note [Scan credit]
@@ -1760,7 +1779,7 @@ uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
   // Note [Dead pinned storages at a new peak]
   const uint64_t dead_pinned =
       pinned_dead_bytes_ + (deaths_ != full_collect_deaths_ ? pinned_dead_kept_bytes_ : 0);
-  if (dead_pinned >= kMinEvictableBytes) collect(/*full=*/true);
+  if (dead_pinned >= kSmallPinnedBytes) collect(/*full=*/true);
   return evicted_bytes_in_call_;
 }
 

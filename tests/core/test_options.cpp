@@ -84,7 +84,7 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 26);
+  REQUIRE(table.size() == 27);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
@@ -92,9 +92,8 @@ TEST_CASE("option table lists every option in order", "[core][options]") {
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, dead_first_ratio, lazy_release, relax_locks, "
         "seed, max_overhead, on_thrash, reserved_limit, compact, allocator, debug, trace, plan, "
-        "plan_trace, remat, pack_masks, op_cost, snapshot, snapshot_format, snapshot_entries, "
-        "timeline, "
-        "report");
+        "plan_trace, remat, pack_masks, min_evictable, op_cost, snapshot, snapshot_format, "
+        "snapshot_entries, timeline, report");
   for (const auto& option : table) {
     CHECK(std::string(option.env) != "");
     CHECK(std::string(option.doc) != "");
@@ -144,6 +143,33 @@ TEST_CASE("the PyTorch host's defaults differ only where the table says so", "[c
   CHECK_FALSE(config.dead_first);
   CHECK_THAT(dtr::config_markdown(),
              Catch::Contains("| `dead_first` | `DTR_DEAD_FIRST` | `False` (PyTorch: `True`) |"));
+}
+
+TEST_CASE("a size option takes bytes with suffixes, never a ratio or unlimited",
+          "[core][options]") {
+  Config config;
+  CHECK(config.min_evictable.bytes == 16 * kKiB);
+  CHECK(config.get("min_evictable") == "16 KiB");
+  config.set("min_evictable", "1.5K");
+  CHECK(config.min_evictable.bytes == 1536u);
+  CHECK(config.get("min_evictable") == "1536 B");
+  config.set("min_evictable", "0");  // zero bytes: every result may be evicted
+  CHECK(config.min_evictable.bytes == 0u);
+  CHECK(config.get("min_evictable") == "0 B");
+  config.apply_conf("min_evictable:4K");
+  CHECK(config.min_evictable.bytes == 4 * kKiB);
+  for (const char* bad : {"0.5", "0.4x", "-4K", "4Q", "unlimited", ""}) {
+    CAPTURE(bad);
+    try {
+      config.set("min_evictable", bad);
+      FAIL("accepted");
+    } catch (const dtr::ConfigError& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Matchers::Contains("min_evictable") &&
+                           Catch::Matchers::Contains("expected a size such as 4096, 4K or 1.5M"));
+    }
+  }
+  CHECK(config.min_evictable.bytes == 4 * kKiB);  // a bad value changes nothing
 }
 
 TEST_CASE("parse_size reads binary suffixes", "[core][options]") {

@@ -64,3 +64,10 @@ def test_bad_on_thrash_fails_at_start(lib):
     proc = run([PYTHON, "-c", "print('STARTED')"],
                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,on_thrash:stop"), check=False)
     assert_fails_at_start(proc, "on_thrash", "warn, raise")
+
+
+def test_a_bad_size_fails_at_start(lib):
+    """min_evictable takes bytes (Note [Small storages]): no ratio, no "unlimited"."""
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_MIN_EVICTABLE="0.5x"), check=False)
+    assert_fails_at_start(proc, "min_evictable", "expected a size")

@@ -34,6 +34,12 @@ struct Budget {
   static Budget parse(std::string_view text);  // throws ConfigError
 };
 
+// A size in bytes, with no "unlimited" and no ratio: "4K", "16384", "1.5M".
+struct ByteSize {
+  uint64_t bytes = 0;
+  std::string to_string() const;  // "16 KiB", "100 B": exact, in the largest unit that divides
+};
+
 // X(member, type, "key", "DTR_ENV", "default", "doc")
 #define DTR_OPTIONS(X)                                                                             \
   X(budget, Budget, "budget", "DTR_BUDGET", "0",                                                   \
@@ -106,6 +112,11 @@ struct Budget {
     "PyTorch: once the budget binds, keep each dropout mask (bernoulli_) packed to one bit per "   \
     "element and unpack it at a remat instead of drawing it again (Note [Packed masks]); False "   \
     "= replay the draw")                                                                           \
+  X(min_evictable, ByteSize, "min_evictable", "DTR_MIN_EVICTABLE", "16K",                          \
+    "PyTorch: the least size of an op's result that may be evicted; smaller ones are pinned "      \
+    "when recorded and freed when they die, so a small result the script keeps (a loss, a "        \
+    "weight gradient) holds no lineage (Note [Small storages]); lower it for deep, narrow models " \
+    "whose activations are all smaller; 0 = every result that holds memory")                       \
   X(op_cost, std::string, "op_cost", "DTR_OP_COST", "measured",                                    \
     "PyTorch: the remat cost the policy scores: `measured` = the op's own run time, as DTR's "     \
     "prototype; `median` = the median of the last runs of ops with the same operator, shapes "     \
