@@ -252,6 +252,12 @@ constexpr size_t kNewestScanned = 16;
 // [Dead constants]).
 constexpr size_t kSmallPinnedBytes = 16384;
 
+// Note [Small storages]: option min_evictable in bytes; at 0, every result that holds
+// memory (a storage of no bytes frees nothing).
+uint64_t min_evictable_bytes(const Config& config) {
+  return std::max<uint64_t>(config.min_evictable.bytes, 1);
+}
+
 // Note [Op context]
 // ~~~~~~~~~~~~~~~~~
 // A remat must compute the bytes the op first computed, yet the op's arguments are not all
@@ -1302,8 +1308,7 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
         specs.push_back(OutputSpec{0, pending.target});
       }
     } else {
-      // Note [Small storages]; at min_evictable:0, every result that holds memory.
-      const uint64_t min_evictable_bytes = std::max<uint64_t>(config_.min_evictable.bytes, 1);
+      const uint64_t min_bytes = min_evictable_bytes(config_);  // Note [Small storages]
       for (uint16_t i = 0; i < info.num_returns && recordable; ++i) {
         for_each_cpu_tensor(stack[base + i], [&](const at::Tensor& t, int16_t element) {
           const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
@@ -1321,7 +1326,7 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           specs.push_back(OutputSpec{alias < 0 ? t.storage().nbytes() : 0, alias});
           output_slots.push_back(TensorSlot{i, element});
           impls.push_back(t.storage().getWeakStorageImpl());
-          evictable.push_back(alias < 0 && t.storage().nbytes() >= min_evictable_bytes &&
+          evictable.push_back(alias < 0 && t.storage().nbytes() >= min_bytes &&
                               is_ours(*t.storage().unsafeGetStorageImpl()));
         });
       }
@@ -1333,8 +1338,8 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
       uint64_t mask_one = 0, remat_ns = Engine::kSameCost;
       if (info.packs_mask && config_.pack_masks && pending.overwrite &&
           (engine_->stats().num_evictions > 0 || recording_->tracing()))
-        remat_ns = pack_written_mask(stack[base].toTensor(), config_.min_evictable.bytes, mask_bits,
-                                     mask_one);
+        remat_ns = pack_written_mask(stack[base].toTensor(), min_evictable_bytes(config_),
+                                     mask_bits, mask_one);
       if (remat_ns == Engine::kSameCost && median_costs_) {  // Note [Noisy op times]
         const uint64_t estimate = op_costs_.observe(op_signature(op, pending.args), compute_ns);
         if (estimate != compute_ns) remat_ns = estimate;

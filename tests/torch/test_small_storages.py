@@ -25,4 +25,3 @@ def test_under_the_default_bound_its_activations_stay_pinned(lib):
     assert proc.returncode != 0
     assert "OutOfMemoryError" in proc.stderr, proc.stderr[-3000:]
     assert "evictable 0 B" in proc.stderr, proc.stderr[-3000:]
-
