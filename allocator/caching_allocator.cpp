@@ -243,6 +243,7 @@ std::string AllocatorOom::message() const {
       std::string(held) + " plus this request, or reduce the batch size";
   if (reserved_limit_bytes != kUnlimitedBytes && largest_free_block_bytes < requested_bytes)
     out += ", or raise the reserved limit (free memory is fragmented: no free block fits)";
+  if (!owner_advice.empty()) out += ", or " + owner_advice;
   out += ".";
   return out;
 }
@@ -373,6 +374,7 @@ class CachingAllocator::Impl {
       oom.pinned_bytes = callback->pinned_bytes();
       oom.evictable_bytes = callback->evictable_bytes();
       oom.in_use_bytes = callback->in_use_bytes();
+      oom.owner_advice = callback->oom_advice(need);
       oom.has_callback = true;
     }
     return AllocResult{nullptr, oom};

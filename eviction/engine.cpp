@@ -867,6 +867,7 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
     std::vector<StorageId> window =
         search.window(memory_.allocator->blocks_in_address_order(), bytes_needed - released,
                       contiguous, stats_.candidates_scored);
+    stats_.neighborhood_visits = neighborhood_visits_;  // Note [Search work]
     for (StorageId s : window)  // each still evictable: may_evict pins only what it refuses
       if (may_evict(s)) evict_one(s);
     if (freed == released) evict_one(next_victim());
@@ -941,6 +942,10 @@ void Engine::end_period() {
 }
 
 StorageId Engine::choose_victim() {
+  struct CountVisits {  // Note [Search work]: on every way out
+    Engine& e;
+    ~CountVisits() { e.stats_.neighborhood_visits = e.neighborhood_visits_; }
+  } count_visits{*this};
   ++stats_.eviction_searches;
   CandidateSearch search{*this, *heuristic_, rng_, search_scratch_};
   const bool dead = config_.dead_first && !dead_pool_.empty();  // Note [Dead storages first]
@@ -1283,6 +1288,16 @@ void Engine::for_each_neighbor(StorageId s, F&& f) const {
   }
 }
 
+// Note [Search work]
+// ~~~~~~~~~~~~~~~~~~
+// The exact neighbourhood scores (dtr, dtr_ancestors, msps) cost a graph search each, and
+// once long chains are evicted that search is most of what a run does besides its ops
+// (Note [Cutoff scores] in candidate_search.cpp). Stats::neighborhood_visits counts the
+// evicted storages those searches reach, one per storage per search: a count, not a time,
+// so a replay and a live run of the same choices report the same number, and a policy's
+// search work can be compared across machines. The PyTorch host also times what making
+// room takes (dtr.make_room_ns; Note [Host work in op times] in
+// integration/torch/lineage.cpp).
 uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward,
                                               uint64_t stop_above) const {
   const StorageRec& brec = storages_[base];
@@ -1301,6 +1316,7 @@ uint64_t Engine::evicted_neighborhood_compute(StorageId base, bool forward,
         const StorageRec& urec = storages_[us];
         if (urec.material || urec.visit_epoch == epoch) continue;
         urec.visit_epoch = epoch;
+        ++neighborhood_visits_;  // Note [Search work]
         compute += urec.compute_ns;
         if (compute > stop_above) return compute;  // Note [Cutoff scores]
         dfs_stack_.push_back(us);

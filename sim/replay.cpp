@@ -558,6 +558,7 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["plan_departure"] = r.plan_departure;
   j["eviction_searches"] = r.stats.eviction_searches;
   j["candidates_scored"] = r.stats.candidates_scored;
+  j["neighborhood_visits"] = r.stats.neighborhood_visits;
   j["policy_status"] = r.policy_status;
   j["stats"] = r.stats.to_json();
   if (r.allocator == "fake") j["allocator_stats"] = r.allocator_stats.to_json();

@@ -1000,6 +1000,7 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   ObservedCall observed;  // Note [Observed fake quantization], Note [Observed RReLU]
   if (info.observed != Observed::none && !python && recording())
     observed = observed_call(info, *stack);
+  const uint64_t room_before = room_ns_on_this_thread();  // Note [Host work in op times]
   const auto start = std::chrono::steady_clock::now();
   try {
     // Note [Lean batch-norm backward] in compat.cpp; never under Python's key, whose mode
@@ -1010,14 +1011,15 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     lineage->abort_op(pending);
     throw;
   }
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count() -
+      static_cast<int64_t>(room_ns_on_this_thread() - room_before);
+  const uint64_t op_ns = ns > 0 ? static_cast<uint64_t>(ns) : 1;
   // after_op unlocks the inputs itself if it throws: Note [Exceptions after an op] in lineage.cpp.
-  lineage->after_op(op, pending, *stack, static_cast<uint64_t>(ns > 0 ? ns : 1));
+  lineage->after_op(op, pending, *stack, op_ns);
   if (observed.op)
-    record_observed(*lineage, observed, pending, below, *stack, info.num_returns,
-                    static_cast<uint64_t>(ns > 0 ? ns : 1));
+    record_observed(*lineage, observed, pending, below, *stack, info.num_returns, op_ns);
 }
 
 void record_observed(Lineage& lineage, ObservedCall& call, PendingOp& pending,

@@ -242,15 +242,26 @@ constexpr size_t kNewestScanned = 16;
 // test_rrelu.py ran out of memory at 0.5 with 9.28 MiB pinned where 16 KiB trains, and
 // min_evictable:9216 against 9217 decides it. The storages of 9216 B there are its 3x3
 // convolutions' weight gradients (16x16x3x3 floats), which live through the step and whose
-// lineage is the forward pass. An exact-neighbourhood policy (dtr_ancestors, one of auto's
-// trials) also slows on the long evicted chains small storages make: a residual MLP 1000
-// layers deep at 0.9 of its peak and 4 KiB had not finished after 10 minutes (99% of its
-// samples in Engine::evicted_neighborhood_compute), where policy:dtr_eq trained in 5.5 s
-// and down to 0.6 (16 KiB, dtr_eq: 17.7 s at 0.9, out of memory at 0.7).
+// lineage is the forward pass. Small storages make long evicted chains: a residual MLP
+// 1000 layers deep at 4 KiB ran for minutes under auto (at 0.9 of its peak one day, at
+// 0.6 the next; 99% of the samples in Engine::evicted_neighborhood_compute), where
+// policy:dtr_eq trained in 5.5 s and 22 s. That was the searches' time charged to the ops
+// (Note [Host work in op times]); since, auto trains it at 0.6 in 15.6 s (16 KiB, dtr_eq:
+// 17.7 s at 0.9, out of memory at 0.7).
+// When a budget runs out of memory with enough of its pinned bytes in such results, the
+// error says so and suggests a lower bound (Lineage::oom_advice): the deep, narrow MLP's
+// said only "pinned 10.59 MiB ... evictable 0 B".
 // Dead pinned storages smaller than kSmallPinnedBytes are not worth a full collect of
 // their own (batched: the small pinned storages above die all the time) nor a cut (Note
 // [Dead constants]).
 constexpr size_t kSmallPinnedBytes = 16384;
+
+// What becomes of an op's output when it is recorded (PendingOp::evictable).
+enum OutputKeep : char {
+  kKeepPinned = 0,     // a view, or memory our allocator did not make
+  kKeepEvictable = 1,  // may be evicted
+  kKeepSmall = 2,      // pinned for being under min_evictable (StorageRec::small)
+};
 
 // Note [Small storages]: option min_evictable in bytes; at 0, every result that holds
 // memory (a storage of no bytes frees nothing).
@@ -1326,8 +1337,10 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           specs.push_back(OutputSpec{alias < 0 ? t.storage().nbytes() : 0, alias});
           output_slots.push_back(TensorSlot{i, element});
           impls.push_back(t.storage().getWeakStorageImpl());
-          evictable.push_back(alias < 0 && t.storage().nbytes() >= min_bytes &&
-                              is_ours(*t.storage().unsafeGetStorageImpl()));
+          evictable.push_back(alias >= 0 || !is_ours(*t.storage().unsafeGetStorageImpl())
+                                  ? kKeepPinned
+                              : t.storage().nbytes() >= min_bytes ? kKeepEvictable
+                                                                  : kKeepSmall);
         });
       }
     }
@@ -1393,9 +1406,10 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           if (specs[i].alias >= 0) continue;
           const StorageId s = engine_->storage_of(outputs[i]);
           adopt(s, impls[i], outputs[i]);
-          if (!evictable[i]) {
+          if (evictable[i] != kKeepEvictable) {
             const Status pinned = pin_tensor(outputs[i]);
             DTR_CHECK(pinned.ok(), "pinning a material storage cannot fail");
+            storages_[s].small = evictable[i] == kKeepSmall;
           }
         }
       }
@@ -1713,9 +1727,49 @@ std::unique_lock<std::recursive_mutex> Lineage::allocator_lock() const {
 // out of memory asking for 2.25 MiB with 86.5 MiB evictable, after evicting a dead 2 KiB
 // storage. So the engine is asked again until a block is really freed or it has nothing
 // left.
+// Note [Host work in op times]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op's time is taken around its kernel (dispatch_hook.cpp), and the kernel's allocations
+// may call make_room: a collect, an eviction search, the evictions. That work is the
+// library's, not the op's, and it was charged to the op: the op's cost is its outputs'
+// compute in every score, the clock's tick, and the TIME a trace records. The error feeds
+// itself. A 500-layer residual MLP 64 wide (12 KiB activations, min_evictable:4K) at 0.6 of
+// its peak under dtr_ancestors: in the backward, searches reached 2,000 evicted storages
+// per candidate, an op that searched looked hundreds of times its cost, and the charged
+// compute of the program's ops came to 17.7 s against 2.4 s under dtr_eq, whose search is
+// cheap. 3 steps took 10-54 s (two runs) and the search reached 100-590 million storages,
+// against 77 thousand and 3.2 s once the ops' times left make_room out; a replay of the
+// run's trace had reached 0.2 million (Note [Search work] in eviction/engine.cpp). So each
+// thread sums the wall time it spends in make_room, and an op's time is the kernel's less
+// what its thread spent there meanwhile. Time a worker thread of the op's parallel region
+// spends in make_room (it only tries the lock: Note [Engine lock]) still counts, as the op
+// waits for it. dtr.make_room_ns sums it all; the remats' measured time
+// (dtr.remat_measured_ns) still holds what making room took within them, as the wall time
+// they cost the run.
+namespace {
+thread_local uint64_t room_ns_on_thread = 0;
+thread_local bool in_make_room = false;
+}  // namespace
+
+uint64_t room_ns_on_this_thread() { return room_ns_on_thread; }
+
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return 0;
+  struct Timed {  // Note [Host work in op times]; the outermost call only
+    Stats& stats;
+    const SteadyClock& clock;
+    const bool outer = !in_make_room;
+    const Tick start = clock.now();
+    Timed(Stats& s, const SteadyClock& c) : stats(s), clock(c) { in_make_room = true; }
+    ~Timed() {
+      if (!outer) return;
+      in_make_room = false;
+      const uint64_t ns = clock.now() - start;
+      room_ns_on_thread += ns;
+      stats.make_room_ns += ns;
+    }
+  } timed{engine_->stats(), clock_};
   evicted_bytes_in_call_ = 0;
   collect(/*full=*/false);
   // A full collect when something may have become unneeded since the last one: new ops,
@@ -1880,6 +1934,41 @@ uint64_t Lineage::pinned_bytes() const {
   }
   const uint64_t unevictable = engine_->unevictable_bytes();
   return unevictable - std::min(unevictable, outside);
+}
+
+// Note [Small storages]: the advice, where op results pinned for their size could make the
+// room asked for and hold a sixteenth of the pinned bytes or more (the deep, narrow MLP at
+// 0.8: 1.5 of 10.6 MiB, the rest its parameters and gradients). The bound it suggests is a
+// power of two at or under the size of the storages that hold half of those bytes, the
+// larger ones first.
+std::string Lineage::oom_advice(uint64_t bytes_requested) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<uint64_t> sizes;
+  uint64_t small = 0;
+  for (StorageId s : active_) {
+    if (!storages_[s].small || storages_[s].dead || !engine_->is_material(s) ||
+        !engine_->is_pinned(s) || engine_->storage_size(s) == 0)
+      continue;
+    sizes.push_back(engine_->storage_size(s));
+    small += sizes.back();
+  }
+  const uint64_t pinned = engine_->unevictable_bytes();
+  if (small < bytes_requested || small < pinned / 16) return {};
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  uint64_t half = 0, bound = 1;
+  for (uint64_t size : sizes) {
+    half += size;
+    if (2 * half >= small) {
+      while (2 * bound <= size) bound *= 2;
+      break;
+    }
+  }
+  const std::string value =
+      bound >= 1024 ? std::to_string(bound / 1024) + "K" : std::to_string(bound);
+  return "lower option min_evictable (now " + format_bytes(min_evictable_bytes(config_)) +
+         "), as with DTR_CONF=min_evictable:" + value + ": " + format_bytes(small) +
+         " of the pinned bytes are op results under it, which are never evicted (Note "
+         "[Small storages])";
 }
 
 uint64_t Lineage::evictable_bytes() const {

@@ -155,7 +155,7 @@ struct PendingOp {
   std::vector<OutputSpec> specs;
   std::vector<TensorSlot> output_slots;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> impls;
-  std::vector<char> evictable;
+  std::vector<char> evictable;  // per output: an OutputKeep (lineage.cpp)
   std::vector<TensorId> outputs;
 
   void reset(const OpInfo& op_info, bool record_op) {
@@ -255,6 +255,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t before_new_peak(uint64_t bytes_requested) override;
   uint64_t compact(uint64_t bytes_requested) override;  // Note [Moving storages]
   uint64_t pinned_bytes() const override;
+  std::string oom_advice(uint64_t bytes_requested) const override;
   uint64_t evictable_bytes() const override;
   uint64_t in_use_bytes() const override;
 
@@ -276,6 +277,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     // The program can write its memory without the dispatcher: Note [Writes outside the
     // dispatcher] in lineage.cpp.
     bool exposed = false;
+    // Pinned when recorded for being under option min_evictable: Note [Small storages].
+    bool small = false;
   };
   struct OpRec {
     c10::optional<c10::OperatorHandle> op;
@@ -400,6 +403,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
 
 // The process's lineage (null before start_lineage).
 Lineage* the_lineage();
+// The wall time the calling thread has spent in Lineage::make_room, summed: an op's time
+// leaves out what its thread spent there (Note [Host work in op times] in lineage.cpp).
+uint64_t room_ns_on_this_thread();
 
 // The dispatch key our fallback sits on: Note [Dispatch key] in dispatch_hook.cpp.
 using torch_compat::kDtrKey;

@@ -294,6 +294,7 @@ void report_at_exit() {
   summary["dtr.num_remats"] = engine.num_remats;
   summary["dtr.remat_compute_ns"] = engine.remat_compute_ns;
   summary["dtr.remat_measured_ns"] = engine.remat_measured_ns;
+  summary["dtr.make_room_ns"] = engine.make_room_ns;  // Note [Host work in op times]
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
   summary["dtr.num_thrash_alerts"] = engine.num_thrash_alerts;  // Note [Thrashing in a live run]
   // Note [Policy trial]: the policy, or auto's choice and trial (none with remat:False)

@@ -187,6 +187,17 @@ TEST_CASE("allocator oom: the message accounts for every allocated byte", "[allo
   REQUIRE_FALSE(rounded.ok());
   CHECK(rounded.oom.untracked_bytes() == 4096);
   CHECK(rounded.oom.message().find("untracked") == std::string::npos);
+
+  // The owner's advice (the PyTorch host's on min_evictable) closes the list of things to try.
+  CHECK(rounded.oom.message().find("set x:1") == std::string::npos);
+  evictor.oom_advice_value = "set x:1 (why)";
+  AllocResult advised = allocator.allocate(4 * kMiB);
+  REQUIRE_FALSE(advised.ok());
+  CHECK(advised.oom.owner_advice == "set x:1 (why)");
+  const std::string advice = advised.oom.message();
+  const std::string tail = ", or set x:1 (why).";
+  REQUIRE(advice.size() > tail.size());
+  CHECK(advice.compare(advice.size() - tail.size(), tail.size(), tail) == 0);
   for (void* p : held) allocator.free(p);
 }
 

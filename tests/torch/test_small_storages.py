@@ -25,3 +25,6 @@ def test_under_the_default_bound_its_activations_stay_pinned(lib):
     assert proc.returncode != 0
     assert "OutOfMemoryError" in proc.stderr, proc.stderr[-3000:]
     assert "evictable 0 B" in proc.stderr, proc.stderr[-3000:]
+    # The error names the cause and a bound under the 12 KiB activations (Lineage::oom_advice).
+    assert "or lower option min_evictable (now 16.00 KiB), as with DTR_CONF=min_evictable:8K: " \
+        in proc.stderr, proc.stderr[-3000:]

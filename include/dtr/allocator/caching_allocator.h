@@ -81,6 +81,7 @@ struct AllocatorOom {
   uint64_t evictable_bytes = 0;           // from EvictionCallback::evictable_bytes (0: no callback)
   uint64_t in_use_bytes = 0;              // of pinned_bytes, what only running ops hold
   bool has_callback = false;              // the three above came from an EvictionCallback
+  std::string owner_advice;               // from EvictionCallback::oom_advice
   uint64_t largest_free_block_bytes = 0;  // largest cached free block
 
   // Allocated bytes the callback's owner does not account for (an op's own buffers, such
@@ -126,6 +127,10 @@ class EvictionCallback {
   virtual uint64_t pinned_bytes() const { return 0; }
   virtual uint64_t evictable_bytes() const { return 0; }
   virtual uint64_t in_use_bytes() const { return 0; }
+  // For the AllocatorOom message of a request of `bytes_requested`: one more thing to
+  // try, from the owner's own options, as a clause after "or" ("lower option ..."); empty
+  // for none.
+  virtual std::string oom_advice(uint64_t /*bytes_requested*/) const { return {}; }
 };
 
 // The owner's side of CachingAllocator::compact. Both are called with the allocator's

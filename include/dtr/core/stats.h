@@ -38,6 +38,9 @@ namespace dtr {
   X(remat_measured_ns, "dtr.remat_measured_ns",                                                    \
     "torch host: the wall time its remats took, measured (remat_compute_ns sums the costs "        \
     "charged for them: Note [Noisy op times])")                                                    \
+  X(make_room_ns, "dtr.make_room_ns",                                                              \
+    "torch host: the wall time it spent making room for the allocator (collecting, searching, "    \
+    "evicting), which op times leave out (Note [Host work in op times])")                          \
   X(num_thrash_alerts, "dtr.num_thrash_alerts",                                                    \
     "torch host: times remats passed option max_overhead (Note [Thrashing in a live run])")        \
   X(num_packed_masks, "dtr.num_packed_masks",                                                      \
@@ -46,6 +49,9 @@ namespace dtr {
     "remats that unpacked a mask instead of drawing it again")                                     \
   X(eviction_searches, "dtr.eviction_searches", "times the engine chose a storage to evict")       \
   X(candidates_scored, "dtr.candidates_scored", "heuristic evaluations during those searches")     \
+  X(neighborhood_visits, "dtr.neighborhood_visits",                                                \
+    "evicted storages the neighbourhood scores (dtr, dtr_ancestors, msps) reached in those "       \
+    "searches (Note [Search work])")                                                               \
   X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")   \
   X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")          \
   X(num_relaxed_remats, "dtr.num_relaxed_remats",                                                  \

@@ -411,6 +411,9 @@ class Engine {
   size_t eq_compact_at_ = 4096;  // compact_eq_nodes() when eq_nodes_ reaches this
   mutable uint32_t epoch_ = 0;
   mutable std::vector<StorageId> dfs_stack_;
+  // Note [Search work] in engine.cpp: counted here (the search is const), copied into
+  // stats_ after each search.
+  mutable uint64_t neighborhood_visits_ = 0;
 
   std::vector<Frame> frames_;
   std::vector<TensorId> pending_;

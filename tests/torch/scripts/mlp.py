@@ -18,12 +18,24 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--depth", type=int, default=2, help="hidden width x width layers")
+    parser.add_argument("--residual", action="store_true",
+                        help="each hidden layer adds its input back: h + tanh(linear(h))")
     args = parser.parse_args()
 
     torch.manual_seed(0)
+
+    class Residual(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.linear = nn.Linear(width, width)
+
+        def forward(self, h):
+            return h + torch.tanh(self.linear(h))
+
     layers = [nn.Linear(256, args.width), nn.ReLU()]
     for _ in range(args.depth):
-        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+        layers += ([Residual(args.width)] if args.residual else
+                   [nn.Linear(args.width, args.width), nn.ReLU()])
     model = nn.Sequential(*layers, nn.Linear(args.width, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
