@@ -134,8 +134,12 @@ def test_auto_cuts_a_thrashing_first_step_short(lib):
     # Note [Thrashing period]: the packed GRU's first step has its longest sequences, and at
     # 0.75 of the run's peak dtr_eq's remats in it passed 1000 times the step's own compute
     # (89 s live against 0.2 s without the library). auto trains that step under dtr_eq (the
-    # warm-up) and must leave dtr_eq within the step, not at its end.
-    summary = under_budget(lib, ("gru_packed.py", "--steps", "3", "--optimizer", "sgd"), 0.75)
+    # warm-up) and must leave dtr_eq within the step, not at its end. Since op times leave
+    # out the library's work to make room (Note [Host work in op times]), dtr_eq at 0.75
+    # sometimes gets through that step (1 of 8 runs next to a busy loop, and once in CI);
+    # at 0.7 it thrashed in 12 of 12 such runs (docs/pytorch.md, "The library's own work
+    # in op times").
+    summary = under_budget(lib, ("gru_packed.py", "--steps", "3", "--optimizer", "sgd"), 0.7)
     status = summary["dtr.policy"]
     m = re.match(rf"^auto: .*\(dtr_eq {MEAN}, .*; 1 thrashing period cut short\)$", status)
     assert m, status
