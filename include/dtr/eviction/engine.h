@@ -259,7 +259,10 @@ class Engine {
   uint64_t pool_seq(StorageId s) const { return storages_[s].pool_seq; }
   const std::vector<StorageId>& pool() const { return pool_; }
   Tick last_access(StorageId s) const { return storages_[s].last_access; }
-  Tick staleness(StorageId s) const { return clock_.now() - storages_[s].last_access; }
+  // Note [Search clock] in engine.cpp: within a search, the time it began.
+  Tick staleness(StorageId s) const {
+    return (searching_ ? search_now_ : clock_.now()) - storages_[s].last_access;
+  }
   // Compute of the evicted storages reachable from `s` through evicted storages, along
   // children (forward) or parents (backward). Needs kFeatureNeighborhood. The search stops
   // as soon as the sum passes `stop_above` and returns what it has summed so far (Note
@@ -414,6 +417,14 @@ class Engine {
   // Note [Search work] in engine.cpp: counted here (the search is const), copied into
   // stats_ after each search.
   mutable uint64_t neighborhood_visits_ = 0;
+  // Note [Search clock] in engine.cpp: set by a SearchScope while a search runs.
+  bool searching_ = false;
+  Tick search_now_ = 0;
+  struct SearchScope {
+    Engine& e;
+    explicit SearchScope(Engine& engine);
+    ~SearchScope();
+  };
 
   std::vector<Frame> frames_;
   std::vector<TensorId> pending_;
