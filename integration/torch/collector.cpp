@@ -146,10 +146,12 @@ void Lineage::collect(bool full) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (full || dead_scan_ops_ != ops_recorded_) scan_for_dead();
   if (!full) return;
+  ++engine_->stats().full_collects;
   full_collect_ops_ = ops_recorded_;
   full_collect_deaths_ = deaths_;
   pinned_dead_bytes_ = 0;
   pinned_dead_kept_bytes_ = 0;
+  pinned_dead_kept_large_bytes_ = 0;
   versions_since_collect_ = 0;
   ops_since_collect_ = 0;
   uint32_t needed_mark = mark_needed();
@@ -164,7 +166,11 @@ void Lineage::collect(bool full) {
       continue;
     }
     if (!rec.dead || needed(s) || (engine_->is_locked(s) && !engine_->is_pinned(s))) {
-      if (rec.dead && engine_->is_pinned(s)) pinned_dead_kept_bytes_ += engine_->storage_size(s);
+      if (rec.dead && engine_->is_pinned(s)) {
+        const uint64_t size = engine_->storage_size(s);
+        pinned_dead_kept_bytes_ += size;
+        if (size >= kSmallPinnedBytes) pinned_dead_kept_large_bytes_ += size;
+      }
       kept.push_back(s);
       continue;
     }

@@ -183,9 +183,9 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A dead pinned storage (a dropout mask, a live descendant pinned by Note [Pinned writes],
 // an old parameter value) is freed only by a full collect, which finds that no lineage
-// needs it and DISCARDs it. Under a budget a full collect runs at every eviction request
-// after new deaths, so it goes soon; with no budget, only every kMinOpsBetweenCollects ops
-// or more. A trace is recorded with no budget, and the simulator holds a pinned storage
+// needs it and DISCARDs it. Under a budget a full collect runs at the next eviction
+// request once such deaths reach kSmallPinnedBytes (Note [Collects when making room]), so
+// it goes soon; with no budget, only every kMinOpsBetweenCollects ops or more. A trace is recorded with no budget, and the simulator holds a pinned storage
 // until its DISCARD: on the LSTM script the step-1 logits (15.6 MiB, pinned at the
 // optimizer step) died early in step 2 and were DISCARDed 4500 events later, after step 2's
 // backward, so every replayed policy ran out of memory at 0.6-0.7 of the baseline peak
@@ -193,8 +193,9 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // before the next op once pinned storages of kSmallPinnedBytes or more have died since the
 // last one (batched: the small pinned storages of Note [Small storages] die all the time).
 // The same goes for the cut of Note [Dead constants]: under a budget a full collect comes
-// before every eviction, so a gradient written in place while a dead constant is held is
-// pinned before anything could evict it. With no budget the cut waited for the next pinned
+// before the next eviction after such a write (Note [Collects when making room]), so a
+// gradient written in place while a dead constant is held is pinned before anything could
+// evict it. With no budget the cut waited for the next pinned
 // death, a micro-batch later: the trace of 4 micro-batches (patterns.py) had step 1's soft
 // pins at op 101 where a run under 0.8 of its peak made them at ops 72-101, as each
 // gradient was written, and its replays at 0.8 ran out of memory. So while tracing with no
@@ -251,10 +252,9 @@ constexpr size_t kNewestScanned = 16;
 // When a budget runs out of memory with enough of its pinned bytes in such results, the
 // error says so and suggests a lower bound (Lineage::oom_advice): the deep, narrow MLP's
 // said only "pinned 10.59 MiB ... evictable 0 B".
-// Dead pinned storages smaller than kSmallPinnedBytes are not worth a full collect of
-// their own (batched: the small pinned storages above die all the time) nor a cut (Note
-// [Dead constants]).
-constexpr size_t kSmallPinnedBytes = 16384;
+// Dead pinned storages smaller than kSmallPinnedBytes (lineage_impl.h) are not worth a
+// full collect of their own (batched: the small pinned storages above die all the time)
+// nor a cut (Note [Dead constants]).
 
 // What becomes of an op's output when it is recorded (PendingOp::evictable).
 enum OutputKeep : char {
@@ -1772,26 +1772,65 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   } timed{engine_->stats(), clock_};
   evicted_bytes_in_call_ = 0;
   collect(/*full=*/false);
-  // A full collect when something may have become unneeded since the last one: new ops,
-  // or new deaths (a dead pinned storage is freed only by a full collect).
-  if (full_collect_ops_ != ops_recorded_ || full_collect_deaths_ != deaths_)
-    collect(/*full=*/true);
-  const uint64_t freed = evicted_bytes_in_call_;
+  // Note [Collects when making room]
+  const bool collected = full_collect_due();
+  if (collected) collect(/*full=*/true);
+  uint64_t freed = evicted_bytes_in_call_;
   if (freed > 0 && (contiguous_request || freed >= bytes_needed)) return freed;
-  uint64_t more = 0;
-  {
+  auto evict = [&] {
     // Frees from here are evictions (the storages keep their lineage); the dead storages
     // collect() freed above are not.
     MemoryHistory::ContextScope evicting(history_, MemoryContext::evicting);
     // Note [Evictions that free nothing]
-    uint64_t claimed = 0;
+    uint64_t more = 0, claimed = 0;
+    const uint64_t before = evicted_bytes_in_call_;
     do {
-      claimed = engine_->free_for_allocator(bytes_needed - freed, contiguous_request);
+      claimed = engine_->free_for_allocator(bytes_needed - std::min(bytes_needed, freed),
+                                            contiguous_request);
       more += claimed;
-    } while (claimed > 0 && evicted_bytes_in_call_ == freed);
+    } while (claimed > 0 && evicted_bytes_in_call_ == before);
+    return more;
+  };
+  uint64_t more = evict();
+  if (freed + more == 0 && !collected &&
+      (full_collect_ops_ != ops_recorded_ || full_collect_deaths_ != deaths_)) {
+    collect(/*full=*/true);  // the one put off could free what eviction cannot
+    freed = evicted_bytes_in_call_;
+    if (freed == 0 || (!contiguous_request && freed < bytes_needed)) more = evict();
   }
   if (freed + more == 0 && config_.debug >= 1) print_storages();
   return freed + more;
+}
+
+// Note [Collects when making room]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// make_room ran a full collect whenever an op had been recorded or a storage had died
+// since the last one: under a budget, before nearly every eviction request. A full collect
+// walks what lineage holds, so on a model of many small ops that is a cost of the whole
+// graph per op: a 1000-layer residual MLP 64 wide (tests/torch/scripts/mlp.py --residual,
+// min_evictable:4K) at 0.6 of its peak under dtr_eq spent 40% of its run in collect, where
+// the ops themselves took a tenth of it. What a full collect frees that a scan for dead
+// storages does not is dead pinned storages no lineage needs (a dead unpinned one is
+// evicted as it is found dead: eager eviction; a dead one a remat left material is in the
+// pool and goes first with dead_first), and its cut (Note [Dead constants]) must come
+// before anything written in place could be evicted. So a full collect still comes at
+// once where pinned storages of kSmallPinnedBytes or more died since the last one (or it
+// kept such and something died since), and where an op wrote a new version while the last
+// one held a dead constant; else it waits until the ops since the last have earned it,
+// kCollectedPerOp storages of lineage each (as Note [Scan credit]), and comes anyway when
+// nothing could be evicted without it.
+constexpr size_t kCollectedPerOp = 64;
+
+bool Lineage::full_collect_due() const {
+  if (full_collect_ops_ == ops_recorded_ && full_collect_deaths_ == deaths_) return false;
+  // Small dead pinned storages a collect kept wait for the credit: the storages that need
+  // them die all the time, and a collect after each death was most of the run again.
+  const uint64_t dead_pinned =
+      pinned_dead_bytes_ + (deaths_ != full_collect_deaths_ ? pinned_dead_kept_large_bytes_ : 0);
+  if (dead_pinned >= kSmallPinnedBytes) return true;
+  if (holds_dead_constants_ && versions_since_collect_ > 0) return true;
+  return full_collect_ops_ == UINT64_MAX ||
+         active_.size() <= kCollectedPerOp * (ops_recorded_ - full_collect_ops_);
 }
 
 // Note [Temporaries]: with no budget, the storages that died since the last scan are

@@ -48,6 +48,10 @@
 
 namespace dtr::torch_integration {
 
+// Dead pinned storages under this size are not worth a full collect of their own nor a
+// cut (Note [Small storages] in lineage.cpp).
+constexpr size_t kSmallPinnedBytes = 16384;
+
 // Where a tensor sits among an op's arguments or returns: value `index`, and `element`
 // inside a tensor list (-1 for a plain tensor).
 struct TensorSlot {
@@ -333,6 +337,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void set_block_owner(StorageId s);
   void reuse_retired_ids();
   void print_storages() const;
+  bool full_collect_due() const;  // Note [Collects when making room]
   Status pin_tensor(TensorId t);
 
   const Config config_;
@@ -345,6 +350,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t full_collect_deaths_ = UINT64_MAX;
   uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
   uint64_t pinned_dead_kept_bytes_ = 0;  // ... and dead pinned ones it kept, still needed
+  uint64_t pinned_dead_kept_large_bytes_ = 0;  // ... of kSmallPinnedBytes or more each
   // Note [Discards in a trace]: new versions recorded since the last full collect, and
   // whether that collect's cut (Note [Dead constants]) found a dead constant still needed.
   uint64_t versions_since_collect_ = 0;

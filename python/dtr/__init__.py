@@ -265,7 +265,8 @@ def memory_summary():
                    f'{s.get("dtr.remat_measured_ns", 0) / 1e9:.3f} s'),
         ("Program ops' compute", f'{s.get("dtr.model_compute_ns", 0) / 1e9:.3f} s'),
         # Note [Host work in op times]: collects, searches and evictions, not in the above
-        ("Making room", f'{s.get("dtr.make_room_ns", 0) / 1e9:.3f} s'),
+        ("Making room", f'{s.get("dtr.make_room_ns", 0) / 1e9:.3f} s, '
+                        f'{s.get("dtr.full_collects", 0)} full collects'),
         ("Out-of-memory errors", str(s["num_ooms"])),
         ("Thrash alerts", str(s.get("dtr.num_thrash_alerts", 0))),
     ]

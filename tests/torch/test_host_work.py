@@ -2,20 +2,33 @@
 (Note [Host work in op times] in integration/torch/lineage.cpp): collecting, searching for
 a victim, evicting. Until 2026-12-04 that work was charged to the op, as its compute in
 every score and as the clock's tick. A residual MLP 500 layers deep and 64 wide on a
-batch of 48 (12 KiB activations, evictable at min_evictable:4K) at 0.6 of its peak spends
+batch of 48 (12 KiB activations, evictable at min_evictable:4K) at 0.6 of its peak spent
 most of its run making room: the charged compute of its ops came to 2.3 s there, against
-0.24 s without a budget; with the time left out, 0.33 s."""
+0.24 s without a budget; with the time left out, 0.33 s. Since full collects wait for
+their credit (Note [Collects when making room]), making room costs that depth about what
+its ops do, so the test runs one 1000 layers deep, where it still costs several times
+more."""
+import pytest
+
 from conftest import Result, clean_env, driver, run, trains_bit_identically
 
 RESIDUAL = ("mlp.py", "--width", "64", "--batch", "48", "--depth", "500", "--steps", "3",
             "--residual")
+DEEP = RESIDUAL[:6] + ("1000",) + RESIDUAL[7:]
 
 
-def test_op_times_leave_out_making_room(lib):
-    free = Result(run(driver(*RESIDUAL), clean_env(LD_PRELOAD=lib, DTR_CONF="min_evictable:4K")))
+@pytest.fixture(scope="module")
+def under_dtr_eq(lib):
+    """The residual MLP 1000 layers deep at 0.6 of its peak under dtr_eq, bit-identical: its
+    stats."""
+    return trains_bit_identically(lib, DEEP, 0.6, conf="min_evictable:4K,policy:dtr_eq").stats
+
+
+def test_op_times_leave_out_making_room(lib, under_dtr_eq):
+    free = Result(run(driver(*DEEP), clean_env(LD_PRELOAD=lib, DTR_CONF="min_evictable:4K")))
     unpressed = free.stats
     assert unpressed["dtr.make_room_ns"] == 0, unpressed
-    stats = trains_bit_identically(lib, RESIDUAL, 0.6, conf="min_evictable:4K,policy:dtr_eq").stats
+    stats = under_dtr_eq
     room = stats["dtr.make_room_ns"]
     # Making room took seconds here, several times the ops' own compute; charged to the
     # ops, it came back as most of their compute (2.30 s against 0.24 s, with 2.44 s of
@@ -33,3 +46,14 @@ def test_the_default_policy_trains_the_residual_mlp_at_0_6(lib):
     each search inflated the costs that made the next one long."""
     stats = trains_bit_identically(lib, RESIDUAL, 0.6, conf="min_evictable:4K").stats
     assert stats["dtr.neighborhood_visits"] > 0, stats  # the trials' searches ran
+
+
+def test_making_room_puts_full_collects_off(under_dtr_eq):
+    """Note [Collects when making room]: a full collect walks all the lineage held, and one
+    ran before nearly every eviction request, most of this run's time once the ops no longer
+    paid for it. Now one waits until the ops since the last have earned it, unless dead
+    pinned storages or a dead constant call for it."""
+    stats = under_dtr_eq
+    requests = stats["dtr.allocator_requests"]
+    assert requests > 1000, stats
+    assert 0 < stats["dtr.full_collects"] < requests / 4, stats

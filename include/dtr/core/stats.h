@@ -41,6 +41,9 @@ namespace dtr {
   X(make_room_ns, "dtr.make_room_ns",                                                              \
     "torch host: the wall time it spent making room for the allocator (collecting, searching, "    \
     "evicting), which op times leave out (Note [Host work in op times])")                          \
+  X(full_collects, "dtr.full_collects",                                                            \
+    "torch host: full collects of dead lineage (Note [Collecting dead lineage]; under a budget, "  \
+    "Note [Collects when making room])")                                                           \
   X(num_thrash_alerts, "dtr.num_thrash_alerts",                                                    \
     "torch host: times remats passed option max_overhead (Note [Thrashing in a live run])")        \
   X(num_packed_masks, "dtr.num_packed_masks",                                                      \
