@@ -8,7 +8,9 @@ For each script (resnet18, transformer, transformer6 = 6 layers): `plain` (no li
 `dtr` (library, no budget: recording and bookkeeping only), `dtr 0.5x` (a hard budget of
 half the peak, evicting and rematerializing; where half is infeasible, the next fraction in
 --fractions; with --policies, one such configuration per eviction policy, and with --confs
-one per DTR_CONF fragment, such as `--confs "op_cost:median;op_cost:measured"`). Each run's
+one per DTR_CONF fragment, such as `--confs "op_cost:median;op_cost:measured"`; with
+--against, each budget configuration again under another build of the library, so that a
+change is timed side by side with the library before it). Each run's
 first step is dropped (warm-up); a configuration's figure is the median over rounds of the
 run's median step time. Peak RSS is each process's own (wait4), the median over rounds;
 remat time is the library's measured wall time of a run's remats (dtr.remat_measured_ns),
@@ -59,6 +61,10 @@ def main():
                         help="';'-separated DTR_CONF fragments (such as op_cost:measured) to "
                              "time under the budget, each a configuration of its own, for each "
                              "policy")
+    parser.add_argument("--against", default="",
+                        help="path of another build of libdtr_torch.so (the library before a "
+                             "change): each budget configuration is timed under it too, "
+                             "interleaved, as a row marked 'against'")
     parser.add_argument("--threads", type=int, default=2,
                         help="OMP_NUM_THREADS of every run (Note [Threads on this machine])")
     parser.add_argument("--scripts", default="resnet18,transformer",
@@ -101,6 +107,11 @@ def main():
             config = f"dtr {fraction}x{' ' + label(variant) if label(variant) else ''}"
             configs[config] = dict(conf=budget_conf(budget, variant))
             policy_of[config] = label(variant)
+            if args.against:
+                configs[config + " against"] = dict(conf=budget_conf(budget, variant),
+                                                    library=args.against)
+                policy_of[config + " against"] = " ".join(filter(None, (label(variant),
+                                                                         "against")))
         times = {c: [] for c in configs}
         rss = {c: [] for c in configs}
         remats = {c: 0 for c in configs}

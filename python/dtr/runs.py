@@ -55,14 +55,15 @@ def library_path():
 
 def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/python3",
         extra_env=None, timeout=None):
-    """Runs `script` once. conf=None with library=True: the library with its defaults.
+    """Runs `script` once. conf=None with library=True: the library with its defaults;
+    `library` may also be the path of another build of it.
     With `timeout` (seconds of wall time) a run still going then is killed (SIGKILL), and
     its returncode is -9 with `timed_out` set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTR_") and k != "LD_PRELOAD"}
     env["OMP_NUM_THREADS"] = str(threads)
     env.update(extra_env or {})
     if library:
-        env["LD_PRELOAD"] = str(library_path())
+        env["LD_PRELOAD"] = str(library_path() if library is True else library)
         env["DTR_REPORT"] = "1"
         if conf:
             env["DTR_CONF"] = conf
