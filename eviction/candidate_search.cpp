@@ -42,6 +42,10 @@ double CandidateSearch::Best::cutoff() const {
 // loses as the full one would; where rounding leaves the stopped score at the cutoff, the
 // score is searched in full. The winner's score is always a full one (chosen_cost), and
 // the choice is the one of the plain scan. tests/eviction/test_cutoff_scores.cpp.
+// dtr_eq sums its classes without a search, but finding them walks each candidate's
+// neighbours (Engine::eq_class_cost), and a full scan of a deep residual MLP's pool spent
+// 44% of its run there (2026-12-04): its score stops at the candidate's own compute where
+// that alone puts it above the cutoff (the classes only add).
 //
 // Note [Bounded full scan]
 // ~~~~~~~~~~~~~~~~~~~~~~~~

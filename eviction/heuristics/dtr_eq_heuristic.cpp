@@ -17,6 +17,14 @@ class DtrEqHeuristic final : public Heuristic {
   double score(const Engine& e, StorageId s) override {
     return dtr_ratio(double(e.eq_class_cost(s)), double(e.storage_size(s)), double(e.staleness(s)));
   }
+  // Note [Cutoff scores] in candidate_search.cpp: the classes only add to s's own compute,
+  // so where the local ratio is already above the cutoff, the neighbours need no walk.
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+    const double size = double(e.storage_size(s)), staleness = double(e.staleness(s));
+    const double local = dtr_ratio(double(e.storage_compute(s)), size, staleness);
+    if (local > cutoff) return local;
+    return dtr_ratio(double(e.eq_class_cost(s)), size, staleness);
+  }
 };
 }  // namespace
 

@@ -63,7 +63,7 @@ struct Program {
 
 TEST_CASE("a score searched up to a cutoff is the full score or above the cutoff",
           "[eviction][cutoff]") {
-  for (const char* policy : {"msps", "dtr", "dtr_ancestors"}) {
+  for (const char* policy : {"msps", "dtr", "dtr_ancestors", "dtr_eq"}) {
     Program p(builtin_heuristics().make(policy, {}), SearchMode::full);
     p.run(7, 600);
     REQUIRE(p.engine->stats().num_remats > 0);
@@ -95,7 +95,7 @@ TEST_CASE("a score searched up to a cutoff is the full score or above the cutoff
 }
 
 TEST_CASE("cutoff scores leave every choice of the engine as it was", "[eviction][cutoff]") {
-  for (const char* policy : {"msps", "dtr", "dtr_ancestors"}) {
+  for (const char* policy : {"msps", "dtr", "dtr_ancestors", "dtr_eq"}) {
     for (SearchMode search : {SearchMode::full, SearchMode::sample}) {
       Program cut(builtin_heuristics().make(policy, {}), search);
       Program full(with_full_scores(builtin_heuristics().make(policy, {})), search);
