@@ -185,24 +185,24 @@ constexpr uint64_t kOpsBetweenDeadScans = 64;
 // an old parameter value) is freed only by a full collect, which finds that no lineage
 // needs it and DISCARDs it. Under a budget a full collect runs at the next eviction
 // request once such deaths reach kSmallPinnedBytes (Note [Collects when making room]), so
-// it goes soon; with no budget, only every kMinOpsBetweenCollects ops or more. A trace is recorded with no budget, and the simulator holds a pinned storage
-// until its DISCARD: on the LSTM script the step-1 logits (15.6 MiB, pinned at the
-// optimizer step) died early in step 2 and were DISCARDed 4500 events later, after step 2's
-// backward, so every replayed policy ran out of memory at 0.6-0.7 of the baseline peak
-// where the live run trains at 0.6. So while tracing with no budget, a full collect runs
-// before the next op once pinned storages of kSmallPinnedBytes or more have died since the
-// last one (batched: the small pinned storages of Note [Small storages] die all the time).
+// it goes soon; with no budget, only every kMinOpsBetweenCollects ops or more. A trace is
+// recorded with no budget, and the simulator holds a pinned storage until its DISCARD: on
+// the LSTM script the step-1 logits (15.6 MiB, pinned at the optimizer step) died early in
+// step 2 and were DISCARDed 4500 events later, after step 2's backward, so every replayed
+// policy ran out of memory at 0.6-0.7 of the baseline peak where the live run trains at
+// 0.6. So while tracing with no budget, a full collect runs before the next op once pinned
+// storages of kSmallPinnedBytes or more have died since the last one (batched: the small
+// pinned storages of Note [Small storages] die all the time).
 // The same goes for the cut of Note [Dead constants]: under a budget a full collect comes
 // before the next eviction after such a write (Note [Collects when making room]), so a
 // gradient written in place while a dead constant is held is pinned before anything could
-// evict it. With no budget the cut waited for the next pinned
-// death, a micro-batch later: the trace of 4 micro-batches (patterns.py) had step 1's soft
-// pins at op 101 where a run under 0.8 of its peak made them at ops 72-101, as each
-// gradient was written, and its replays at 0.8 ran out of memory. So while tracing with no
-// budget, a full collect also runs before the next op once an op wrote a new version
-// (Note [Mutation]) while the last full collect found a dead constant still needed.
-// Under a budget the collects come at the eviction requests, as untraced (Note [Tracing
-// under a budget] in collector.cpp).
+// evict it. With no budget the cut waited for the next pinned death, a micro-batch later:
+// the trace of 4 micro-batches (patterns.py) had step 1's soft pins at op 101 where a run
+// under 0.8 of its peak made them at ops 72-101, as each gradient was written, and its
+// replays at 0.8 ran out of memory. So while tracing with no budget, a full collect also
+// runs before the next op once an op wrote a new version (Note [Mutation]) while the last
+// full collect found a dead constant still needed. Under a budget the collects come at the
+// eviction requests, as untraced (Note [Tracing under a budget] in collector.cpp).
 
 // Note [Temporaries]
 // ~~~~~~~~~~~~~~~~~~
@@ -1818,7 +1818,12 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
 // kept such and something died since), and where an op wrote a new version while the last
 // one held a dead constant; else it waits until the ops since the last have earned it,
 // kCollectedPerOp storages of lineage each (as Note [Scan credit]), and comes anyway when
-// nothing could be evicted without it.
+// nothing could be evicted without it. On that MLP (two threads) a run's full collects went
+// from 6100-6550 to 118-138, and making room from 1.5-3.4 s to 1.0-1.7 s. Rarer is not
+// better: at 4 and 8 storages per op, 3 of 5 and 1 of 3 one-thread runs fell into a
+// cascade of some 90 thousand evictions against 9 thousand (dead evicted storages left
+// undiscarded still count in the eq classes, and dead ones stay in the pool); at 16 and 64,
+// none of 4 and 5. The cascade also comes with the old rule, 1 run in 13 on two threads.
 constexpr size_t kCollectedPerOp = 64;
 
 bool Lineage::full_collect_due() const {
