@@ -8,20 +8,11 @@ most of its run making room: the charged compute of its ops came to 2.3 s there,
 their credit (Note [Collects when making room]) and dtr_eq's scores stop where they cannot
 win, making room costs that depth about what its ops do, so the test runs one 1000 layers
 deep under dtr, where it still costs several times more."""
-import pytest
-
 from conftest import Result, clean_env, driver, run, trains_bit_identically
 
 RESIDUAL = ("mlp.py", "--width", "64", "--batch", "48", "--depth", "500", "--steps", "3",
             "--residual")
 DEEP = RESIDUAL[:6] + ("1000",) + RESIDUAL[7:]
-
-
-@pytest.fixture(scope="module")
-def under_dtr_eq(lib):
-    """The residual MLP 1000 layers deep at 0.6 of its peak under dtr_eq, bit-identical: its
-    stats."""
-    return trains_bit_identically(lib, DEEP, 0.6, conf="min_evictable:4K,policy:dtr_eq").stats
 
 
 def test_op_times_leave_out_making_room(lib):
@@ -52,12 +43,12 @@ def test_the_default_policy_trains_the_residual_mlp_at_0_6(lib):
     assert stats["dtr.neighborhood_visits"] > 0, stats  # the trials' searches ran
 
 
-def test_making_room_puts_full_collects_off(under_dtr_eq):
+def test_making_room_puts_full_collects_off(lib):
     """Note [Collects when making room]: a full collect walks all the lineage held, and one
     ran before nearly every eviction request, most of this run's time once the ops no longer
     paid for it. Now one waits until the ops since the last have earned it, unless dead
     pinned storages or a dead constant call for it."""
-    stats = under_dtr_eq
+    stats = trains_bit_identically(lib, DEEP, 0.6, conf="min_evictable:4K,policy:dtr_eq").stats
     requests = stats["dtr.allocator_requests"]
     assert requests > 1000, stats
     assert 0 < stats["dtr.full_collects"] < requests / 4, stats
