@@ -5,6 +5,8 @@
 // Evicted storages that touch are merged into one class whose compute is the sum of its
 // members'; a rematerialized member's compute is subtracted but classes never split, which
 // is what makes it cheap (near O(1) per score) and approximate.
+#include <limits>
+
 #include "dtr/eviction/engine.h"
 #include "eviction/heuristics/builtin.h"
 
@@ -15,7 +17,7 @@ class DtrEqHeuristic final : public Heuristic {
   std::string_view name() const override { return "dtr_eq"; }
   uint32_t needs() const override { return kFeatureStaleness | kFeatureEqClasses; }
   double score(const Engine& e, StorageId s) override {
-    return dtr_ratio(double(e.eq_class_cost(s)), double(e.storage_size(s)), double(e.staleness(s)));
+    return score_up_to(e, s, std::numeric_limits<double>::infinity());
   }
   // Note [Cutoff scores] in candidate_search.cpp: the classes only add to s's own compute,
   // so where the local ratio is already above the cutoff, the neighbours need no walk.

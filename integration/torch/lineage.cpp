@@ -1776,7 +1776,8 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   const bool collected = full_collect_due();
   if (collected) collect(/*full=*/true);
   uint64_t freed = evicted_bytes_in_call_;
-  if (freed > 0 && (contiguous_request || freed >= bytes_needed)) return freed;
+  auto enough = [&] { return freed > 0 && (contiguous_request || freed >= bytes_needed); };
+  if (enough()) return freed;
   auto evict = [&] {
     // Frees from here are evictions (the storages keep their lineage); the dead storages
     // collect() freed above are not.
@@ -1792,11 +1793,10 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
     return more;
   };
   uint64_t more = evict();
-  if (freed + more == 0 && !collected &&
-      (full_collect_ops_ != ops_recorded_ || full_collect_deaths_ != deaths_)) {
+  if (freed + more == 0 && !collected && full_collect_stale()) {
     collect(/*full=*/true);  // the one put off could free what eviction cannot
     freed = evicted_bytes_in_call_;
-    if (freed == 0 || (!contiguous_request && freed < bytes_needed)) more = evict();
+    if (!enough()) more = evict();
   }
   if (freed + more == 0 && config_.debug >= 1) print_storages();
   return freed + more;
@@ -1826,8 +1826,14 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
 // none of 4 and 5. The cascade also comes with the old rule, 1 run in 13 on two threads.
 constexpr size_t kCollectedPerOp = 64;
 
+// Whether an op was recorded or a storage died since the last full collect: else one
+// could free nothing more.
+bool Lineage::full_collect_stale() const {
+  return full_collect_ops_ != ops_recorded_ || full_collect_deaths_ != deaths_;
+}
+
 bool Lineage::full_collect_due() const {
-  if (full_collect_ops_ == ops_recorded_ && full_collect_deaths_ == deaths_) return false;
+  if (!full_collect_stale()) return false;
   // Small dead pinned storages a collect kept wait for the credit: the storages that need
   // them die all the time, and a collect after each death was 28% of a run's samples again.
   const uint64_t dead_pinned =

@@ -337,6 +337,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void set_block_owner(StorageId s);
   void reuse_retired_ids();
   void print_storages() const;
+  bool full_collect_stale() const;
   bool full_collect_due() const;  // Note [Collects when making room]
   Status pin_tensor(TensorId t);
 
