@@ -16,9 +16,14 @@ DEEP = RESIDUAL[:6] + ("1000",) + RESIDUAL[7:]
 
 
 def test_op_times_leave_out_making_room(lib):
-    free = Result(run(driver(*DEEP), clean_env(LD_PRELOAD=lib, DTR_CONF="min_evictable:4K")))
-    unpressed = free.stats
-    assert unpressed["dtr.make_room_ns"] == 0, unpressed
+    # The ops' compute without a budget, the lesser of two runs: a single one, run next to
+    # another test's processes, read 0.49-0.68 s where alone it reads 0.24 s (measured op
+    # times take in what preemption costs), and the check below lost its margin.
+    frees = [Result(run(driver(*DEEP), clean_env(LD_PRELOAD=lib, DTR_CONF="min_evictable:4K")))
+             for _ in range(2)]
+    for free in frees:
+        assert free.stats["dtr.make_room_ns"] == 0, free.stats
+    unpressed = min((free.stats for free in frees), key=lambda st: st["dtr.model_compute_ns"])
     # Under dtr, whose scores search each candidate's evicted neighbourhood: since dtr_eq's
     # scores stop where they cannot win (Note [Cutoff scores]), making room under it costs
     # about what this model's ops do (0.43-0.75 s against 0.27 s, two threads), too little
