@@ -1623,12 +1623,17 @@ void Lineage::on_compute(OpId op, bool remat) {
   watch_for_thrash();  // Note [Thrashing within one op]
   watch_for_runaway();
   // What the remat really took; the engine charges the op's remat cost (Note [Noisy op
-  // times]). Parents were refilled by calls of their own, so nothing is timed twice.
+  // times]). Parents were refilled by calls of their own, so nothing is timed twice. Of
+  // that, what making room for the remat took: Note [Room within remats].
   struct Timed {
     Stats& stats;
     const SteadyClock& clock;
     const Tick start = clock.now();
-    ~Timed() { stats.remat_measured_ns += clock.now() - start; }
+    const uint64_t room_before = room_ns_on_this_thread();
+    ~Timed() {
+      stats.remat_measured_ns += clock.now() - start;
+      stats.remat_room_ns += room_ns_on_this_thread() - room_before;
+    }
   } timed{engine_->stats(), clock_};
   OpRec& r = ops_[op];
   DTR_CHECK(r.op.has_value() && !r.args.empty(),

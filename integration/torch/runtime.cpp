@@ -294,6 +294,7 @@ void report_at_exit() {
   summary["dtr.num_remats"] = engine.num_remats;
   summary["dtr.remat_compute_ns"] = engine.remat_compute_ns;
   summary["dtr.remat_measured_ns"] = engine.remat_measured_ns;
+  summary["dtr.remat_room_ns"] = engine.remat_room_ns;  // Note [Room within remats]
   summary["dtr.make_room_ns"] = engine.make_room_ns;  // Note [Host work in op times]
   summary["dtr.full_collects"] = engine.full_collects;  // Note [Collects when making room]
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;

@@ -261,8 +261,10 @@ def memory_summary():
         ("Ops recorded", str(s.get("dtr.num_ops", 0))),
         ("Evictions", f'{s.get("dtr.num_evictions", 0)}, and '
                       f'{s.get("dtr.num_eager_evictions", 0)} freed as they died'),
+        # Note [Room within remats]: of their time, what making room for them took
         ("Remats", f'{s.get("dtr.num_remats", 0)} taking '
-                   f'{s.get("dtr.remat_measured_ns", 0) / 1e9:.3f} s'),
+                   f'{s.get("dtr.remat_measured_ns", 0) / 1e9:.3f} s '
+                   f'({s.get("dtr.remat_room_ns", 0) / 1e9:.3f} s making room)'),
         ("Program ops' compute", f'{s.get("dtr.model_compute_ns", 0) / 1e9:.3f} s'),
         # Note [Host work in op times]: collects, searches and evictions, not in the above
         ("Making room", f'{s.get("dtr.make_room_ns", 0) / 1e9:.3f} s, '

@@ -12,10 +12,12 @@ using namespace dtr;
 namespace {
 constexpr uint64_t kSecond = 1'000'000'000;
 
-Stats totals(uint64_t model_ns, uint64_t remat_ns) {
+// room_ns: of remat_ns, the time spent making room for the remats (Note [Room within remats]).
+Stats totals(uint64_t model_ns, uint64_t remat_ns, uint64_t room_ns = 0) {
   Stats s;
   s.model_compute_ns = model_ns;
   s.remat_measured_ns = remat_ns;
+  s.remat_room_ns = room_ns;
   return s;
 }
 }  // namespace
@@ -28,7 +30,8 @@ TEST_CASE("the watch fires once remats pass (max_overhead - 1) times the ops",
   CHECK_FALSE(watch.check(totals(4 * kSecond, 4 * kSecond)));  // exactly 2x: not over
   std::optional<std::string> message = watch.check(totals(4 * kSecond, 5 * kSecond));
   REQUIRE(message);
-  CHECK(message->find("dtr: thrashing: remats took 5.0 s against 4.0 s") == 0);
+  CHECK(message->find("dtr: thrashing: remats took 5.0 s (0.0 s of it making room for them: "
+                      "searching, evicting) against 4.0 s") == 0);
   CHECK(message->find("max_overhead 2") != std::string::npos);
   CHECK(message->find("since the budget was set (the run took 2.25x") != std::string::npos);
   CHECK(message->find("budget 64.00 MiB)") != std::string::npos);
@@ -74,7 +77,8 @@ TEST_CASE("the watch counts from the last budget change and fires again after it
   CHECK_FALSE(watch.check(totals(12 * kSecond, 6 * kSecond)));  // 2 s of ops, 3 s of remats
   std::optional<std::string> again = watch.check(totals(12 * kSecond, 8 * kSecond));
   REQUIRE(again);
-  CHECK(again->find("remats took 5.0 s against 2.0 s") != std::string::npos);
+  CHECK(again->find("remats took 5.0 s (0.0 s of it making room") != std::string::npos);
+  CHECK(again->find("against 2.0 s") != std::string::npos);
   CHECK(again->find("32.00 MiB") != std::string::npos);
 }
 
@@ -131,8 +135,9 @@ TEST_CASE("one op's remats past 10 s and 5 x max_overhead times the recent ops a
   CHECK_FALSE(watch.runaway(totals(kSecond / 2, 13 * kSecond)));  // 10 s: not over the floor
   std::optional<std::string> message = watch.runaway(totals(kSecond / 2, 13 * kSecond + 1));
   REQUIRE(message);
-  CHECK(message->find("dtr: runaway thrashing: the remats for one op's inputs have run 10.0 s, "
-                      "over 10 times the 0.5 s the program's own ops have taken since the "
+  CHECK(message->find("dtr: runaway thrashing: the remats for one op's inputs have run 10.0 s "
+                      "(0.0 s of it making room for them: searching, evicting), over 10 times the "
+                      "0.5 s the program's own ops have taken since the "
                       "budget was set, and had not ended") == 0);
   CHECK(message->find("budget 64.00 MiB") != std::string::npos);
   CHECK(message->find("policy:msps") != std::string::npos);
@@ -164,7 +169,8 @@ TEST_CASE("a runaway is judged against the recent ops, not all the run's", "[evi
   CHECK_FALSE(watch.runaway(totals(600 * kSecond, 600 * kSecond)));
   std::optional<std::string> message = watch.runaway(totals(600 * kSecond, 600 * kSecond + 1));
   REQUIRE(message);
-  CHECK(message->find("have run 600.0 s, over 10 times the 60.0 s the program's own ops have "
+  CHECK(message->find("have run 600.0 s (0.0 s of it making room for them: searching, evicting), "
+                      "over 10 times the 60.0 s the program's own ops have "
                       "taken in the last stretch of the run") != std::string::npos);
   // Ops run before the budget was set do not count: 100 s of them, then 1 s under a budget.
   ThrashWatch late(2.0, "dtr_eq", true);
@@ -179,4 +185,24 @@ TEST_CASE("a runaway is judged against the recent ops, not all the run's", "[evi
   for (uint64_t t = 3; t <= 600; ++t) CHECK_FALSE(fired.check(totals(t * kSecond, 3 * kSecond)));
   fired.mark_op(totals(600 * kSecond, 3 * kSecond));
   CHECK(fired.runaway(totals(600 * kSecond, 603 * kSecond + 1)));
+}
+
+TEST_CASE("both messages say what of the remats' time went to making room for them",
+          "[eviction][thrash]") {
+  // Note [Room within remats]: the watch judges the remats' whole wall time, and says how
+  // much of it was collecting, searching and evicting. Counted over the same span as the
+  // remats: since rearm() for the warning, since mark_op() for a runaway.
+  ThrashWatch watch(2.0, "dtr", true);
+  watch.rearm(totals(0, kSecond, kSecond / 2), 64ull << 20);  // before the budget: not counted
+  std::optional<std::string> message =
+      watch.check(totals(2 * kSecond, 6 * kSecond, 3 * kSecond + kSecond / 2));
+  REQUIRE(message);
+  CHECK(message->find("remats took 5.0 s (3.0 s of it making room for them: searching, "
+                      "evicting) against 2.0 s") != std::string::npos);
+  watch.mark_op(totals(2 * kSecond, 6 * kSecond, 4 * kSecond));
+  CHECK_FALSE(watch.runaway(totals(2 * kSecond, 26 * kSecond, 19 * kSecond)));  // 20 s: the limit
+  message = watch.runaway(totals(2 * kSecond, 27 * kSecond, 19 * kSecond));     // 7 s of it remats
+  REQUIRE(message);
+  CHECK(message->find("have run 21.0 s (15.0 s of it making room for them: searching, evicting), "
+                      "over 10 times the 2.0 s") != std::string::npos);
 }

@@ -28,7 +28,15 @@ def test_op_times_leave_out_making_room(lib):
     # scores stop where they cannot win (Note [Cutoff scores]), making room under it costs
     # about what this model's ops do (0.43-0.75 s against 0.27 s, two threads), too little
     # to tell; under dtr, 0.93-0.95 s against 0.24 s.
-    stats = trains_bit_identically(lib, DEEP, 0.6, conf="min_evictable:4K,policy:dtr").stats
+    # max_overhead:0: when dtr's first step evicts weight gradients, the first opt.step()
+    # remakes each from the dead backward chain, and dtr's exact search over those long
+    # evicted chains can pass the runaway stop's 10 s within that one op under load: once
+    # in `pytest -n 2 test_thrash.py test_host_work.py test_python_api.py` (2026-12-04),
+    # "10.0 s (10.0 s of it making room for them ...)" (Note [Room within remats]). The
+    # stop is not what this test is about. Six runs with the stop off, two at a time, took
+    # 2.8-3.3 s with 0.92-1.00 s of making room; none met that cascade.
+    stats = trains_bit_identically(lib, DEEP, 0.6,
+                                   conf="min_evictable:4K,policy:dtr,max_overhead:0").stats
     room = stats["dtr.make_room_ns"]
     # Making room took several times the ops' own compute; charged to the ops, it came back
     # as most of their compute (500 layers under dtr_eq, before: 2.30 s against 0.24 s, with
@@ -37,6 +45,10 @@ def test_op_times_leave_out_making_room(lib):
     assert room > 2 * unpressed["dtr.model_compute_ns"], stats
     assert stats["dtr.model_compute_ns"] < unpressed["dtr.model_compute_ns"] + room / 2, (
         unpressed, stats)
+    # Note [Room within remats] (eviction/thrash_watch.cpp): the part of the remats' measured
+    # time spent making room for them, which the thrash messages give, is part of both sums.
+    assert 0 < stats["dtr.remat_room_ns"] <= stats["dtr.remat_measured_ns"], stats
+    assert stats["dtr.remat_room_ns"] <= room, stats
 
 
 def test_the_default_policy_trains_the_residual_mlp_at_0_6(lib):

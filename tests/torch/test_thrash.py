@@ -61,6 +61,9 @@ def test_thrashing_is_a_warning_by_default(lib):
     lines = [l for l in proc.stderr.splitlines() if l.startswith("dtr: thrashing")]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("dtr: thrashing: remats took "), lines[0]
+    # Note [Room within remats]: what of that was making room for them
+    assert re.search(r"remats took [\d.]+ s \([\d.]+ s of it making room for them: searching, "
+                     r"evicting\) against ", lines[0]), lines[0]
     assert "since the budget was set (the run took" in lines[0], lines[0]
     assert "max_overhead 2; budget 6.00 MiB)" in lines[0], lines[0]
     # dead_first is on by default here, so only msps is left to suggest.
@@ -214,5 +217,6 @@ def test_a_runaway_cascade_is_stopped_under_the_default_warn(lib):
     oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
     assert oom is not None, proc.stdout + proc.stderr
     assert "dtr: runaway thrashing: the remats for one op's inputs have run " in oom, oom
+    assert re.search(r"have run [\d.]+ s \([\d.]+ s of it making room for them", oom), oom
     assert "on_thrash:warn too" in oom, oom
     assert "dtr: thrashing: " in proc.stderr, proc.stderr  # the warning came first

@@ -38,6 +38,9 @@ namespace dtr {
   X(remat_measured_ns, "dtr.remat_measured_ns",                                                    \
     "torch host: the wall time its remats took, measured (remat_compute_ns sums the costs "        \
     "charged for them: Note [Noisy op times])")                                                    \
+  X(remat_room_ns, "dtr.remat_room_ns",                                                            \
+    "torch host: of remat_measured_ns, the wall time spent making room for the remats "            \
+    "(collecting, searching, evicting: Note [Room within remats])")                                \
   X(make_room_ns, "dtr.make_room_ns",                                                              \
     "torch host: the wall time it spent making room for the allocator (collecting, searching, "    \
     "evicting), which op times leave out (Note [Host work in op times])")                          \
