@@ -420,6 +420,27 @@ class Engine {
   // Note [Search clock] in engine.cpp: set by a SearchScope while a search runs.
   bool searching_ = false;
   Tick search_now_ = 0;
+  // Note [Neighbourhoods within one search] in engine.cpp: the evicted storages the
+  // search's neighbourhood scores reached, numbered in the order reached, with their
+  // evicted neighbours as those numbers, listed once per search and direction.
+  struct LocalNode {
+    StorageId storage = kNoId;
+    uint32_t begin[2] = {0, 0}, end[2] = {0, 0};  // its range of local_adj_, [forward]
+    bool listed[2] = {false, false};
+  };
+  mutable std::vector<LocalNode> local_nodes_;
+  // Per local number, apart, as a walk reads them for every neighbour it meets: the
+  // local_epoch_ of the last walk that reached it, and its compute.
+  mutable std::vector<uint32_t> local_visit_;
+  mutable std::vector<uint64_t> local_compute_;
+  mutable std::vector<uint32_t> local_adj_;
+  mutable std::vector<uint64_t> local_of_;  // per storage: search_gen_ << 32 | local number
+  mutable uint32_t local_epoch_ = 0;
+  uint32_t search_gen_ = 0;
+  uint32_t local_node(StorageId s) const;
+  void list_neighbors(uint32_t node, bool forward) const;
+  uint64_t search_neighborhood(StorageId base, bool forward, uint64_t stop_above) const;
+  uint64_t walk_records(StorageId base, bool forward, uint64_t stop_above) const;
   struct SearchScope {
     Engine& e;
     explicit SearchScope(Engine& engine);
