@@ -164,6 +164,14 @@ std::string ThrashWatch::advice() const {
 // it. The watch still judges the whole wall time: a cascade costs the user its searches as
 // much as its remats. Judging the remats less that part was tried: the runaway script then
 // ran 157 s before it was stopped (14.1 s of remats in the op, 73.9 s making room for them).
+// So was letting an op run on past the limit while its remats' own time stayed under 1 s
+// and under the program's ops, up to 10 times the limit (the stop fires on ops whose remats
+// are nearly all search: on the MLP above under dtr, 14.18 s of remats, 14.14 s of it
+// making room, with the lists of Note [Neighbourhoods within one search]). The MLP then
+// finished under dtr in 242 s instead of being stopped at 20 s, and under auto in 25 s
+// instead of 14; but under msps it cascaded for 752 s (143 thousand evictions, 2.0 s of
+// charged remat compute against 0.55 s of ops) before the stop at ten times the limit
+// came. A cascade of small ops under a long search is mostly search too.
 std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
   if (max_overhead_ <= 0.0) return std::nullopt;
   advance(now);
