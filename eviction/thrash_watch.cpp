@@ -64,6 +64,15 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // recorded), as an infeasible budget does, or from an op whose inputs are cascading, once
 // the engine has unwound the cascade (Note [Thrashing within one op] in
 // integration/torch/lineage.cpp).
+// Note [Room within remats]: where making room is most of the remats' time, the messages
+// say where it went.
+namespace {
+bool mostly_search(uint64_t remat_ns, uint64_t room_ns) { return room_ns * 4 > remat_ns * 3; }
+constexpr const char* kMostlySearch =
+    ", and most of the remats' time went to searching for what to evict, as long chains of "
+    "evicted storages lie around each candidate";
+}  // namespace
+
 void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
   from_ = current_ = Mark{now.model_compute_ns, now.remat_measured_ns, now.remat_room_ns};
   budget_bytes_ = budget_bytes;
@@ -88,6 +97,7 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
     return std::nullopt;
   fired_ = true;
   const double overhead = model_ns ? double(model_ns + remat_ns) / double(model_ns) : 0.0;
+  const uint64_t room = std::min(remat_ns, now.remat_room_ns - from_.room_ns);
   char numbers[448];
   const std::string budget =
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
@@ -95,14 +105,13 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
                 "remats took %.1f s (%.1f s of it making room for them: searching, evicting) "
                 "against %.1f s of the program's own ops %s (%s took %.2fx the time of its ops "
                 "alone, over max_overhead %g; budget %s)",
-                double(remat_ns) * 1e-9,
-                double(std::min(remat_ns, now.remat_room_ns - from_.room_ns)) * 1e-9,
-                double(model_ns) * 1e-9,
+                double(remat_ns) * 1e-9, double(room) * 1e-9, double(model_ns) * 1e-9,
                 windowed_ ? "in the last stretch of the run" : "since the budget was set",
                 windowed_ ? "that stretch" : "the run", overhead, max_overhead_, budget.c_str());
   std::string message = std::string("dtr: thrashing: ") + numbers +
                         ". The budget is near the least this program needs at once, so each "
-                        "eviction forces another remat. ";
+                        "eviction forces another remat" +
+                        (mostly_search(remat_ns, room) ? kMostlySearch : "") + ". ";
   message += advice();
   message +=
       "; on_thrash:raise makes this an out-of-memory error, max_overhead:0 turns the "
@@ -171,7 +180,9 @@ std::string ThrashWatch::advice() const {
 // finished under dtr in 242 s instead of being stopped at 20 s, and under auto in 25 s
 // instead of 14; but under msps it cascaded for 752 s (143 thousand evictions, 2.0 s of
 // charged remat compute against 0.55 s of ops) before the stop at ten times the limit
-// came. A cascade of small ops under a long search is mostly search too.
+// came. A cascade of small ops under a long search is mostly search too. Where making room
+// is over three quarters of the remats' time, both messages add that most of it went to
+// the search for what to evict.
 std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
   if (max_overhead_ <= 0.0) return std::nullopt;
   advance(now);
@@ -194,7 +205,8 @@ std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
   const std::string budget =
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
   return std::string("dtr: runaway thrashing: ") + numbers + " (budget " + budget +
-         "), so the op was stopped: each remat evicts what a later one needs. " + advice() +
+         "), so the op was stopped: each remat evicts what a later one needs" +
+         (mostly_search(in_op, room) ? kMostlySearch : "") + ". " + advice() +
          ". This stop comes under on_thrash:warn too; max_overhead:0 turns it off with the "
          "warning (Note [Runaway cascades])";
 }

@@ -205,4 +205,20 @@ TEST_CASE("both messages say what of the remats' time went to making room for th
   REQUIRE(message);
   CHECK(message->find("have run 21.0 s (15.0 s of it making room for them: searching, evicting), "
                       "over 10 times the 2.0 s") != std::string::npos);
+  // 15 of 21 s is under three quarters: the cascade's own words.
+  CHECK(message->find("each remat evicts what a later one needs. ") != std::string::npos);
+  CHECK(message->find("most of the remats' time") == std::string::npos);
+  // Over three quarters: the messages say where the time went.
+  watch.mark_op(totals(2 * kSecond, 27 * kSecond, 19 * kSecond));
+  message = watch.runaway(totals(2 * kSecond, 48 * kSecond, 35 * kSecond));  // 16 of 21 s
+  REQUIRE(message);
+  CHECK(message->find("each remat evicts what a later one needs, and most of the remats' time "
+                      "went to searching for what to evict, as long chains of evicted storages "
+                      "lie around each candidate. ") != std::string::npos);
+  ThrashWatch searching(2.0, "dtr", true);
+  searching.rearm(totals(0, 0), 64ull << 20);
+  message = searching.check(totals(kSecond, 4 * kSecond, 3 * kSecond + 1));
+  REQUIRE(message);
+  CHECK(message->find("forces another remat, and most of the remats' time went to searching") !=
+        std::string::npos);
 }
