@@ -18,6 +18,15 @@ ThrashAction parse_thrash_action(const std::string& text) {
                     "'; valid values: warn, raise (DTR_CONF on_thrash:raise)");
 }
 
+// Note [Room within remats]: where making room is most of the remats' time, the messages
+// say where it went.
+namespace {
+bool mostly_search(uint64_t remat_ns, uint64_t room_ns) { return room_ns * 4 > remat_ns * 3; }
+constexpr const char* kMostlySearch =
+    ", and most of the remats' time went to searching for what to evict, as long chains of "
+    "evicted storages lie around each candidate";
+}  // namespace
+
 // Note [Thrashing in a live run]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // At a budget just above what a program needs at once, the only storages left to evict
@@ -64,15 +73,6 @@ ThrashAction parse_thrash_action(const std::string& text) {
 // recorded), as an infeasible budget does, or from an op whose inputs are cascading, once
 // the engine has unwound the cascade (Note [Thrashing within one op] in
 // integration/torch/lineage.cpp).
-// Note [Room within remats]: where making room is most of the remats' time, the messages
-// say where it went.
-namespace {
-bool mostly_search(uint64_t remat_ns, uint64_t room_ns) { return room_ns * 4 > remat_ns * 3; }
-constexpr const char* kMostlySearch =
-    ", and most of the remats' time went to searching for what to evict, as long chains of "
-    "evicted storages lie around each candidate";
-}  // namespace
-
 void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
   from_ = current_ = Mark{now.model_compute_ns, now.remat_measured_ns, now.remat_room_ns};
   budget_bytes_ = budget_bytes;
