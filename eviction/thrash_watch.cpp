@@ -74,7 +74,7 @@ constexpr const char* kMostlySearch =
 // the engine has unwound the cascade (Note [Thrashing within one op] in
 // integration/torch/lineage.cpp).
 void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
-  from_ = current_ = Mark{now.model_compute_ns, now.remat_measured_ns, now.remat_room_ns};
+  from_ = current_ = Mark::of(now);
   budget_bytes_ = budget_bytes;
   windowed_ = false;
   fired_ = false;
@@ -83,7 +83,7 @@ void ThrashWatch::rearm(const Stats& now, uint64_t budget_bytes) {
 void ThrashWatch::advance(const Stats& now) {
   if (now.model_compute_ns - current_.model_ns >= kWindowNs) {  // a window closes
     from_ = current_;
-    current_ = Mark{now.model_compute_ns, now.remat_measured_ns, now.remat_room_ns};
+    current_ = Mark::of(now);
     windowed_ = true;
   }
 }

@@ -51,7 +51,7 @@ class ThrashWatch {
 
   // Note [Runaway cascades]: an op starts (its inputs are about to be locked); the remats
   // from now on count as this op's.
-  void mark_op(const Stats& now) { op_mark_ = OpMark{now.remat_measured_ns, now.remat_room_ns}; }
+  void mark_op(const Stats& now) { op_mark_ = Mark::of(now); }
   // Before each remat: the message when the remats since mark_op() (with the time they
   // spent making room: Note [Room within remats] in thrash_watch.cpp) have passed
   // max(kRunawayMinNs, kRunawayFactor * max_overhead * the program's compute over the span
@@ -68,10 +68,9 @@ class ThrashWatch {
     uint64_t model_ns = 0;  // Stats::model_compute_ns then
     uint64_t remat_ns = 0;  // Stats::remat_measured_ns then
     uint64_t room_ns = 0;   // Stats::remat_room_ns then
-  };
-  struct OpMark {
-    uint64_t remat_ns = 0;  // Stats::remat_measured_ns at mark_op()
-    uint64_t room_ns = 0;   // Stats::remat_room_ns at mark_op()
+    static Mark of(const Stats& s) {
+      return {s.model_compute_ns, s.remat_measured_ns, s.remat_room_ns};
+    }
   };
   double max_overhead_;
   std::string policy_;
@@ -81,7 +80,7 @@ class ThrashWatch {
   uint64_t budget_bytes_ = 0;
   bool windowed_ = false;  // from_ is past rearm(): a window has closed since
   bool fired_ = false;
-  OpMark op_mark_;
+  Mark op_mark_;  // at mark_op(); its model_ns is not read
 
   void advance(const Stats& now);  // closes the current window once kWindowNs of ops passed
   std::string advice() const;      // what to try, for both messages
