@@ -64,11 +64,15 @@ void Lineage::discard_storage(StorageId s) {
 }
 
 // Whether the program holds `s` no more: only our snapshots do (or nothing). A locked
-// unpinned storage is an input of an op running now or of a remat in progress.
+// unpinned storage is an input of an op running now or of a remat in progress. The use
+// count goes first: the scans ask this of every storage the program holds, at every
+// eviction request, and it is what rules nearly all of them out, so the engine's record
+// is read only for the few that pass (the scans were 13% of a deep MLP's run under a
+// budget, perf 2026-12-04).
 bool Lineage::found_dead(StorageId s) const {
   const StorageRec& rec = storages_[s];
-  return !(engine_->is_locked(s) && !engine_->is_pinned(s)) &&
-         rec.impl.use_count() <= rec.snapshot_refs;
+  return rec.impl.use_count() <= rec.snapshot_refs &&
+         !(engine_->is_locked(s) && !engine_->is_pinned(s));
 }
 
 // Note [Tracing under a budget]
