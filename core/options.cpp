@@ -426,11 +426,21 @@ struct OptionType<bool> {
 
 // `origin` says where the text came from, for messages: "", " in DTR_CONF",
 // " from DTR_SAMPLE", " (table default)".
+// The least value of a number option, where it is above 0 (the type rules out negatives).
+double least_value(std::string_view key) { return key == "dead_lineage_factor" ? 1.0 : 0.0; }
+
 template <typename T>
 void assign(T& member, const char* key, std::string_view value, std::string_view origin) {
   std::string why;
   T parsed{};
-  if (!OptionType<T>::parse(value, parsed, why)) {
+  bool ok = OptionType<T>::parse(value, parsed, why);
+  if constexpr (std::is_same_v<T, double>) {
+    if (ok && parsed < least_value(key)) {
+      why = "must be at least " + OptionType<double>::format(least_value(key));
+      ok = false;
+    }
+  }
+  if (!ok) {
     throw ConfigError("dtr: bad value " + quoted(value) + " for option " + quoted(key) +
                       std::string(origin) + ": " + (why.empty() ? "" : why + "; ") + "expected " +
                       OptionType<T>::expected);

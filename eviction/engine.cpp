@@ -1501,6 +1501,18 @@ void Engine::recount_evicted_neighbors(StorageId s) {
   storages_[s].evicted_neighbors = evicted;
 }
 
+bool Engine::on_dead_lineage(StorageId s) const {
+  const StorageRec& rec = storages_[s];
+  if (rec.ext_refs == 0) return false;
+  for (TensorId t : rec.tensors) {
+    for (TensorId p : ops_[tensors_[t].op].inputs) {
+      const StorageId ps = tensors_[p].storage;
+      if (ps != s && storages_[ps].ext_refs == 0 && !storages_[ps].pinned) return true;
+    }
+  }
+  return false;
+}
+
 uint64_t Engine::eq_class_cost(StorageId s) const {
   int64_t cost = static_cast<int64_t>(storages_[s].compute_ns);
   if (storages_[s].evicted_neighbors == 0) return static_cast<uint64_t>(cost);

@@ -148,6 +148,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.sample = config.sample;
   o.dead_first = config.dead_first;
   o.dead_first_ratio = config.dead_first_ratio;
+  o.dead_lineage_factor = config.dead_lineage_factor;
   o.lazy_release = config.lazy_release;
   o.relax_locks = config.relax_locks;
   o.seed = config.seed;
@@ -408,6 +409,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   }
   HeuristicParams params;
   params.seed = options.seed;
+  params.dead_lineage_factor = options.dead_lineage_factor;
   LogicalClock clock(0);
   // Note [Fake device]
   // ~~~~~~~~~~~~~~~~~~

@@ -4,7 +4,41 @@
 //           / (size(s) * staleness(s))
 // Evicted storages that touch are merged into one class whose compute is the sum of its
 // members'; a rematerialized member's compute is subtracted but classes never split, which
-// is what makes it cheap (near O(1) per score) and approximate.
+// is what makes it cheap (near O(1) per score) and approximate. A live storage made from one
+// the program has dropped costs dead_lineage_factor times that (Note [Live storages on dead
+// lineage]); with the factor at 1 this is the score of DTR's simulator.
+//
+// Note [Live storages on dead lineage]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The eq classes price a storage's remat by what is evicted around it now. Where the op
+// that made it read a storage the program has dropped, that remat goes through lineage
+// that only grows: what the dropped storage was made from is dropped in turn as the
+// program moves on, each drop an eager eviction, and the classes see it only after the
+// storage was chosen. A 2000-layer residual MLP (width 64, batch 48, SGD) at 0.6 of its
+// peak showed it: in the backward pass dtr_eq evicted 24 weight gradients, each made from
+// an activation just dropped whose class was still small; by the optimizer step the
+// forward pass behind each had been dropped too, and the step remade them through 25 938
+// remats, 3 442 deep (overhead 1.785 in a replay of its trace, against 1.029 for
+// dtr_ancestors, whose score walks the evicted ancestors). Live, the default `auto`, which
+// spends the first step under dtr_eq, was stopped as a runaway in about half the runs.
+// So a live storage whose op read an unpinned storage the program holds no more
+// (Engine::on_dead_lineage) costs `dead_lineage_factor` times its score: it goes after
+// other storages unless they cost that much more. Dead storages are not marked (nothing
+// outside waits for them), nor are pinned inputs (never recomputed); the mark is read at
+// each score, not kept, as it changes with every release.
+// A factor, not a last place, and dtr_eq's alone: the rule also marks storages that are
+// right to evict early, and the LSTMs lost by it (which of theirs it marks was not looked
+// into). In
+// replays of sixteen traces at 0.4-0.7 of their peaks as the PyTorch host runs
+// (docs/simulator.md, "Live storages on dead lineage"), a factor of 30 left `auto` level on
+// average (+0.0001), between 0.100 lower (adam_foreach at 0.5) and 0.102 higher (the
+// chunked LSTM at 0.5), and two thrashing cells finished; the MLP's trace at 1000 layers
+// went from 1.076 to 1.029. A factor of 4 cost the chunked LSTM more, and one applied to
+// every policy's score more still: dtr_ancestors and msps, which walk the evicted
+// ancestors, did not need it. The simulator keeps 1 (simrd's h_DTR^eq); the PyTorch host
+// defaults to 30 (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h).
+// The cutoff (Note [Cutoff scores] in candidate_search.cpp) is divided by the factor; a
+// marked score whose product lands at or under the cutoff is taken in full.
 #include <limits>
 
 #include "dtr/eviction/engine.h"
@@ -14,25 +48,36 @@ namespace dtr {
 namespace {
 class DtrEqHeuristic final : public Heuristic {
  public:
+  explicit DtrEqHeuristic(double dead_lineage_factor) : factor_(dead_lineage_factor) {}
   std::string_view name() const override { return "dtr_eq"; }
   uint32_t needs() const override { return kFeatureStaleness | kFeatureEqClasses; }
   double score(const Engine& e, StorageId s) override {
     return score_up_to(e, s, std::numeric_limits<double>::infinity());
   }
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+    if (factor_ <= 1.0 || !e.on_dead_lineage(s)) return eq_score_up_to(e, s, cutoff);
+    const double stopped = factor_ * eq_score_up_to(e, s, cutoff / factor_);
+    return stopped > cutoff ? stopped : factor_ * eq_score_up_to(e, s, kNoCutoff);
+  }
+
+ private:
+  static constexpr double kNoCutoff = std::numeric_limits<double>::infinity();
   // Note [Cutoff scores] in candidate_search.cpp: the classes only add to s's own compute,
   // so where the local ratio is already above the cutoff, the neighbours need no walk.
-  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
+  static double eq_score_up_to(const Engine& e, StorageId s, double cutoff) {
     const double size = double(e.storage_size(s)), staleness = double(e.staleness(s));
     const double local = dtr_ratio(double(e.storage_compute(s)), size, staleness);
     if (local > cutoff) return local;
     return dtr_ratio(double(e.eq_class_cost(s)), size, staleness);
   }
+  const double factor_;  // Note [Live storages on dead lineage]
 };
 }  // namespace
 
 HeuristicInfo dtr_eq_heuristic_info() {
   return {"dtr_eq", "h_DTR^eq: like dtr, neighbourhood approximated by union-find classes",
-          kFeatureStaleness | kFeatureEqClasses,
-          [](const HeuristicParams&) { return std::make_unique<DtrEqHeuristic>(); }};
+          kFeatureStaleness | kFeatureEqClasses, [](const HeuristicParams& p) {
+            return std::make_unique<DtrEqHeuristic>(p.dead_lineage_factor);
+          }};
 }
 }  // namespace dtr

@@ -559,6 +559,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   ec.debug = config.debug;
   HeuristicParams params;
   params.seed = config.seed;
+  params.dead_lineage_factor = config.dead_lineage_factor;
   EngineMemory memory;
   memory.allocator = &allocator;
   memory.engine_allocates = false;

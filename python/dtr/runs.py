@@ -46,7 +46,7 @@ class Run:
 # dtr-sim's DTR_CONF for replays of a PyTorch trace that model the live host: its
 # late-found deaths (Note [Dead storages in the replay] in bench/torch_sim_vs_live.py) and
 # its own defaults (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h).
-HOST_MODEL = "lazy_release:True,dead_first:True"
+HOST_MODEL = "lazy_release:True,dead_first:True,dead_lineage_factor:30"
 
 
 def library_path():

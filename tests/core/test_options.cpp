@@ -84,14 +84,15 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 27);
+  REQUIRE(table.size() == 28);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
   CHECK(std::string(table.back().key) == "report");
   CHECK(dtr::valid_option_keys() ==
-        "budget, policy, search, sample, dead_first, dead_first_ratio, lazy_release, relax_locks, "
-        "seed, max_overhead, on_thrash, reserved_limit, compact, allocator, debug, trace, plan, "
+        "budget, policy, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
+        "lazy_release, relax_locks, seed, max_overhead, on_thrash, reserved_limit, compact, "
+        "allocator, debug, trace, plan, "
         "plan_trace, remat, pack_masks, min_evictable, op_cost, snapshot, snapshot_format, "
         "snapshot_entries, timeline, report");
   for (const auto& option : table) {
@@ -123,6 +124,8 @@ TEST_CASE("the PyTorch host's defaults differ only where the table says so", "[c
   const Config host = Config::for_pytorch();
   CHECK_FALSE(sim.dead_first);  // the simulator: as simrd
   CHECK(host.dead_first);
+  CHECK(sim.dead_lineage_factor == 1.0);  // as simrd: Note [Live storages on dead lineage]
+  CHECK(host.dead_lineage_factor == 30.0);
   for (const auto& option : dtr::option_table()) {
     INFO("option: " << option.key);
     if (option.pytorch_default == nullptr) {
@@ -360,6 +363,15 @@ TEST_CASE("a bad value names the key, the value and the expected form", "[core][
 
   const std::string overhead = error_of([&] { config.set("max_overhead", "-2"); });
   CHECK_THAT(overhead, Catch::Contains("'max_overhead'") && Catch::Contains("negative"));
+
+  // A factor under 1 would put storages on dead lineage first; 1 turns the rule off.
+  const std::string factor = error_of([&] { config.apply_conf("dead_lineage_factor:0.5"); });
+  CHECK_THAT(factor, Catch::Contains("'dead_lineage_factor'") && Catch::Contains("'0.5'") &&
+                         Catch::Contains("must be at least 1"));
+  CHECK(config.dead_lineage_factor == 1.0);  // the bad value was not taken
+  config.apply_conf("dead_lineage_factor:1");
+  config.set("dead_lineage_factor", "100");
+  CHECK(config.dead_lineage_factor == 100.0);
 }
 
 TEST_CASE("an unknown key lists the valid keys", "[core][options]") {

@@ -695,3 +695,65 @@ TEST_CASE("ties go to the storage that entered the pool last; zero costs to the 
   engine.choose_victim();
   CHECK(engine.stats().candidates_scored == 10);  // ceil(sqrt(100))
 }
+
+TEST_CASE("dtr_eq charges a live storage made from a dropped one dead_lineage_factor times",
+          "[eviction][heuristics]") {
+  // Note [Live storages on dead lineage]. a (cost 100) makes b (cost 100); the program drops
+  // a, which is evicted at once; c (cost 300) is unrelated; all 1000 bytes. Staleness: b's
+  // is 1300 ticks or more (c ran for 300, then 1000 more), c's 1000. As simrd, b costs
+  // (100 + 100) / (1000 * 1300) < 300 / (1000 * 1000): b goes. With the factor at 30 it
+  // costs 30 times that, over c's: c goes.
+  struct Run {
+    StorageId victim, b, c;
+    bool b_marked, c_marked, b_marked_before;
+  };
+  auto run = [](double factor) {
+    LogicalClock clock{1};
+    HeuristicParams params;
+    params.dead_lineage_factor = factor;
+    Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", params), clock);
+    std::vector<TensorId> out;
+    engine.call(100, {}, {{1000, -1}}, out);
+    const TensorId a = out.back();
+    engine.call(100, {a}, {{1000, -1}}, out);
+    const TensorId b = out.back();
+    const bool before = engine.on_dead_lineage(engine.storage_of(b));
+    engine.release(a);
+    REQUIRE_FALSE(engine.is_defined(a));  // eager eviction
+    engine.call(300, {}, {{1000, -1}}, out);
+    const TensorId c = out.back();
+    clock.advance(1000);
+    return Run{engine.choose_victim(),
+               engine.storage_of(b),
+               engine.storage_of(c),
+               engine.on_dead_lineage(engine.storage_of(b)),
+               engine.on_dead_lineage(engine.storage_of(c)),
+               before};
+  };
+  const Run simrd = run(1), guarded = run(30);
+  CHECK(simrd.victim == simrd.b);
+  CHECK(guarded.victim == guarded.c);
+  CHECK_FALSE(guarded.b_marked_before);  // a was still held
+  CHECK(guarded.b_marked);
+  CHECK_FALSE(guarded.c_marked);  // made from nothing
+  // The factor applies to dtr_eq's score only where the storage is marked.
+  LogicalClock clock{1};
+  HeuristicParams params;
+  params.dead_lineage_factor = 30;
+  auto h = builtin_heuristics().make("dtr_eq", params);
+  auto plain = builtin_heuristics().make("dtr_eq", {});
+  Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", {}), clock);
+  std::vector<TensorId> out;
+  engine.call(100, {}, {{1000, -1}}, out);
+  const TensorId a = out.back();
+  engine.call(100, {a}, {{1000, -1}}, out);
+  const StorageId b = engine.storage_of(out.back());
+  clock.advance(10);
+  CHECK(h->score(engine, b) == plain->score(engine, b));
+  engine.release(a);
+  CHECK(h->score(engine, b) == 30 * plain->score(engine, b));
+  // Scores stopped at a cutoff stay above it (Note [Cutoff scores]).
+  const double full = h->score(engine, b);
+  CHECK(h->score_up_to(engine, b, full / 2) > full / 2);
+  CHECK(h->score_up_to(engine, b, full) == full);
+}

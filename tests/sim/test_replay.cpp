@@ -108,6 +108,7 @@ TEST_CASE("faithful to DTR's simulator on its own logs", "[sim][faithful]") {
         ReplayOptions o;
         o.memory = ReplayOptions::Memory::none;  // DTR's simulator counts bytes only
         o.dead_first = false;                    // simrd's choice (Note [Dead storages first])
+        o.dead_lineage_factor = 1;  // simrd's h_DTR^eq (Note [Live storages on dead lineage])
         o.policy = ref.policy;
         o.budget.kind = Budget::Kind::ratio;
         o.budget.ratio = std::round(ratio * 10) / 10;

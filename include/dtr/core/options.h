@@ -60,6 +60,11 @@ struct ByteSize {
     "with dead_first: take the best dead storage only while its score is at most this many "       \
     "times the best score of the usual search over the whole pool (Note [Dead storages first]); "  \
     "0 = always")                                                                                  \
+  X(dead_lineage_factor, double, "dead_lineage_factor", "DTR_DEAD_LINEAGE_FACTOR", "1",            \
+    "dtr_eq (and `auto` while it runs dtr_eq): a live storage made by an op that read a storage "  \
+    "the program has dropped costs this many times its score, at least 1: its remat goes "         \
+    "through lineage that grows as the program drops more (Note [Live storages on dead "           \
+    "lineage]); 1 = as DTR's simulator (simrd) does")                                              \
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \
@@ -141,7 +146,8 @@ struct ByteSize {
 // training runs (docs/pytorch.md, "Dead storages first by default"). A replay that models
 // the host sets them in its DTR_CONF (dtr.runs.HOST_MODEL).
 // X(member, "key", "value")
-#define DTR_PYTORCH_DEFAULTS(X) X(dead_first, "dead_first", "True")
+#define DTR_PYTORCH_DEFAULTS(X)                                                                    \
+  X(dead_first, "dead_first", "True") X(dead_lineage_factor, "dead_lineage_factor", "30")
 
 struct Config {
 #define DTR_OPTIONS_MEMBER(member, type, key, env, def, doc) type member{};

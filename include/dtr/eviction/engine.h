@@ -290,6 +290,10 @@ class Engine {
   // s's compute plus the compute of every distinct eq class among s's evicted neighbours.
   // Needs kFeatureEqClasses.
   uint64_t eq_class_cost(StorageId s) const;
+  // Whether the program holds s and the op that made it read an unpinned storage the
+  // program holds no more (Note [Live storages on dead lineage] in
+  // eviction/heuristics/dtr_eq_heuristic.cpp).
+  bool on_dead_lineage(StorageId s) const;
 
   // All invariants; on failure `why` says which (debug level 3 calls this after every op).
   bool is_valid(std::string* why = nullptr) const;

@@ -67,6 +67,9 @@ class Heuristic {
 
 struct HeuristicParams {
   uint64_t seed = 0;  // for heuristics with randomness
+  // dtr_eq: option dead_lineage_factor (Note [Live storages on dead lineage] in
+  // eviction/heuristics/dtr_eq_heuristic.cpp); 1 scores as simrd does.
+  double dead_lineage_factor = 1;
 };
 
 }  // namespace dtr
