@@ -424,11 +424,11 @@ struct OptionType<bool> {
                     "; valid keys: " + valid_option_keys());
 }
 
-// `origin` says where the text came from, for messages: "", " in DTR_CONF",
-// " from DTR_SAMPLE", " (table default)".
 // The least value of a number option, where it is above 0 (the type rules out negatives).
 double least_value(std::string_view key) { return key == "dead_lineage_factor" ? 1.0 : 0.0; }
 
+// `origin` says where the text came from, for messages: "", " in DTR_CONF",
+// " from DTR_SAMPLE", " (table default)".
 template <typename T>
 void assign(T& member, const char* key, std::string_view value, std::string_view origin) {
   std::string why;

@@ -28,14 +28,14 @@
 // each score, not kept, as it changes with every release.
 // A factor, not a last place, and dtr_eq's alone: the rule also marks storages that are
 // right to evict early, and the LSTMs lost by it (which of theirs it marks was not looked
-// into). In
-// replays of sixteen traces at 0.4-0.7 of their peaks as the PyTorch host runs
+// into). In replays of sixteen traces at 0.4-0.7 of their peaks as the PyTorch host runs
 // (docs/simulator.md, "Live storages on dead lineage"), a factor of 30 left `auto` level on
 // average (+0.0001), between 0.100 lower (adam_foreach at 0.5) and 0.102 higher (the
 // chunked LSTM at 0.5), and two thrashing cells finished; the MLP's trace at 1000 layers
-// went from 1.076 to 1.029. A factor of 4 cost the chunked LSTM more, and one applied to
-// every policy's score more still: dtr_ancestors and msps, which walk the evicted
-// ancestors, did not need it. The simulator keeps 1 (simrd's h_DTR^eq); the PyTorch host
+// went from 1.076 to 1.029. A factor of 4 cost the chunked LSTM more (simulator defaults),
+// and one applied to every policy's score more still: dtr_ancestors and msps, which walk
+// the evicted ancestors, did not need it. A synthetic chain of the MLP's shape built on the
+// engine alone did worse with it (docs/pytorch.md, "Live storages on dead lineage"). The simulator keeps 1 (simrd's h_DTR^eq); the PyTorch host
 // defaults to 30 (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h).
 // The cutoff (Note [Cutoff scores] in candidate_search.cpp) is divided by the factor; a
 // marked score whose product lands at or under the cutoff is taken in full.
