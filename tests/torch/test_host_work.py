@@ -6,13 +6,16 @@ batch of 48 (12 KiB activations, evictable at min_evictable:4K) at 0.6 of its pe
 most of its run making room: the charged compute of its ops came to 2.3 s there, against
 0.24 s without a budget; with the time left out, 0.33 s. Since full collects wait for
 their credit (Note [Collects when making room]) and dtr_eq's scores stop where they cannot
-win, making room costs that depth about what its ops do, so the test runs one 1000 layers
-deep under dtr, where it still costs several times more."""
+win, making room costs that depth about what its ops do, so the test runs a deeper one under
+dtr, where it still costs several times more: 1400 layers since the bounded scan takes its
+bounds from a heap (Note [Bound order by heap] in eviction/candidate_search.cpp), which
+halved dtr's making room at 1000 layers (0.78-0.80 s -> 0.39-0.40 s, against 0.25-0.33 s of
+ops; at 1400, 0.83-0.86 s against 0.33-0.36 s)."""
 from conftest import Result, clean_env, driver, run, trains_bit_identically
 
 RESIDUAL = ("mlp.py", "--width", "64", "--batch", "48", "--depth", "500", "--steps", "3",
             "--residual")
-DEEP = RESIDUAL[:6] + ("1000",) + RESIDUAL[7:]
+DEEP = RESIDUAL[:6] + ("1400",) + RESIDUAL[7:]
 
 
 def test_op_times_leave_out_making_room(lib):
@@ -27,7 +30,8 @@ def test_op_times_leave_out_making_room(lib):
     # Under dtr, whose scores search each candidate's evicted neighbourhood: since dtr_eq's
     # scores stop where they cannot win (Note [Cutoff scores]), making room under it costs
     # about what this model's ops do (0.43-0.75 s against 0.27 s, two threads), too little
-    # to tell; under dtr, 0.93-0.95 s against 0.24 s.
+    # to tell; under dtr, 0.93-0.95 s against 0.24 s at 1000 layers before the heap, 0.83-0.86 s
+    # against 0.33-0.36 s at 1400 after it.
     # max_overhead:0: when dtr's first step evicts weight gradients, the first opt.step()
     # remakes each from the dead backward chain, and dtr's exact search over those long
     # evicted chains can pass the runaway stop's 10 s within that one op under load: once
@@ -41,8 +45,9 @@ def test_op_times_leave_out_making_room(lib):
     # Making room took several times the ops' own compute; charged to the ops, it came back
     # as most of their compute (500 layers under dtr_eq, before: 2.30 s against 0.24 s, with
     # 2.44 s of making room). Left out, the ops cost what they cost without a budget, give
-    # or take the noise of measured times, far under half of it.
-    assert room > 2 * unpressed["dtr.model_compute_ns"], stats
+    # or take the noise of measured times, far under half of it. (The first check is that
+    # margin: half of making room, over 0.4 s here, is more than the op times vary by.)
+    assert room > 1.5 * unpressed["dtr.model_compute_ns"], stats
     assert stats["dtr.model_compute_ns"] < unpressed["dtr.model_compute_ns"] + room / 2, (
         unpressed, stats)
     # Note [Room within remats] (eviction/thrash_watch.cpp): the part of the remats' measured
