@@ -35,10 +35,13 @@
 // went from 1.076 to 1.029. A factor of 4 cost the chunked LSTM more (simulator defaults),
 // and one applied to every policy's score more still: dtr_ancestors and msps, which walk
 // the evicted ancestors, did not need it. A synthetic chain of the MLP's shape built on the
-// engine alone did worse with it (docs/pytorch.md, "Live storages on dead lineage"). The simulator keeps 1 (simrd's h_DTR^eq); the PyTorch host
-// defaults to 30 (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h).
-// The cutoff (Note [Cutoff scores] in candidate_search.cpp) is divided by the factor; a
-// marked score whose product lands at or under the cutoff is taken in full.
+// engine alone did worse with it (docs/pytorch.md, "Live storages on dead lineage"). The
+// simulator keeps 1 (simrd's h_DTR^eq); the PyTorch host defaults to 30
+// (DTR_PYTORCH_DEFAULTS in include/dtr/core/options.h).
+// The factor multiplies the local ratio too, so the cutoff (Note [Cutoff scores] in
+// candidate_search.cpp) compares the product, and a score is computed once: where the
+// local ratio alone is above the cutoff, the candidate loses whatever its factor (>= 1),
+// and neither its mark nor its classes are looked up.
 #include <limits>
 
 #include "dtr/eviction/engine.h"
@@ -54,22 +57,19 @@ class DtrEqHeuristic final : public Heuristic {
   double score(const Engine& e, StorageId s) override {
     return score_up_to(e, s, std::numeric_limits<double>::infinity());
   }
-  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
-    if (factor_ <= 1.0 || !e.on_dead_lineage(s)) return eq_score_up_to(e, s, cutoff);
-    const double stopped = factor_ * eq_score_up_to(e, s, cutoff / factor_);
-    return stopped > cutoff ? stopped : factor_ * eq_score_up_to(e, s, kNoCutoff);
-  }
-
- private:
-  static constexpr double kNoCutoff = std::numeric_limits<double>::infinity();
   // Note [Cutoff scores] in candidate_search.cpp: the classes only add to s's own compute,
   // so where the local ratio is already above the cutoff, the neighbours need no walk.
-  static double eq_score_up_to(const Engine& e, StorageId s, double cutoff) {
+  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
     const double size = double(e.storage_size(s)), staleness = double(e.staleness(s));
     const double local = dtr_ratio(double(e.storage_compute(s)), size, staleness);
     if (local > cutoff) return local;
-    return dtr_ratio(double(e.eq_class_cost(s)), size, staleness);
+    // Note [Live storages on dead lineage]
+    const double factor = factor_ > 1.0 && e.on_dead_lineage(s) ? factor_ : 1.0;
+    if (factor * local > cutoff) return factor * local;
+    return factor * dtr_ratio(double(e.eq_class_cost(s)), size, staleness);
   }
+
+ private:
   const double factor_;  // Note [Live storages on dead lineage]
 };
 }  // namespace
