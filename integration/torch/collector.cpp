@@ -40,7 +40,11 @@ void Lineage::release_storage(StorageId s) {
   ++deaths_;
   const bool freed = engine_->is_pinned(s) && storages_[s].impl.expired();
   // Note [Discards in a trace] (lineage.cpp): a full collect follows while tracing.
-  if (engine_->is_pinned(s) && !freed) pinned_dead_bytes_ += engine_->storage_size(s);
+  if (engine_->is_pinned(s) && !freed) {
+    const uint64_t size = engine_->storage_size(s);
+    pinned_dead_bytes_ += size;
+    if (size >= kSmallPinnedBytes) pinned_dead_large_bytes_ += size;
+  }
   const bool traced = storages_[s].death_traced;  // Note [Tracing under a budget]
   for (TensorId t : engine_->storage_tensors(s)) {
     while (engine_->external_refs(t) > 0) {
@@ -154,6 +158,7 @@ void Lineage::collect(bool full) {
   full_collect_ops_ = ops_recorded_;
   full_collect_deaths_ = deaths_;
   pinned_dead_bytes_ = 0;
+  pinned_dead_large_bytes_ = 0;
   pinned_dead_kept_bytes_ = 0;
   pinned_dead_kept_large_bytes_ = 0;
   versions_since_collect_ = 0;

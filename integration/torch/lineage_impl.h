@@ -339,6 +339,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void print_storages() const;
   bool full_collect_stale() const;
   bool full_collect_due() const;  // Note [Collects when making room]
+  bool full_collect_earned(size_t per_op) const;
   Status pin_tensor(TensorId t);
 
   const Config config_;
@@ -350,6 +351,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t deaths_ = 0;                      // storages found dead so far
   uint64_t full_collect_deaths_ = UINT64_MAX;
   uint64_t pinned_dead_bytes_ = 0;  // pinned storages found dead since the last full collect
+  uint64_t pinned_dead_large_bytes_ = 0;  // ... of kSmallPinnedBytes or more each
   uint64_t pinned_dead_kept_bytes_ = 0;  // ... and dead pinned ones it kept, still needed
   uint64_t pinned_dead_kept_large_bytes_ = 0;  // ... of kSmallPinnedBytes or more each
   // Note [Discards in a trace]: new versions recorded since the last full collect, and
