@@ -24,8 +24,6 @@ def test_op_times_leave_out_making_room(lib):
     # times take in what preemption costs), and the check below lost its margin.
     frees = [Result(run(driver(*DEEP), clean_env(LD_PRELOAD=lib, DTR_CONF="min_evictable:4K")))
              for _ in range(2)]
-    for free in frees:
-        assert free.stats["dtr.make_room_ns"] == 0, free.stats
     unpressed = min((free.stats for free in frees), key=lambda st: st["dtr.model_compute_ns"])
     # Under dtr, whose scores search each candidate's evicted neighbourhood: since dtr_eq's
     # scores stop where they cannot win (Note [Cutoff scores]), making room under it costs
@@ -54,6 +52,28 @@ def test_op_times_leave_out_making_room(lib):
     # time spent making room for them, which the thrash messages give, is part of both sums.
     assert 0 < stats["dtr.remat_room_ns"] <= stats["dtr.remat_measured_ns"], stats
     assert stats["dtr.remat_room_ns"] <= room, stats
+    # With no budget the allocator asks before each new peak instead, and the scans and full
+    # collects run then are left out the same way (2026-12-05). Here they are next to nothing
+    # (about 10 ms), far under the budget run's making room.
+    for free in frees:
+        assert free.stats["dtr.make_room_ns"] < room / 4, (free.stats, stats)
+
+
+def test_op_times_leave_out_the_work_before_new_peaks(lib):
+    # At the default min_evictable this model's 12 KiB activations are pinned (Note [Small
+    # storages]), and with no budget the full collects before new peaks were most of the
+    # ops' charged compute: 1.20 s against 0.31 s at min_evictable:4K, where they are
+    # evictable (2026-12-05, before these collects waited for their credit: Note [Dead
+    # pinned storages at a new peak]); after, 0.54 s. Left out, 0.19 s, with 0.24 s of
+    # making room. The lesser of two runs each, as above.
+    def least(conf):
+        runs = [Result(run(driver(*DEEP), clean_env(LD_PRELOAD=lib, DTR_CONF=conf))).stats
+                for _ in range(2)]
+        return min(runs, key=lambda st: st["dtr.model_compute_ns"])
+    evictable, pinned = least("min_evictable:4K"), least(None)
+    assert pinned["dtr.make_room_ns"] > 0, pinned
+    assert pinned["dtr.model_compute_ns"] < (evictable["dtr.model_compute_ns"] +
+                                             pinned["dtr.make_room_ns"] / 2), (pinned, evictable)
 
 
 def test_the_default_policy_trains_the_residual_mlp_at_0_6(lib):

@@ -43,7 +43,8 @@ namespace dtr {
     "(collecting, searching, evicting: Note [Room within remats])")                                \
   X(make_room_ns, "dtr.make_room_ns",                                                              \
     "torch host: the wall time it spent making room for the allocator (collecting, searching, "    \
-    "evicting), which op times leave out (Note [Host work in op times])")                          \
+    "evicting; with no budget, the scans and collects before a new peak), which op times leave "   \
+    "out (Note [Host work in op times])")                                                          \
   X(full_collects, "dtr.full_collects",                                                            \
     "torch host: full collects of dead lineage (Note [Collecting dead lineage]; under a budget, "  \
     "Note [Collects when making room])")                                                           \
