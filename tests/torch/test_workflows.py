@@ -234,11 +234,11 @@ finish(model)
 """
 
 # L-BFGS: a closure that the step calls up to max_iter times, the flattened gradients
-# (torch.cat) and a history of direction pairs kept across steps. 0.7 passed 3 of 3; at
-# 0.65 it ran out of memory with 5.8 MiB pinned: the optimizer's history, and old flattened
-# gradients (dead, pinned at the next zero_grad as Note [Pinned writes] says) kept for the
-# history pairs made from them, which stay evictable (2026-12-05). Tested at 0.75: 0.7 passed
-# here too, with nothing to spare.
+# (torch.cat) and a history of direction pairs kept across steps. 0.7 passed (and twice in
+# a probe whose batch was drawn in grad mode); at 0.65 it ran out of memory with 6.8 MiB
+# pinned: the batch, the optimizer's history, and old flattened gradients (dead, pinned at
+# the next zero_grad as Note [Pinned writes] says) kept for the history pairs made from them,
+# which stay evictable (2026-12-05). Tested at 0.75, as 0.7 has nothing to spare.
 LBFGS = PRELUDE + r"""
 model = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(),
                       nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 10))
