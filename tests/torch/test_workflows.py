@@ -19,7 +19,7 @@ from conftest import TRAINING_PRELUDE, trains_as_without
 PRELUDE = TRAINING_PRELUDE + r"""
 apply_budget()
 
-def train(model, opt, make_batch, steps=3, clip=None):
+def train(model, opt, make_batch, steps=3, clip=None, after_step=None):
     for step in range(steps):
         with torch.no_grad():  # data, as a loader's batch
             inputs, target = make_batch()
@@ -30,6 +30,8 @@ def train(model, opt, make_batch, steps=3, clip=None):
             record(nn.utils.clip_grad_norm_(model.parameters(), clip))
         opt.step()
         record(loss)
+        if after_step is not None:
+            after_step()
     finish(model)
 """
 
@@ -264,15 +266,10 @@ model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReL
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 with torch.no_grad():
     x, y = torch.randn(4096, 64), torch.randint(0, 10, (4096,))
-for step in range(3):
-    opt.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    record(loss)
+def evaluate():
     with torch.inference_mode():
         record(model(x).mean())
-finish(model)
+train(model, opt, lambda: ((x,), y), after_step=evaluate)
 """
 
 # einsum, topk (two outputs), scatter_ into zeros_like, sort along another dimension,
