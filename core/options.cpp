@@ -424,8 +424,57 @@ struct OptionType<bool> {
                     "; valid keys: " + valid_option_keys());
 }
 
-// The least value of a number option, where it is above 0 (the type rules out negatives).
-double least_value(std::string_view key) { return key == "dead_lineage_factor" ? 1.0 : 0.0; }
+// Note [Option ranges]
+// ~~~~~~~~~~~~~~~~~~~~
+// A number option's type rules out negatives and, for integers, fractions; a narrower
+// range is a row of DTR_OPTION_RANGES, checked here for every source (defaults, DTR_CONF,
+// DTR_<NAME>) after the value parsed. The rows exist where a value outside would run but
+// mean something other than the user wrote: `max_overhead:0.5` read as "50% more" would act
+// on the first remat (it is a multiple of the program's compute, 1.5 for 50% more);
+// `dead_lineage_factor` below 1 would favour the storages the mark is there to spare.
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+struct OptionRange {
+  double least = 0.0;
+  double most = kNoLimit;
+  bool off_at_zero = false;
+};
+
+#define DTR_OPTION_RANGE_CHECK(member, k, least, most, off)                                        \
+  static_assert(std::is_arithmetic_v<decltype(Config::member)>, "a range is for a number option");
+DTR_OPTION_RANGES(DTR_OPTION_RANGE_CHECK)
+#undef DTR_OPTION_RANGE_CHECK
+
+const OptionRange* range_of(std::string_view key) {
+  static constexpr struct {
+    const char* key;
+    OptionRange range;
+  } kRanges[] = {
+#define DTR_OPTION_RANGE_ROW(member, k, least, most, off) {k, OptionRange{least, most, off}},
+      DTR_OPTION_RANGES(DTR_OPTION_RANGE_ROW)
+#undef DTR_OPTION_RANGE_ROW
+  };
+  for (const auto& row : kRanges) {
+    if (key == row.key) return &row.range;
+  }
+  return nullptr;
+}
+
+std::string range_text(const OptionRange& range) {
+  const auto number = [](double value) {
+    std::string text = format_double(value, std::chars_format::general);
+    if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0)
+      text.resize(text.size() - 2);
+    return text;
+  };
+  std::string text = range.most == kNoLimit ? "at least " + number(range.least)
+                                            : number(range.least) + " to " + number(range.most);
+  return range.off_at_zero ? "0 (off) or " + text : text;
+}
+
+bool in_range(const OptionRange& range, double value) {
+  return (range.off_at_zero && value == 0.0) || (value >= range.least && value <= range.most);
+}
 
 // `origin` says where the text came from, for messages: "", " in DTR_CONF",
 // " from DTR_SAMPLE", " (table default)".
@@ -434,9 +483,10 @@ void assign(T& member, const char* key, std::string_view value, std::string_view
   std::string why;
   T parsed{};
   bool ok = OptionType<T>::parse(value, parsed, why);
-  if constexpr (std::is_same_v<T, double>) {
-    if (ok && parsed < least_value(key)) {
-      why = "must be at least " + OptionType<double>::format(least_value(key));
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    const OptionRange* range = range_of(key);  // Note [Option ranges]
+    if (ok && range && !in_range(*range, static_cast<double>(parsed))) {
+      why = "must be " + range_text(*range);
       ok = false;
     }
   }
@@ -646,7 +696,7 @@ const std::vector<OptionInfo>& option_table() {
   // Immutable after its first (thread-safe) initialization.
   static const std::vector<OptionInfo> table = [] {
     std::vector<OptionInfo> rows = {
-#define DTR_OPTIONS_INFO(member, type, k, env, def, doc) OptionInfo{k, env, def, doc},
+#define DTR_OPTIONS_INFO(member, type, k, env, def, doc) OptionInfo{k, env, def, doc, nullptr, {}},
         DTR_OPTIONS(DTR_OPTIONS_INFO)
 #undef DTR_OPTIONS_INFO
     };
@@ -655,6 +705,7 @@ const std::vector<OptionInfo>& option_table() {
   if (std::string_view(row.key) == k) row.pytorch_default = value;
       DTR_PYTORCH_DEFAULTS(DTR_PYTORCH_INFO)
 #undef DTR_PYTORCH_INFO
+      if (const OptionRange* range = range_of(row.key)) row.range = range_text(*range);
     }
     return rows;
   }();
@@ -705,15 +756,15 @@ std::string config_markdown() {
   append_syntax_line<bool>(out);
   append_syntax_line<std::string>(out);
   out += "\n## Options\n\n";
-  out += "| key | environment | default | description |\n";
-  out += "| --- | --- | --- | --- |\n";
+  out += "| key | environment | default | range | description |\n";
+  out += "| --- | --- | --- | --- | --- |\n";
   for (const OptionInfo& option : table) {
     const std::string_view def = option.default_value;
     std::string cell = def.empty() ? std::string("(empty)") : "`" + markdown_cell(def) + "`";
     if (option.pytorch_default)
       cell += " (PyTorch: `" + markdown_cell(option.pytorch_default) + "`)";
     out += "| `" + markdown_cell(option.key) + "` | `" + markdown_cell(option.env) + "` | " + cell +
-           " | " + markdown_cell(option.doc) + " |\n";
+           " | " + markdown_cell(option.range) + " | " + markdown_cell(option.doc) + " |\n";
   }
   return out;
 }

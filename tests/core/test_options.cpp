@@ -374,6 +374,51 @@ TEST_CASE("a bad value names the key, the value and the expected form", "[core][
   CHECK(config.dead_lineage_factor == 100.0);
 }
 
+TEST_CASE("number options outside their range are refused for every source", "[core][options]") {
+  // Note [Option ranges]: max_overhead is a multiple of the program's compute, so 0.5 read
+  // as "50% more" would act at the first remat; 0 turns it off.
+  Config config;
+  const std::string half = error_of([&] { config.apply_conf("max_overhead:0.5"); });
+  CHECK_THAT(half, Catch::Contains("'max_overhead'") && Catch::Contains("'0.5'") &&
+                       Catch::Contains("must be 0 (off) or at least 1"));
+  CHECK(config.max_overhead == 2.0);
+  config.set("max_overhead", "0");
+  CHECK(config.max_overhead == 0.0);
+  config.set("max_overhead", "1");
+  CHECK(config.max_overhead == 1.0);
+  config.set("max_overhead", "1.5");
+  CHECK(config.max_overhead == 1.5);
+
+  // An integer option with a top: debug is 0..3.
+  const std::string debug = error_of([&] { config.set("debug", "4"); });
+  CHECK_THAT(debug, Catch::Contains("'debug'") && Catch::Contains("must be 0 to 3"));
+  CHECK(config.debug == 0);
+  config.set("debug", "3");
+  CHECK(config.debug == 3);
+
+  // The environment goes through the same check, and names its variable.
+  EnvGuard guard;
+  clear_dtr_environment(guard);
+  guard.set("DTR_MAX_OVERHEAD", "0.9");
+  Config from_env;
+  const std::string env = error_of([&] { from_env.apply_environment(); });
+  CHECK_THAT(env, Catch::Contains("from DTR_MAX_OVERHEAD") && Catch::Contains("at least 1"));
+
+  // Every range is in the table the docs come from; options without one print nothing.
+  for (const auto& option : dtr::option_table()) {
+    const std::string key = option.key;
+    INFO("option: " << key);
+    if (key == "max_overhead")
+      CHECK(option.range == "0 (off) or at least 1");
+    else if (key == "dead_lineage_factor")
+      CHECK(option.range == "at least 1");
+    else if (key == "debug")
+      CHECK(option.range == "0 to 3");
+    else
+      CHECK(option.range.empty());
+  }
+}
+
 TEST_CASE("an unknown key lists the valid keys", "[core][options]") {
   Config config;
   const std::string direct = error_of([&] { config.set("budgt", "4G"); });
@@ -493,7 +538,8 @@ TEST_CASE("set(k, get(k)) round-trips every option", "[core][options]") {
   config.set("search", "sample");
   config.set("sample", "4294967295");
   config.set("seed", "18446744073709551615");
-  config.set("max_overhead", "0.1");
+  config.set("max_overhead", "1.1");
+  config.set("dead_first_ratio", "0.1");
   config.set("debug", "3");
   config.set("trace", " /tmp/x,y:z.trace");
   config.set("report", "True");
@@ -511,13 +557,13 @@ TEST_CASE("set(k, get(k)) round-trips every option", "[core][options]") {
   // Values that do not print exactly as written still come back the same.
   Config ratio;
   ratio.set("budget", "0.1");
-  ratio.set("max_overhead", "0.30000000000000004");
+  ratio.set("dead_first_ratio", "0.30000000000000004");
   Config copy;
   copy.set("budget", ratio.get("budget"));
-  copy.set("max_overhead", ratio.get("max_overhead"));
+  copy.set("dead_first_ratio", ratio.get("dead_first_ratio"));
   CHECK(copy.budget.kind == Budget::Kind::ratio);
   CHECK(copy.budget.ratio == ratio.budget.ratio);
-  CHECK(copy.max_overhead == ratio.max_overhead);
+  CHECK(copy.dead_first_ratio == ratio.dead_first_ratio);
   CHECK(defaults.get("max_overhead") == "2.0");
   CHECK(defaults.get("report") == "False");
   CHECK(defaults.get("budget") == "unlimited");
@@ -527,7 +573,7 @@ TEST_CASE("config_markdown documents every option", "[core][options]") {
   const std::string page = dtr::config_markdown();
   CHECK(page.rfind("# Configuration\n", 0) == 0);
   CHECK_THAT(page, Catch::Contains("DTR_CONF=\"budget:300M,policy:dtr_eq,search:sample\""));
-  CHECK_THAT(page, Catch::Contains("| key | environment | default | description |"));
+  CHECK_THAT(page, Catch::Contains("| key | environment | default | range | description |"));
   for (const auto& option : dtr::option_table()) {
     INFO("option: " << option.key);
     CHECK_THAT(page, Catch::Contains(std::string("| `") + option.key + "` | `" + option.env + "` |"));

@@ -149,6 +149,15 @@ struct ByteSize {
 #define DTR_PYTORCH_DEFAULTS(X)                                                                    \
   X(dead_first, "dead_first", "True") X(dead_lineage_factor, "dead_lineage_factor", "30")
 
+// Ranges of the number options that have one, beyond what their type allows (no negatives,
+// no fractions in an integer). A value outside is a ConfigError that names the range;
+// docs/config.md prints it. `off_at_zero`: 0 is allowed too, and turns the option off.
+// X(member, "key", least, most, off_at_zero)
+#define DTR_OPTION_RANGES(X)                                                                       \
+  X(dead_lineage_factor, "dead_lineage_factor", 1.0, kNoLimit, false)                              \
+  X(max_overhead, "max_overhead", 1.0, kNoLimit, true)                                             \
+  X(debug, "debug", 0.0, 3.0, false)
+
 struct Config {
 #define DTR_OPTIONS_MEMBER(member, type, key, env, def, doc) type member{};
   DTR_OPTIONS(DTR_OPTIONS_MEMBER)
@@ -176,6 +185,7 @@ struct OptionInfo {
   const char* default_value;
   const char* doc;
   const char* pytorch_default = nullptr;  // the host's own default, if it has one
+  std::string range;                      // "at least 1", "0 to 3"; empty: any value of its type
 };
 const std::vector<OptionInfo>& option_table();
 
