@@ -230,6 +230,26 @@
 // Python code reports success through torch.ops.dtr.raw_access_guarded. C++ code that
 // reads data_ptr() of a tensor it did not get through the dispatcher is not covered.
 //
+// Note [Outputs read past the dispatcher]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A CompositeImplicitAutograd op runs above the fallback's key: the fallback sees the ops
+// it calls, not the op itself, so its tensor arguments are neither refilled nor locked,
+// and a kernel that reads one's memory directly reads it past the dispatcher. The packed
+// sequence ops of 1.13 do so with batch_sizes, the second output of
+// _pack_padded_sequence: _pad_packed_sequence, _pack_padded_sequence_backward and the
+// packed forms of gru, lstm, rnn_tanh and rnn_relu take its data pointer and read the
+// sizes as they go, between ops that allocate. Evicted before, the read failed ("its data
+// is not allocated yet"); evicted or moved (Note [Moving storages] in lineage.cpp) while
+// the op ran, the sizes were whatever the freed memory then held ("shape '[1,
+// 5515247307648, 384]' is invalid", a packed GRU at min_evictable:0; with the default
+// bound, any packed sequence over 2048 steps: its batch_sizes holds 16 KiB or more). So
+// that output is pinned when recorded, as a constant is, and its block is marked
+// unmovable: it is freed when it dies, like any pinned storage, and it weighs 8 bytes a
+// time step. A composite that reads a tensor the program made itself (ctc_loss's
+// lengths, tensor_split's indices) reads it before it calls any op; such a tensor, if
+// evicted, still fails as above, and is pinned only under min_evictable (Note [Small
+// storages] in lineage.cpp), which lengths almost always are.
+//
 // Note [Raw scopes]
 // ~~~~~~~~~~~~~~~~~
 // Pinning for good is right where memory is exported: numpy, `__dlpack__` and `data_ptr()`
@@ -461,6 +481,8 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
     info.observed = Observed::rrelu;  // Note [Observed RReLU]
     return info;                      // opaque
   }
+  if (name == "aten::_pack_padded_sequence" && info.num_returns == 2)
+    info.raw_read_output = 1;  // Note [Outputs read past the dispatcher]
   // resize_ carries the inplace_view tag, but it can give its tensor's storage new, larger
   // memory: a view op only where it does not (Note [Grown storages] in lineage.cpp).
   if (name == "aten::resize_") {

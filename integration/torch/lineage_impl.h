@@ -119,6 +119,10 @@ struct OpInfo {
   // aten::resize_: a view op where it keeps its tensor's storage, opaque where it grows it
   // (Note [Grown storages] in lineage.cpp).
   bool resize = false;
+  // The output that composite ops read past the dispatcher (_pack_padded_sequence's
+  // batch_sizes): pinned and never moved once recorded (Note [Outputs read past the
+  // dispatcher] in dispatch_hook.cpp); -1 for other ops.
+  int16_t raw_read_output = -1;
 };
 
 // What a raw scope (Note [Raw scopes] in dispatch_hook.cpp) holds until it ends: engine

@@ -372,3 +372,47 @@ print(json.dumps({"equal": bool(torch.equal(c, torch.tanh(x))),
 def test_deepcopy_that_must_evict_to_move_its_copy_in(lib):
     stats = stats_of(DEEPCOPY_TIGHT, lib)
     assert stats["equal"] and stats["evictions"] >= 1, stats
+
+
+# Note [Outputs read past the dispatcher]: the packed-sequence ops are composites that read
+# batch_sizes (_pack_padded_sequence's second output) through its data pointer, where the
+# fallback never sees them. 4096 steps make it 32 KiB, over the default min_evictable;
+# the constants held after packing leave no room for anything recomputable, so before
+# the fix it was evicted and _pack_padded_sequence_backward failed with "its data is not
+# allocated yet" (14 and 15 held); under min_evictable:0 a packed GRU also read freed
+# memory ("shape '[1, 5515247307648, 384]' is invalid", 5 runs of 8 beside a busy loop).
+PACKED = r"""
+import hashlib, sys
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+torch.manual_seed(0)
+T, B, F = 4096, 4, 64
+with torch.no_grad():
+    lengths = torch.tensor([T, T - 7, 1000, 5])
+x = torch.randn(T, B, F, requires_grad=True)
+h = torch.tanh(x)  # 4 MiB, recomputable
+packed = pack_padded_sequence(h, lengths, enforce_sorted=False)
+del h
+with torch.no_grad():  # what cannot be evicted: every recomputable storage must go
+    hold = [torch.randn(256, 1024) for _ in range(int(sys.argv[1]))]
+out, _ = pad_packed_sequence(packed, total_length=T)
+del hold
+out.square().sum().backward()
+print("out", hashlib.sha256(out.detach().numpy().tobytes()).hexdigest())
+print("grad", hashlib.sha256(x.grad.numpy().tobytes()).hexdigest())
+try:
+    import dtr
+    if dtr.is_enabled():
+        s = dtr.memory_stats()
+        print("EVICTIONS", s["dtr.num_evictions"], "OOMS", s["num_ooms"])
+except ImportError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("held", [14, 15])
+def test_packed_sequence_sizes_are_never_evicted(lib, held):
+    plain = run([PYTHON, "-c", PACKED, str(held)], clean_env())
+    under = run([PYTHON, "-c", PACKED, str(held)], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:24M"))
+    assert re.search(r"^EVICTIONS [1-9]\d* OOMS 0$", under.stdout, re.M), under.stdout + under.stderr
+    assert lines(under, ("out", "grad")) == lines(plain, ("out", "grad")) != []
