@@ -138,6 +138,30 @@ constexpr const char* kFakeQuantPerChannel = "aten::fake_quantize_per_channel_af
 constexpr const char* kObservedRRelu = "aten::rrelu_with_noise";
 constexpr const char* kRReLUResult = "aten::mul";
 
+// Note [Composites that read past the dispatcher] in dispatch_hook.cpp: CompositeImplicit
+// ops of 1.13 whose kernels read these tensor arguments' memory directly (found by a
+// helper's audit of 1.13.1's libtorch_cpu, 2026-12-05). "name.overload" and the argument
+// names. The fallback holds them while the op runs; a later version where an op is no
+// longer composite is left alone (the registration checks).
+struct RawReadComposite {
+  const char* op;
+  const char* args[2];  // nullptr where fewer
+};
+inline constexpr RawReadComposite kRawReadComposites[] = {
+    {"aten::_pad_packed_sequence", {"batch_sizes", nullptr}},
+    {"aten::_pack_padded_sequence_backward", {"batch_sizes", nullptr}},
+    {"aten::gru.data", {"batch_sizes", nullptr}},
+    {"aten::lstm.data", {"batch_sizes", nullptr}},
+    {"aten::rnn_tanh.data", {"batch_sizes", nullptr}},
+    {"aten::rnn_relu.data", {"batch_sizes", nullptr}},
+    {"aten::ctc_loss.Tensor", {"input_lengths", "target_lengths"}},
+    {"aten::tensor_split.tensor_indices_or_sections", {"tensor_indices_or_sections", nullptr}},
+    {"aten::_reshape_from_tensor", {"shape", nullptr}},
+    {"aten::_rowwise_prune", {"weight", "mask"}},
+    {"aten::max_pool1d", {"self", nullptr}},
+    {"aten::nanmean.out", {"self", nullptr}},
+};
+
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.
 constexpr c10::DispatchKey kDtrKey = c10::DispatchKey::Fake;
 constexpr const char* kHiddenWriteBatchNorm = "aten::native_batch_norm";

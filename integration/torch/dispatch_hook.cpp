@@ -230,25 +230,32 @@
 // Python code reports success through torch.ops.dtr.raw_access_guarded. C++ code that
 // reads data_ptr() of a tensor it did not get through the dispatcher is not covered.
 //
-// Note [Outputs read past the dispatcher]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Note [Composites that read past the dispatcher]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A CompositeImplicitAutograd op runs above the fallback's key: the fallback sees the ops
-// it calls, not the op itself, so its tensor arguments are neither refilled nor locked,
-// and a kernel that reads one's memory directly reads it past the dispatcher. The packed
-// sequence ops of 1.13 do so with batch_sizes, the second output of
-// _pack_padded_sequence: _pad_packed_sequence, _pack_padded_sequence_backward and the
-// packed forms of gru, lstm, rnn_tanh and rnn_relu take its data pointer and read the
-// sizes as they go, between ops that allocate. Evicted before, the read failed ("its data
-// is not allocated yet"); evicted or moved (Note [Moving storages] in lineage.cpp) while
-// the op ran, the sizes were whatever the freed memory then held ("shape '[1,
-// 5515247307648, 384]' is invalid", a packed GRU at min_evictable:0; with the default
-// bound, any packed sequence over 2048 steps: its batch_sizes holds 16 KiB or more). So
-// that output is pinned when recorded, as a constant is, and its block is marked
-// unmovable: it is freed when it dies, like any pinned storage, and it weighs 8 bytes a
-// time step. A composite that reads a tensor the program made itself (ctc_loss's
-// lengths, tensor_split's indices) reads it before it calls any op; such a tensor, if
-// evicted, still fails as above, and is pinned only under min_evictable (Note [Small
-// storages] in lineage.cpp), which lengths almost always are.
+// it calls, not the op itself, so its tensor arguments are neither refilled nor locked.
+// Some such kernels read an argument's memory directly, past the dispatcher: the packed
+// sequence ops read batch_sizes (_pad_packed_sequence, _pack_padded_sequence_backward,
+// the packed gru, lstm, rnn_tanh and rnn_relu), ctc_loss its lengths, and a few more
+// (torch_compat::kRawReadComposites, from a helper's audit of 1.13.1's libtorch_cpu:
+// its sources, a walk of the binary's calls and a harness that evicted or moved every
+// storage at each op). An argument evicted before the read failed the op ("its data is
+// not allocated yet", the backward pass of a sequence of more than 2048 steps, whose
+// batch_sizes is over min_evictable); one evicted or moved while the op ran, between the
+// ops it calls that allocate, was read from freed memory: the packed GRU of gru_packed.py
+// at min_evictable:0 failed with "shape '[1, 5515247307648, 384]' is invalid" in 5 runs
+// of 8 beside a busy loop, and the audit's harness got a silently wrong ctc_loss (the
+// default reduction reads target_lengths again after _ctc_loss). So each of those ops
+// gets a kernel of ours on AutogradCPU, where the composite would run, and on the
+// fallback's key, where it runs without autograd keys: it refills and locks the listed
+// arguments (as a raw scope holds a storage, Note [Raw scopes]), keeps compaction off
+// while it runs (the composite may write raw into results of its own, as
+// _pad_packed_sequence does its lengths), and runs the composite's own kernel below the
+// fallback's key, whose calls dispatch as before. An op that is no longer composite in
+// a later PyTorch, or has a kernel of its own on those keys, is left alone. Results of
+// ops a composite calls and then reads or writes directly are not covered (the audit:
+// sparse_coo_tensor's index bounds, linalg_eigvals without grad, the Sobol engine's
+// state).
 //
 // Note [Raw scopes]
 // ~~~~~~~~~~~~~~~~~
@@ -333,6 +340,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -481,8 +489,6 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
     info.observed = Observed::rrelu;  // Note [Observed RReLU]
     return info;                      // opaque
   }
-  if (name == "aten::_pack_padded_sequence" && info.num_returns == 2)
-    info.raw_read_output = 1;  // Note [Outputs read past the dispatcher]
   // resize_ carries the inplace_view tag, but it can give its tensor's storage new, larger
   // memory: a view op only where it does not (Note [Grown storages] in lineage.cpp).
   if (name == "aten::resize_") {
@@ -765,6 +771,79 @@ void begin_raw_scope_kernel() { ++raw_scope.depth; }
 void end_raw_scope_kernel() {
   if (raw_scope.depth == 0 || --raw_scope.depth > 0) return;
   if (Lineage* lineage = the_lineage()) lineage->release_raw_access(raw_scope.held);
+}
+
+// Note [Composites that read past the dispatcher]: the listed arguments' places, per op.
+std::unordered_map<const c10::FunctionSchema*, std::vector<size_t>>& raw_read_arguments() {
+  static auto* places = new std::unordered_map<const c10::FunctionSchema*, std::vector<size_t>>;
+  return *places;  // filled once, at registration; read only after
+}
+
+void raw_read_composite(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                        torch::jit::Stack* stack) {
+  // The composite's own kernel, where it would have run next; the ops it calls dispatch
+  // from the top, as before. Not through Python's key: a TorchDispatchMode sees those
+  // ops, as without the library, not the composite (Note [Dispatch modes]).
+  const c10::DispatchKeySet below =
+      (ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kDtrKey))
+          .remove(c10::DispatchKey::Python);
+  Lineage* lineage = the_lineage();
+  const auto places = raw_read_arguments().find(&op.schema());
+  if (!lineage || places == raw_read_arguments().end()) {
+    op.redispatchBoxed(below, stack);
+    return;
+  }
+  struct Hold {
+    Lineage* lineage;
+    RawHold held;
+    ~Hold() {
+      lineage->release_raw_access(held);
+      lineage->end_raw_composite();
+    }
+  } hold{lineage, {}};
+  lineage->begin_raw_composite();
+  const size_t base = stack->size() - op.schema().arguments().size();
+  for (size_t k : places->second) {
+    const c10::IValue& arg = (*stack)[base + k];
+    if (!arg.isTensor()) continue;
+    const at::Tensor& t = arg.toTensor();
+    if (t.defined() && t.device().type() == c10::DeviceType::CPU)
+      lineage->hold_for_raw_access(t, &hold.held);
+  }
+  op.redispatchBoxed(below, stack);
+}
+
+// Registers raw_read_composite for each op of torch_compat::kRawReadComposites that is
+// composite here and has no kernel of its own where ours would go.
+void register_raw_read_composites(c10::Dispatcher& dispatcher) {
+  constexpr c10::DispatchKey kAutograd = c10::DispatchKey::AutogradCPU;
+  auto* autograd = new torch::Library(torch::Library::IMPL, "aten", kAutograd, __FILE__, __LINE__);
+  auto* below = new torch::Library(torch::Library::IMPL, "aten", kDtrKey, __FILE__, __LINE__);
+  for (const torch_compat::RawReadComposite& c : torch_compat::kRawReadComposites) {
+    const std::string full = c.op;                                   // aten::name.overload
+    const std::string op_name = full.substr(std::strlen("aten::"));  // name.overload
+    const size_t dot = full.find('.');
+    const std::string name = full.substr(0, dot);
+    const std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+    const c10::optional<c10::OperatorHandle> handle = dispatcher.findSchema({name, overload});
+    if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+      continue;
+    bool own = false;
+    for (c10::DispatchKey k : {kAutograd, c10::DispatchKey::Autograd, c10::DispatchKey::CPU,
+                               c10::DispatchKey::CompositeExplicitAutograd, kDtrKey})
+      own |= handle->hasKernelForDispatchKey(k);
+    if (own) continue;
+    std::vector<size_t> places;
+    const std::vector<c10::Argument>& args = handle->schema().arguments();
+    for (const char* wanted : c.args)
+      for (size_t i = 0; wanted && i < args.size(); ++i)
+        if (args[i].name() == wanted) places.push_back(i);
+    if (places.empty()) continue;
+    raw_read_arguments().emplace(&handle->schema(), std::move(places));
+    autograd->impl(op_name.c_str(),
+                   torch::CppFunction::makeFromBoxedFunction<&raw_read_composite>());
+    below->impl(op_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&raw_read_composite>());
+  }
 }
 
 // Note [Storages Python allocates]
@@ -1099,6 +1178,7 @@ bool register_fallback() {
     // Never destroyed: PyTorch keeps calling into them until the process ends.
     auto* impl = new torch::Library(torch::Library::IMPL, "_", kDtrKey, __FILE__, __LINE__);
     impl->fallback(torch::CppFunction::makeFromBoxedFunction<&dtr_fallback>());
+    register_raw_read_composites(dispatcher);  // Note [Composites that read past the dispatcher]
     if (!dispatcher.findSchema({"dtr::pin_raw", ""}).has_value()) {
       auto* def = new torch::Library(torch::Library::DEF, "dtr", c10::nullopt, __FILE__,
                                      __LINE__);

@@ -1338,12 +1338,10 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           specs.push_back(OutputSpec{alias < 0 ? t.storage().nbytes() : 0, alias});
           output_slots.push_back(TensorSlot{i, element});
           impls.push_back(t.storage().getWeakStorageImpl());
-          // Note [Outputs read past the dispatcher] in dispatch_hook.cpp
-          const bool raw_read = static_cast<int>(i) == info.raw_read_output;
-          evictable.push_back(
-              alias >= 0 || raw_read || !is_ours(*t.storage().unsafeGetStorageImpl()) ? kKeepPinned
-              : t.storage().nbytes() >= min_bytes ? kKeepEvictable
-                                                  : kKeepSmall);
+          evictable.push_back(alias >= 0 || !is_ours(*t.storage().unsafeGetStorageImpl())
+                                  ? kKeepPinned
+                              : t.storage().nbytes() >= min_bytes ? kKeepEvictable
+                                                                  : kKeepSmall);
         });
       }
     }
@@ -1413,12 +1411,6 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
             const Status pinned = pin_tensor(outputs[i]);
             DTR_CHECK(pinned.ok(), "pinning a material storage cannot fail");
             storages_[s].small = evictable[i] == kKeepSmall;
-          }
-          if (static_cast<int>(output_slots[i].index) == info.raw_read_output) {
-            // Note [Outputs read past the dispatcher] in dispatch_hook.cpp
-            const c10::intrusive_ptr<c10::StorageImpl> impl = impls[i].lock();
-            if (impl && impl->data() && is_ours(*impl))
-              allocator_.set_unmovable(torch_compat::storage_address(*impl));
           }
         }
       }
@@ -1968,6 +1960,8 @@ uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
 // limit the host's allocator never runs short of a segment, and nothing moves.
 uint64_t Lineage::compact(uint64_t bytes_requested) {
   if (!config_.compact) return 0;
+  // Note [Composites that read past the dispatcher] in dispatch_hook.cpp
+  if (raw_composites_.load(std::memory_order_acquire) > 0) return 0;
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return 0;
   struct Mover final : BlockMover {

@@ -119,10 +119,6 @@ struct OpInfo {
   // aten::resize_: a view op where it keeps its tensor's storage, opaque where it grows it
   // (Note [Grown storages] in lineage.cpp).
   bool resize = false;
-  // The output that composite ops read past the dispatcher (_pack_padded_sequence's
-  // batch_sizes): pinned and never moved once recorded (Note [Outputs read past the
-  // dispatcher] in dispatch_hook.cpp); -1 for other ops.
-  int16_t raw_read_output = -1;
 };
 
 // What a raw scope (Note [Raw scopes] in dispatch_hook.cpp) holds until it ends: engine
@@ -223,6 +219,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // scope (Note [Raw scopes]) locks it and keeps it alive until release_raw_access(*held).
   void hold_for_raw_access(const at::Tensor& tensor, RawHold* held);
   void release_raw_access(RawHold& held);
+  // Note [Composites that read past the dispatcher] in dispatch_hook.cpp: while one runs
+  // on any thread, nothing moves (compact waits).
+  void begin_raw_composite() { raw_composites_.fetch_add(1, std::memory_order_acq_rel); }
+  void end_raw_composite() { raw_composites_.fetch_sub(1, std::memory_order_acq_rel); }
   // Note [Storages Python allocates] in dispatch_hook.cpp: moves the tensor's storage into
   // our allocator if PyTorch's default CPU allocator made it; true if it moved.
   bool adopt_default_storage(const at::Tensor& tensor);
@@ -407,6 +407,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   std::vector<const c10::StorageImpl*> unlocked_targets_;
   std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
   bool tracing_ = false;                  // DTR_TRACE: scan for deaths before every op
+  std::atomic<int> raw_composites_{0};    // Note [Composites that read past the dispatcher]
   std::atomic<bool> scan_newest_{false};  // no budget: Note [Temporaries]
   uint64_t ops_recorded_ = 0;
   uint64_t ops_since_collect_ = 0;

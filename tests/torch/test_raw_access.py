@@ -374,13 +374,14 @@ def test_deepcopy_that_must_evict_to_move_its_copy_in(lib):
     assert stats["equal"] and stats["evictions"] >= 1, stats
 
 
-# Note [Outputs read past the dispatcher]: the packed-sequence ops are composites that read
-# batch_sizes (_pack_padded_sequence's second output) through its data pointer, where the
-# fallback never sees them. 4096 steps make it 32 KiB, over the default min_evictable;
-# the constants held after packing leave no room for anything recomputable, so before
-# the fix it was evicted and _pack_padded_sequence_backward failed with "its data is not
-# allocated yet" (14 and 15 held); under min_evictable:0 a packed GRU also read freed
-# memory ("shape '[1, 5515247307648, 384]' is invalid", 5 runs of 8 beside a busy loop).
+# Note [Composites that read past the dispatcher]: the packed-sequence ops are composites
+# that read batch_sizes (_pack_padded_sequence's second output) through its data pointer,
+# where the fallback never sees them. 4096 steps make it 32 KiB, over the default
+# min_evictable; the constants held after packing leave no room for anything
+# recomputable, so before the fix it was evicted and _pack_padded_sequence_backward failed
+# with "its data is not allocated yet" (14 and 15 held); under min_evictable:0 a packed GRU
+# also read freed memory ("shape '[1, 5515247307648, 384]' is invalid", 5 runs of 8 beside
+# a busy loop).
 PACKED = r"""
 import hashlib, sys
 import torch
@@ -416,3 +417,72 @@ def test_packed_sequence_sizes_are_never_evicted(lib, held):
     under = run([PYTHON, "-c", PACKED, str(held)], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:24M"))
     assert re.search(r"^EVICTIONS [1-9]\d* OOMS 0$", under.stdout, re.M), under.stdout + under.stderr
     assert lines(under, ("out", "grad")) == lines(plain, ("out", "grad")) != []
+
+
+# The other composites of the list (torch_compat::kRawReadComposites) get the library's
+# kernel where they run, and still give the plain run's values and gradients under a
+# budget that evicts everything it can (min_evictable:0): ctc_loss with tensor lengths
+# (int64 and int32), max_pool1d with and without grad, tensor_split by a tensor of indices,
+# nanmean into out=.
+COMPOSITES = r"""
+import hashlib
+import torch, torch.nn.functional as F
+torch.manual_seed(0)
+def h(t):
+    return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
+registered = []
+for name in ("aten::ctc_loss.Tensor", "aten::gru.data", "aten::_pad_packed_sequence",
+             "aten::_pack_padded_sequence_backward", "aten::max_pool1d", "aten::nanmean.out"):
+    dump = torch._C._dispatch_dump(name)
+    registered.append(all(any(l.startswith(k) and "dispatch_hook.cpp" in l
+                              for l in dump.splitlines()) for k in ("AutogradCPU:", "Fake:")))
+x = torch.randn(8, 16, 50, requires_grad=True)
+y = F.max_pool1d(torch.tanh(x), 3)
+with torch.no_grad():
+    z = F.max_pool1d(torch.tanh(x), 3)
+lp = torch.randn(50, 8, 20).log_softmax(2).detach().requires_grad_()
+targets = torch.randint(1, 20, (8, 30))
+il = torch.full((8,), 50, dtype=torch.long) + 0
+tl = torch.randint(10, 30, (8,)) + 0
+ctc = F.ctc_loss(lp, targets, il, tl)
+ctc32 = F.ctc_loss(lp, targets, il.int(), tl.int(), reduction="sum")
+parts = torch.tensor_split(x, torch.tensor([3, 7]) + 0, dim=0)
+nm = torch.empty(16, 50)
+torch.nanmean(x.detach(), 0, out=nm)
+(y.sum() + ctc + ctc32 + sum(p.square().sum() for p in parts)).backward()
+print("VALUES", h(y), h(z), h(ctc), h(ctc32), h(nm), h(x.grad), h(lp.grad))
+# A TorchDispatchMode sees the ops the composite calls, as without the library, not it.
+from torch.utils._python_dispatch import TorchDispatchMode
+class Names(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+names = Names()
+with names:
+    F.ctc_loss(lp, targets, il, tl)
+print("MODE", " ".join(names.names))
+try:
+    import dtr
+    if dtr.is_enabled():
+        print("REGISTERED", all(registered))
+        print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])
+except ImportError:
+    pass
+"""
+
+
+def test_composites_that_read_arguments_directly_see_their_values(lib):
+    plain = run([PYTHON, "-c", COMPOSITES], clean_env())
+    under = run([PYTHON, "-c", COMPOSITES],
+                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300K,min_evictable:0"))
+    assert "REGISTERED True" in under.stdout, under.stdout + under.stderr
+    assert re.search(r"^EVICTIONS [1-9]", under.stdout, re.M), under.stdout + under.stderr
+    assert lines(under, ("VALUES",)) == lines(plain, ("VALUES",)) != []
+    # With no budget, nothing is remade under the mode (a remat of the evicted randint
+    # would show its replay there too): the mode sees the same ops.
+    loaded = run([PYTHON, "-c", COMPOSITES], clean_env(LD_PRELOAD=lib))
+    assert "REGISTERED True" in loaded.stdout, loaded.stdout + loaded.stderr
+    assert lines(loaded, ("MODE",)) == lines(plain, ("MODE",)) != []
