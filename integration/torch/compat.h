@@ -146,20 +146,25 @@ constexpr const char* kRReLUResult = "aten::mul";
 struct RawReadComposite {
   const char* op;
   const char* args[2];  // nullptr where fewer
+  // It also writes results of ops it called directly (empty's, which are never remade),
+  // so nothing may move while it runs; false where only the arguments are read.
+  bool writes_results;
 };
 inline constexpr RawReadComposite kRawReadComposites[] = {
-    {"aten::_pad_packed_sequence", {"batch_sizes", nullptr}},
-    {"aten::_pack_padded_sequence_backward", {"batch_sizes", nullptr}},
-    {"aten::gru.data", {"batch_sizes", nullptr}},
-    {"aten::lstm.data", {"batch_sizes", nullptr}},
-    {"aten::rnn_tanh.data", {"batch_sizes", nullptr}},
-    {"aten::rnn_relu.data", {"batch_sizes", nullptr}},
-    {"aten::ctc_loss.Tensor", {"input_lengths", "target_lengths"}},
-    {"aten::tensor_split.tensor_indices_or_sections", {"tensor_indices_or_sections", nullptr}},
-    {"aten::_reshape_from_tensor", {"shape", nullptr}},
-    {"aten::_rowwise_prune", {"weight", "mask"}},
-    {"aten::max_pool1d", {"self", nullptr}},
-    {"aten::nanmean.out", {"self", nullptr}},
+    {"aten::_pad_packed_sequence", {"batch_sizes", nullptr}, true},
+    {"aten::_pack_padded_sequence_backward", {"batch_sizes", nullptr}, false},
+    {"aten::gru.data", {"batch_sizes", nullptr}, false},
+    {"aten::lstm.data", {"batch_sizes", nullptr}, false},
+    {"aten::rnn_tanh.data", {"batch_sizes", nullptr}, false},
+    {"aten::rnn_relu.data", {"batch_sizes", nullptr}, false},
+    {"aten::ctc_loss.Tensor", {"input_lengths", "target_lengths"}, true},
+    {"aten::tensor_split.tensor_indices_or_sections",
+     {"tensor_indices_or_sections", nullptr},
+     false},
+    {"aten::_reshape_from_tensor", {"shape", nullptr}, false},
+    {"aten::_rowwise_prune", {"weight", "mask"}, true},
+    {"aten::max_pool1d", {"self", nullptr}, true},
+    {"aten::nanmean.out", {"self", nullptr}, true},
 };
 
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.

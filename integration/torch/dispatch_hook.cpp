@@ -249,8 +249,9 @@
 // gets a kernel of ours on AutogradCPU, where the composite would run, and on the
 // fallback's key, where it runs without autograd keys: it refills and locks the listed
 // arguments (as a raw scope holds a storage, Note [Raw scopes]), keeps compaction off
-// while it runs (the composite may write raw into results of its own, as
-// _pad_packed_sequence does its lengths), and runs the composite's own kernel below the
+// while it runs where it also writes results of its own directly (_pad_packed_sequence
+// its lengths, max_pool1d its output: not the RNNs, which run for a whole layer and
+// under a reserved limit then thrashed), and runs the composite's own kernel below the
 // fallback's key, whose calls dispatch as before. An op that is no longer composite in
 // a later PyTorch, or has a kernel of its own on those keys, is left alone. Results of
 // ops a composite calls and then reads or writes directly are not covered (the audit:
@@ -773,10 +774,15 @@ void end_raw_scope_kernel() {
   if (Lineage* lineage = the_lineage()) lineage->release_raw_access(raw_scope.held);
 }
 
-// Note [Composites that read past the dispatcher]: the listed arguments' places, per op.
-std::unordered_map<const c10::FunctionSchema*, std::vector<size_t>>& raw_read_arguments() {
-  static auto* places = new std::unordered_map<const c10::FunctionSchema*, std::vector<size_t>>;
-  return *places;  // filled once, at registration; read only after
+// Note [Composites that read past the dispatcher]: per op, the listed arguments' places and
+// whether nothing may move while it runs.
+struct RawReads {
+  std::vector<size_t> places;
+  bool no_moves = false;
+};
+std::unordered_map<const c10::FunctionSchema*, RawReads>& raw_read_arguments() {
+  static auto* reads = new std::unordered_map<const c10::FunctionSchema*, RawReads>;
+  return *reads;  // filled once, at registration; read only after
 }
 
 void raw_read_composite(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
@@ -788,22 +794,23 @@ void raw_read_composite(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       (ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kDtrKey))
           .remove(c10::DispatchKey::Python);
   Lineage* lineage = the_lineage();
-  const auto places = raw_read_arguments().find(&op.schema());
-  if (!lineage || places == raw_read_arguments().end()) {
+  const auto reads = raw_read_arguments().find(&op.schema());
+  if (!lineage || reads == raw_read_arguments().end()) {
     op.redispatchBoxed(below, stack);
     return;
   }
   struct Hold {
     Lineage* lineage;
+    bool no_moves;
     RawHold held;
     ~Hold() {
       lineage->release_raw_access(held);
-      lineage->end_raw_composite();
+      if (no_moves) lineage->end_raw_composite();
     }
-  } hold{lineage, {}};
-  lineage->begin_raw_composite();
+  } hold{lineage, reads->second.no_moves, {}};
+  if (hold.no_moves) lineage->begin_raw_composite();
   const size_t base = stack->size() - op.schema().arguments().size();
-  for (size_t k : places->second) {
+  for (size_t k : reads->second.places) {
     const c10::IValue& arg = (*stack)[base + k];
     if (!arg.isTensor()) continue;
     const at::Tensor& t = arg.toTensor();
@@ -839,7 +846,7 @@ void register_raw_read_composites(c10::Dispatcher& dispatcher) {
       for (size_t i = 0; wanted && i < args.size(); ++i)
         if (args[i].name() == wanted) places.push_back(i);
     if (places.empty()) continue;
-    raw_read_arguments().emplace(&handle->schema(), std::move(places));
+    raw_read_arguments().emplace(&handle->schema(), RawReads{std::move(places), c.writes_results});
     autograd->impl(op_name.c_str(),
                    torch::CppFunction::makeFromBoxedFunction<&raw_read_composite>());
     below->impl(op_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&raw_read_composite>());

@@ -219,8 +219,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // scope (Note [Raw scopes]) locks it and keeps it alive until release_raw_access(*held).
   void hold_for_raw_access(const at::Tensor& tensor, RawHold* held);
   void release_raw_access(RawHold& held);
-  // Note [Composites that read past the dispatcher] in dispatch_hook.cpp: while one runs
-  // on any thread, nothing moves (compact waits).
+  // Note [Composites that read past the dispatcher] in dispatch_hook.cpp: while one that
+  // writes results directly runs on any thread, nothing moves (compact waits).
   void begin_raw_composite() { raw_composites_.fetch_add(1, std::memory_order_acq_rel); }
   void end_raw_composite() { raw_composites_.fetch_sub(1, std::memory_order_acq_rel); }
   // Note [Storages Python allocates] in dispatch_hook.cpp: moves the tensor's storage into
