@@ -1784,12 +1784,41 @@ class RoomTimer {
 
 uint64_t room_ns_on_this_thread() { return room_ns_on_thread; }
 
+// Note [Scan credit]
+// ~~~~~~~~~~~~~~~~~~
+// While a program's memory grows, every op raises the peak, and each such op scanned all
+// of alive_: a cost of what the program holds per op, quadratic over the growth. A probe
+// with 5000 one-element parameters under Adam (its first step makes two state tensors per
+// parameter) took 6.2 s for that step with the library against 0.46 s without, 30% of
+// the samples in found_dead. So a scan at a new peak waits until the ops since the last
+// scan of all of alive_ have earned it, kScannedPerOp storages each: a program that holds
+// fewer storages than that is scanned at every new peak as before. With 1024 found_dead
+// still took 13% of the samples at 10000 parameters. With 256 the peaks with no budget
+// moved by at most 17 KiB (2 steps each, against remat:False: resnet18 +35 KiB before and
+// after, the LSTM LM +8.5 KiB before and +24.5 KiB after, the transformer +0.5 and +16.5
+// KiB); bench/torch_many_tensors.py.
+constexpr size_t kScannedPerOp = 256;
+// Under a budget the same scan came with nearly every op's eviction request (collect,
+// Note [Collects when making room]): on a residual MLP 2000 layers deep and 64 wide at 0.6
+// of its peak (min_evictable:4K), 12 970 scans of 9 570 storages each on average, which
+// found 3.4 dead storages each (124 million found_dead calls for 44 050 deaths; found_dead
+// and the scan took 15% of the samples, the records and StorageImpls they read missing
+// the cache). So there too all of alive_ waits for the credit, and the newest
+// kNewestScanned meanwhile, as after every op with no budget (Note [Temporaries]): 14
+// million calls, the same 44 050 deaths found, the same evictions, and making room 1.26
+// s -> 0.85 s. A dead storage not found yet is still in the pool, where it is the
+// stalest storage there, and a request that can evict nothing gets the full collect
+// (which scans all) before it gives up.
+
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return 0;
   RoomTimer timed(engine_->stats(), clock_);  // Note [Host work in op times]
   evicted_bytes_in_call_ = 0;
-  collect(/*full=*/false);
+  if (dead_scan_ops_ != ops_recorded_) {  // Note [Scan credit]
+    const bool earned = alive_.size() <= kScannedPerOp * (ops_recorded_ - dead_scan_ops_);
+    scan_for_dead(earned ? SIZE_MAX : kNewestScanned);
+  }
   // Note [Collects when making room]
   const bool collected = full_collect_due();
   if (collected) collect(/*full=*/true);
@@ -1894,20 +1923,6 @@ bool Lineage::full_collect_earned(size_t per_op) const {
 // it the packed GRU of test_policy_trial.py peaked 1.2 MiB higher, as those collects had
 // been its scans.
 //
-// Note [Scan credit]
-// ~~~~~~~~~~~~~~~~~~
-// While a program's memory grows, every op raises the peak, and each such op scanned all
-// of alive_: a cost of what the program holds per op, quadratic over the growth. A probe
-// with 5000 one-element parameters under Adam (its first step makes two state tensors per
-// parameter) took 6.2 s for that step with the library against 0.46 s without, 30% of
-// the samples in found_dead. So a scan at a new peak waits until the ops since the last
-// scan of all of alive_ have earned it, kScannedPerOp storages each: a program that holds
-// fewer storages than that is scanned at every new peak as before. With 1024 found_dead
-// still took 13% of the samples at 10000 parameters. With 256 the peaks with no budget
-// moved by at most 17 KiB (2 steps each, against remat:False: resnet18 +35 KiB before and
-// after, the LSTM LM +8.5 KiB before and +24.5 KiB after, the transformer +0.5 and +16.5
-// KiB); bench/torch_many_tensors.py.
-constexpr size_t kScannedPerOp = 256;
 
 uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
   if (!scan_newest_.load(std::memory_order_relaxed)) return 0;
