@@ -145,26 +145,43 @@ constexpr const char* kRReLUResult = "aten::mul";
 // longer composite is left alone (the registration checks).
 struct RawReadComposite {
   const char* op;
-  const char* args[2];  // nullptr where fewer
-  // It also writes results of ops it called directly (empty's, which are never remade),
-  // so nothing may move while it runs; false where only the arguments are read.
-  bool writes_results;
+  const char* reads[3];  // held while it runs; nullptr where fewer
+  const char* writes;    // written directly: pinned for good (nullptr: none)
+  // It writes results of ops it called directly: nothing moves while it runs, and with
+  // pin_results its results are pinned for good (a remat of the op that made one would
+  // lose the writes); empty's results are never remade, so they need no pin.
+  bool no_moves;
+  bool pin_results;
 };
 inline constexpr RawReadComposite kRawReadComposites[] = {
-    {"aten::_pad_packed_sequence", {"batch_sizes", nullptr}, true},
-    {"aten::_pack_padded_sequence_backward", {"batch_sizes", nullptr}, false},
-    {"aten::gru.data", {"batch_sizes", nullptr}, false},
-    {"aten::lstm.data", {"batch_sizes", nullptr}, false},
-    {"aten::rnn_tanh.data", {"batch_sizes", nullptr}, false},
-    {"aten::rnn_relu.data", {"batch_sizes", nullptr}, false},
-    {"aten::ctc_loss.Tensor", {"input_lengths", "target_lengths"}, true},
+    {"aten::_pad_packed_sequence", {"batch_sizes"}, nullptr, true, false},
+    {"aten::_pack_padded_sequence_backward", {"batch_sizes"}, nullptr, false, false},
+    {"aten::gru.data", {"batch_sizes"}, nullptr, false, false},
+    {"aten::lstm.data", {"batch_sizes"}, nullptr, false, false},
+    {"aten::rnn_tanh.data", {"batch_sizes"}, nullptr, false, false},
+    {"aten::rnn_relu.data", {"batch_sizes"}, nullptr, false, false},
+    {"aten::ctc_loss.Tensor", {"input_lengths", "target_lengths"}, nullptr, true, false},
     {"aten::tensor_split.tensor_indices_or_sections",
-     {"tensor_indices_or_sections", nullptr},
+     {"tensor_indices_or_sections"},
+     nullptr,
+     false,
      false},
-    {"aten::_reshape_from_tensor", {"shape", nullptr}, false},
-    {"aten::_rowwise_prune", {"weight", "mask"}, true},
-    {"aten::max_pool1d", {"self", nullptr}, true},
-    {"aten::nanmean.out", {"self", nullptr}, true},
+    {"aten::_reshape_from_tensor", {"shape"}, nullptr, false, false},
+    {"aten::_rowwise_prune", {"weight", "mask"}, nullptr, true, false},
+    {"aten::max_pool1d", {"self"}, nullptr, true, false},
+    {"aten::nanmean.out", {"self"}, nullptr, true, false},
+    {"aten::choose_qparams_optimized", {"input"}, nullptr, false, false},
+    {"aten::_grid_sampler_2d_cpu_fallback_backward",
+     {"grad_output", "input", "grid"},
+     nullptr,
+     true,
+     true},
+    {"aten::_saturate_weight_to_fp16", {}, "weight", false, false},
+    // torch.quasirandom.SobolEngine: its state and quasi, written in place directly.
+    {"aten::_sobol_engine_initialize_state_", {}, "self", false, false},
+    {"aten::_sobol_engine_scramble_", {"ltm"}, "self", true, false},
+    {"aten::_sobol_engine_ff_", {"sobolstate"}, "self", false, false},
+    {"aten::_sobol_engine_draw", {"quasi", "sobolstate"}, nullptr, true, true},
 };
 
 // Note [PyTorch 2.x changes]: the fallback's key, and the op with hidden writes.

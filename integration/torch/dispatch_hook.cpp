@@ -252,11 +252,16 @@
 // while it runs where it also writes results of its own directly (_pad_packed_sequence
 // its lengths, max_pool1d its output: not the RNNs, which run for a whole layer and
 // under a reserved limit then thrashed), and runs the composite's own kernel below the
-// fallback's key, whose calls dispatch as before. An op that is no longer composite in
-// a later PyTorch, or has a kernel of its own on those keys, is left alone. Results of
-// ops a composite calls and then reads or writes directly are not covered (the audit:
-// sparse_coo_tensor's index bounds, linalg_eigvals without grad, the Sobol engine's
-// state).
+// fallback's key, whose calls dispatch as before. An argument it writes directly (the
+// Sobol engine's state) is pinned for good, as apply_'s self is (Note [Raw access]), and
+// so are its results where it wrote results made by recomputable ops (the Sobol draw's
+// quasi, a clone it then changes): a remat would remake them without the writes. A
+// SobolEngine whose state was evicted failed its next draw with "its data is not
+// allocated yet"; refilled by a remat of its torch.zeros, it would have drawn from zeros.
+// An op that is no longer composite in a later PyTorch, or has a kernel of its own on
+// those keys, is left alone. Results of ops a composite calls and then reads directly
+// are not covered (the audit: sparse_coo_tensor's index bounds, linalg_eigvals without
+// grad).
 //
 // Note [Raw scopes]
 // ~~~~~~~~~~~~~~~~~
@@ -777,8 +782,10 @@ void end_raw_scope_kernel() {
 // Note [Composites that read past the dispatcher]: per op, the listed arguments' places and
 // whether nothing may move while it runs.
 struct RawReads {
-  std::vector<size_t> places;
+  std::vector<size_t> places;  // held while it runs
+  int written = -1;            // pinned for good
   bool no_moves = false;
+  bool pin_results = false;
 };
 std::unordered_map<const c10::FunctionSchema*, RawReads>& raw_read_arguments() {
   static auto* reads = new std::unordered_map<const c10::FunctionSchema*, RawReads>;
@@ -809,15 +816,22 @@ void raw_read_composite(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     }
   } hold{lineage, reads->second.no_moves, {}};
   if (hold.no_moves) lineage->begin_raw_composite();
+  auto cpu_tensor = [](const c10::IValue& v) {
+    return v.isTensor() && v.toTensor().defined() &&
+           v.toTensor().device().type() == c10::DeviceType::CPU;
+  };
   const size_t base = stack->size() - op.schema().arguments().size();
-  for (size_t k : reads->second.places) {
-    const c10::IValue& arg = (*stack)[base + k];
-    if (!arg.isTensor()) continue;
-    const at::Tensor& t = arg.toTensor();
-    if (t.defined() && t.device().type() == c10::DeviceType::CPU)
-      lineage->hold_for_raw_access(t, &hold.held);
-  }
+  for (size_t k : reads->second.places)
+    if (cpu_tensor((*stack)[base + k]))
+      lineage->hold_for_raw_access((*stack)[base + k].toTensor(), &hold.held);
+  // Written past the dispatcher: pinned for good, as apply_'s self (Note [Raw access]).
+  if (reads->second.written >= 0 && cpu_tensor((*stack)[base + reads->second.written]))
+    lineage->hold_for_raw_access((*stack)[base + reads->second.written].toTensor(), nullptr);
+  const size_t returns = op.schema().returns().size();
   op.redispatchBoxed(below, stack);
+  if (reads->second.pin_results)
+    for (size_t i = stack->size() - returns; i < stack->size(); ++i)
+      if (cpu_tensor((*stack)[i])) lineage->hold_for_raw_access((*stack)[i].toTensor(), nullptr);
 }
 
 // Registers raw_read_composite for each op of torch_compat::kRawReadComposites that is
@@ -840,13 +854,16 @@ void register_raw_read_composites(c10::Dispatcher& dispatcher) {
                                c10::DispatchKey::CompositeExplicitAutograd, kDtrKey})
       own |= handle->hasKernelForDispatchKey(k);
     if (own) continue;
-    std::vector<size_t> places;
+    RawReads reads;
     const std::vector<c10::Argument>& args = handle->schema().arguments();
-    for (const char* wanted : c.args)
-      for (size_t i = 0; wanted && i < args.size(); ++i)
-        if (args[i].name() == wanted) places.push_back(i);
-    if (places.empty()) continue;
-    raw_read_arguments().emplace(&handle->schema(), RawReads{std::move(places), c.writes_results});
+    for (size_t i = 0; i < args.size(); ++i) {
+      for (const char* wanted : c.reads)
+        if (wanted && args[i].name() == wanted) reads.places.push_back(i);
+      if (c.writes && args[i].name() == c.writes) reads.written = static_cast<int>(i);
+    }
+    reads.no_moves = c.no_moves;
+    reads.pin_results = c.pin_results;
+    raw_read_arguments().emplace(&handle->schema(), std::move(reads));
     autograd->impl(op_name.c_str(),
                    torch::CppFunction::makeFromBoxedFunction<&raw_read_composite>());
     below->impl(op_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&raw_read_composite>());

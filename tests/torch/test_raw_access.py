@@ -486,3 +486,41 @@ def test_composites_that_read_arguments_directly_see_their_values(lib):
     loaded = run([PYTHON, "-c", COMPOSITES], clean_env(LD_PRELOAD=lib))
     assert "REGISTERED True" in loaded.stdout, loaded.stdout + loaded.stderr
     assert lines(loaded, ("MODE",)) == lines(plain, ("MODE",)) != []
+
+
+# Note [Composites that read past the dispatcher]: SobolEngine's state is written in place
+# by composites (_sobol_engine_initialize_state_, _scramble_) past the dispatcher. Evicted
+# (it was a torch.zeros result to lineage, 70 KiB here), the next draw failed with "its
+# data is not allocated yet" (124 and 125 held); refilled by a remat of that zeros, it would
+# have drawn from zeros. Now it is pinned where it is written: the recomputable y is
+# evicted instead, and the draws are the plain run's.
+SOBOL = r"""
+import hashlib, sys
+import torch
+torch.manual_seed(0)
+eng = torch.quasirandom.SobolEngine(dimension=300, scramble=True, seed=7)
+a = eng.draw(64)
+w = torch.randn(256, 256)
+ys = [torch.tanh(w @ w + i) for i in range(8)]  # 256 KiB each, recomputable
+keep = ys[0]
+del ys
+with torch.no_grad():
+    hold = [torch.randn(16, 1024) for _ in range(int(sys.argv[1]))]  # 64 KiB each
+del hold
+b = eng.draw(64)
+print("draws", hashlib.sha256(a.numpy().tobytes() + b.numpy().tobytes()).hexdigest())
+try:
+    import dtr
+    if dtr.is_enabled():
+        print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])
+except ImportError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("held", [124, 125])
+def test_sobol_state_written_past_the_dispatcher_is_kept(lib, held):
+    plain = run([PYTHON, "-c", SOBOL, str(held)], clean_env())
+    under = run([PYTHON, "-c", SOBOL, str(held)], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:8M"))
+    assert re.search(r"^EVICTIONS [1-9]", under.stdout, re.M), under.stdout + under.stderr
+    assert lines(under, ("draws",)) == lines(plain, ("draws",)) != []
