@@ -382,6 +382,16 @@ def test_deepcopy_that_must_evict_to_move_its_copy_in(lib):
 # with "its data is not allocated yet" (14 and 15 held); under min_evictable:0 a packed GRU
 # also read freed memory ("shape '[1, 5515247307648, 384]' is invalid", 5 runs of 8 beside
 # a busy loop).
+# Printed last by the programs below under the library.
+EVICTIONS_AT_EXIT = r"""
+try:
+    import dtr
+    if dtr.is_enabled():
+        s = dtr.memory_stats()
+        print("EVICTIONS", s["dtr.num_evictions"], "OOMS", s["num_ooms"])
+except ImportError:
+    pass
+"""
 PACKED = r"""
 import hashlib, sys
 import torch
@@ -401,22 +411,21 @@ del hold
 out.square().sum().backward()
 print("out", hashlib.sha256(out.detach().numpy().tobytes()).hexdigest())
 print("grad", hashlib.sha256(x.grad.numpy().tobytes()).hexdigest())
-try:
-    import dtr
-    if dtr.is_enabled():
-        s = dtr.memory_stats()
-        print("EVICTIONS", s["dtr.num_evictions"], "OOMS", s["num_ooms"])
-except ImportError:
-    pass
-"""
+""" + EVICTIONS_AT_EXIT
+
+
+def prints_as_without(lib, code, arg, budget, prefix):
+    """Runs `code` (argv: `arg`) without the library and under `budget`: the run under it
+    must evict, not run out of memory, and print the plain run's `prefix` lines."""
+    plain = run([PYTHON, "-c", code, str(arg)], clean_env())
+    under = run([PYTHON, "-c", code, str(arg)], clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{budget}"))
+    assert re.search(r"^EVICTIONS [1-9]\d* OOMS 0$", under.stdout, re.M), under.stdout + under.stderr
+    assert lines(under, prefix) == lines(plain, prefix) != []
 
 
 @pytest.mark.parametrize("held", [14, 15])
 def test_packed_sequence_sizes_are_never_evicted(lib, held):
-    plain = run([PYTHON, "-c", PACKED, str(held)], clean_env())
-    under = run([PYTHON, "-c", PACKED, str(held)], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:24M"))
-    assert re.search(r"^EVICTIONS [1-9]\d* OOMS 0$", under.stdout, re.M), under.stdout + under.stderr
-    assert lines(under, ("out", "grad")) == lines(plain, ("out", "grad")) != []
+    prints_as_without(lib, PACKED, held, "24M", ("out", "grad"))
 
 
 # The other composites of the list (torch_compat::kRawReadComposites) get the library's
@@ -509,18 +518,9 @@ with torch.no_grad():
 del hold
 b = eng.draw(64)
 print("draws", hashlib.sha256(a.numpy().tobytes() + b.numpy().tobytes()).hexdigest())
-try:
-    import dtr
-    if dtr.is_enabled():
-        print("EVICTIONS", dtr.memory_stats()["dtr.num_evictions"])
-except ImportError:
-    pass
-"""
+""" + EVICTIONS_AT_EXIT
 
 
 @pytest.mark.parametrize("held", [124, 125])
 def test_sobol_state_written_past_the_dispatcher_is_kept(lib, held):
-    plain = run([PYTHON, "-c", SOBOL, str(held)], clean_env())
-    under = run([PYTHON, "-c", SOBOL, str(held)], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:8M"))
-    assert re.search(r"^EVICTIONS [1-9]", under.stdout, re.M), under.stdout + under.stderr
-    assert lines(under, ("draws",)) == lines(plain, ("draws",)) != []
+    prints_as_without(lib, SOBOL, held, "8M", ("draws",))
