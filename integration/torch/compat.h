@@ -171,6 +171,9 @@ inline constexpr RawReadComposite kRawReadComposites[] = {
     {"aten::max_pool1d", {"self"}, nullptr, true, false},
     {"aten::nanmean.out", {"self"}, nullptr, true, false},
     {"aten::choose_qparams_optimized", {"input"}, nullptr, false, false},
+    // Without grad: LAPACK writes through pointers held across the working copy's ops.
+    {"aten::linalg_eigvals", {"self"}, nullptr, true, false},
+    {"aten::linalg_eigvals.out", {"self"}, nullptr, true, false},
     {"aten::_grid_sampler_2d_cpu_fallback_backward",
      {"grad_output", "input", "grid"},
      nullptr,

@@ -260,8 +260,10 @@
 // allocated yet"; refilled by a remat of its torch.zeros, it would have drawn from zeros.
 // An op that is no longer composite in a later PyTorch, or has a kernel of its own on
 // those keys, is left alone. Results of ops a composite calls and then reads directly
-// are not covered (the audit: sparse_coo_tensor's index bounds, linalg_eigvals without
-// grad).
+// are kept from moving where the op is listed (linalg_eigvals without grad, which the
+// audit's harness saw return zeros after a move), not from being evicted; the audit
+// found one such read of a result that can be large enough to evict, in
+// sparse_coo_tensor's index bounds, which is not covered.
 //
 // Note [Raw scopes]
 // ~~~~~~~~~~~~~~~~~

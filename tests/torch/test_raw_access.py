@@ -432,7 +432,7 @@ def test_packed_sequence_sizes_are_never_evicted(lib, held):
 # kernel where they run, and still give the plain run's values and gradients under a
 # budget that evicts everything it can (min_evictable:0): ctc_loss with tensor lengths
 # (int64 and int32), max_pool1d with and without grad, tensor_split by a tensor of indices,
-# nanmean into out=.
+# nanmean into out=, linalg.eigvals without grad.
 COMPOSITES = r"""
 import hashlib
 import torch, torch.nn.functional as F
@@ -441,7 +441,8 @@ def h(t):
     return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 registered = []
 for name in ("aten::ctc_loss.Tensor", "aten::gru.data", "aten::_pad_packed_sequence",
-             "aten::_pack_padded_sequence_backward", "aten::max_pool1d", "aten::nanmean.out"):
+             "aten::_pack_padded_sequence_backward", "aten::max_pool1d", "aten::nanmean.out",
+             "aten::linalg_eigvals", "aten::_sobol_engine_draw"):
     dump = torch._C._dispatch_dump(name)
     registered.append(all(any(l.startswith(k) and "dispatch_hook.cpp" in l
                               for l in dump.splitlines()) for k in ("AutogradCPU:", "Fake:")))
@@ -459,7 +460,8 @@ parts = torch.tensor_split(x, torch.tensor([3, 7]) + 0, dim=0)
 nm = torch.empty(16, 50)
 torch.nanmean(x.detach(), 0, out=nm)
 (y.sum() + ctc + ctc32 + sum(p.square().sum() for p in parts)).backward()
-print("VALUES", h(y), h(z), h(ctc), h(ctc32), h(nm), h(x.grad), h(lp.grad))
+eig = torch.linalg.eigvals(x.detach()[0, :, :16])
+print("VALUES", h(y), h(z), h(ctc), h(ctc32), h(nm), h(x.grad), h(lp.grad), h(eig))
 # A TorchDispatchMode sees the ops the composite calls, as without the library, not it.
 from torch.utils._python_dispatch import TorchDispatchMode
 class Names(TorchDispatchMode):
