@@ -141,8 +141,8 @@ constexpr const char* kRReLUResult = "aten::mul";
 // Note [Composites that read past the dispatcher] in dispatch_hook.cpp: CompositeImplicit
 // ops of 1.13 whose kernels read these tensor arguments' memory directly (found by a
 // helper's audit of 1.13.1's libtorch_cpu, 2026-12-05). "name.overload" and the argument
-// names. The fallback holds them while the op runs; a later version where an op is no
-// longer composite is left alone (the registration checks).
+// names. The library's kernel for each holds them while the op runs; a later version
+// where an op is no longer composite is left alone (the registration checks).
 struct RawReadComposite {
   const char* op;
   const char* reads[3];  // held while it runs; nullptr where fewer

@@ -1805,10 +1805,11 @@ constexpr size_t kScannedPerOp = 256;
 // and the scan took 15% of the samples, the records and StorageImpls they read missing
 // the cache). So there too all of alive_ waits for the credit, and the newest
 // kNewestScanned meanwhile, as after every op with no budget (Note [Temporaries]): 14
-// million calls, the same 44 050 deaths found, no more evictions, and making room 1.26 s
-// -> 0.85 s. A dead storage not found yet is still in the pool, where no op touches it
-// (its staleness only grows), and a request that can evict nothing gets the full collect
-// (which scans all) before it gives up.
+// million calls, the same 44 050 deaths found, no more evictions, and making room
+// 1.20-1.31 s -> 0.77-0.82 s (3 interleaved pairs, one thread). A dead storage not found
+// yet is still in the pool, where no op touches it (its staleness only grows), and a
+// request that can evict nothing gets the full collect (which scans all) before it
+// gives up.
 
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
@@ -1922,7 +1923,6 @@ bool Lineage::full_collect_earned(size_t per_op) const {
 // and get meanwhile the scan of all of alive_ that the full collect began with: without
 // it the packed GRU of test_policy_trial.py peaked 1.2 MiB higher, as those collects had
 // been its scans.
-//
 
 uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
   if (!scan_newest_.load(std::memory_order_relaxed)) return 0;
