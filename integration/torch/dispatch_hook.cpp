@@ -250,12 +250,13 @@
 // fallback's key, where it runs without autograd keys: it refills and locks the listed
 // arguments (as a raw scope holds a storage, Note [Raw scopes]), keeps compaction off
 // while it runs where it also writes results of its own directly (_pad_packed_sequence
-// its lengths, max_pool1d its output: not the RNNs, which run for a whole layer and
-// under a reserved limit then thrashed), and runs the composite's own kernel below the
-// fallback's key, whose calls dispatch as before. An argument it writes directly (the
-// Sobol engine's state) is pinned for good, as apply_'s self is (Note [Raw access]), and
-// so are its results where it wrote results made by recomputable ops (the Sobol draw's
-// quasi, a clone it then changes): a remat would remake them without the writes. A
+// its lengths, max_pool1d its output: not the RNNs, which run for a whole layer, so
+// that compaction would be off for most of a run), and runs the composite's own kernel
+// below the fallback's key, whose calls dispatch as before. An argument it writes
+// directly (the Sobol engine's state) is pinned for good, as apply_'s self is (Note [Raw
+// access]), and so are its results where it wrote results made by recomputable ops (the
+// Sobol draw's quasi, a clone it then changes): a remat would remake them without the
+// writes. A
 // SobolEngine whose state was evicted failed its next draw with "its data is not
 // allocated yet"; refilled by a remat of its torch.zeros, it would have drawn from zeros.
 // An op that is no longer composite in a later PyTorch, or has a kernel of its own on

@@ -1811,15 +1811,19 @@ constexpr size_t kScannedPerOp = 256;
 // request that can evict nothing gets the full collect (which scans all) before it
 // gives up.
 
+// Whether ops ran since the last scan of all of alive_ and paid for one: Note [Scan credit].
+bool Lineage::dead_scan_earned() const {
+  return dead_scan_ops_ != ops_recorded_ &&
+         alive_.size() <= kScannedPerOp * (ops_recorded_ - dead_scan_ops_);
+}
+
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return 0;
   RoomTimer timed(engine_->stats(), clock_);  // Note [Host work in op times]
   evicted_bytes_in_call_ = 0;
-  if (dead_scan_ops_ != ops_recorded_) {  // Note [Scan credit]
-    const bool earned = alive_.size() <= kScannedPerOp * (ops_recorded_ - dead_scan_ops_);
-    scan_for_dead(earned ? SIZE_MAX : kNewestScanned);
-  }
+  if (dead_scan_ops_ != ops_recorded_)  // Note [Scan credit]
+    scan_for_dead(dead_scan_earned() ? SIZE_MAX : kNewestScanned);
   // Note [Collects when making room]
   const bool collected = full_collect_due();
   if (collected) collect(/*full=*/true);
@@ -1931,9 +1935,7 @@ uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
   RoomTimer timed(engine_->stats(), clock_);  // Note [Host work in op times]
   evicted_bytes_in_call_ = 0;
   // Else no op ran since the last, or not enough for its cost: Note [Scan credit].
-  if (dead_scan_ops_ != ops_recorded_ &&
-      alive_.size() <= kScannedPerOp * (ops_recorded_ - dead_scan_ops_))
-    scan_for_dead();
+  if (dead_scan_earned()) scan_for_dead();
   // Note [Dead pinned storages at a new peak]
   const bool died = deaths_ != full_collect_deaths_;
   const uint64_t dead_pinned = pinned_dead_bytes_ + (died ? pinned_dead_kept_bytes_ : 0);

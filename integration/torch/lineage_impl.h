@@ -344,6 +344,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool full_collect_stale() const;
   bool full_collect_due() const;  // Note [Collects when making room]
   bool full_collect_earned(size_t per_op) const;
+  bool dead_scan_earned() const;  // Note [Scan credit]
   Status pin_tensor(TensorId t);
 
   const Config config_;
