@@ -420,7 +420,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   // are 2 MiB / 20 MiB / exact, as in PyTorch's caching allocator; the budget ratio still
   // refers to the byte-accounting baseline, so a ratio near 1.0 may evict where `none`
   // does not. With option `reserved_limit` the device holds that instead, as the PyTorch
-  // host's reserved limit caps its segments, and with `compact` (the default) the engine
+  // host's reserved limit caps its segments (each its request's size, as there), and with `compact` (the default) the engine
   // moves storages before it evicts for contiguity, as that host does (Note [Compaction
   // in the engine] in eviction/engine.cpp). Without it nothing moves: the CUDA backend
   // cannot copy, and the default device models a GPU.
@@ -434,6 +434,9 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
     aconfig.reserved_limit_bytes =
         own_limit ? options.reserved_limit.resolve(baseline.peak_bytes) : result.budget_bytes;
     result.reserved_limit_bytes = aconfig.reserved_limit_bytes;
+    // The host's limit, not a device's: Note [Segments under a reserved limit] in
+    // allocator/caching_allocator.cpp.
+    aconfig.exact_segments = own_limit;
     config.compact = own_limit && options.compact;
     aconfig.debug = options.debug;
     allocator = std::make_unique<CachingAllocator>(aconfig, std::make_unique<FakeBackend>());

@@ -129,6 +129,8 @@ class TorchRuntime {
     AllocatorConfig out;
     out.budget_bytes = budget_bytes;
     out.reserved_limit_bytes = reserved_limit_bytes;
+    // Note [Segments under a reserved limit] in allocator/caching_allocator.cpp
+    out.exact_segments = reserved_limit_bytes != kUnlimitedBytes;
     out.debug = config.debug;
     return out;
   }

@@ -3,6 +3,7 @@
 // back, before anything is evicted.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -44,14 +45,25 @@ class Mover : public Evictor, public BlockMover {
 AllocatorConfig limited(uint64_t reserved_limit) {
   AllocatorConfig config;
   config.reserved_limit_bytes = reserved_limit;
+  config.exact_segments = true;  // as the torch host under its reserved limit
   config.use_backend_small_path = false;
   config.debug = 3;
   return config;
 }
 
 // X: a 16 MiB segment (made for a 16 MiB request `a`, freed) then given a 3 MiB block `c`
-// (owner 3); Y: a 20 MiB segment with one 2 MiB block `b` (owner 2). 36 MiB reserved
-// under a 64 MiB limit, nothing fully free.
+// (owner 3); Y: a 20 MiB segment (made for a 20 MiB request, freed: under a reserved limit
+// each request gets a segment of its own size, Note [Segments under a reserved limit])
+// with one 2 MiB block `b` (owner 2). 36 MiB reserved under a 64 MiB limit, nothing fully
+// free.
+void make_two_segments(CachingAllocator& allocator, void** a, void** b, void** c) {
+  *a = allocator.allocate(16 * kMiB, 1).ptr;
+  allocator.free(allocator.allocate(20 * kMiB, 9).ptr);  // Y, cached, fully free
+  *b = allocator.allocate(2 * kMiB, 2).ptr;              // the only free block: Y's
+  allocator.free(*a);                                    // X is cached, fully free
+  *c = allocator.allocate(3 * kMiB, 3).ptr;              // best fit: X's 16, not Y's 18
+}
+
 struct TwoSegments {
   Mover mover;
   CachingAllocator allocator;
@@ -62,10 +74,7 @@ struct TwoSegments {
       : allocator(limited(64 * kMiB), std::move(backend), &mover) {
     mover.attach(&allocator);
     mover.allocator = &allocator;
-    a = allocator.allocate(16 * kMiB, 1).ptr;
-    b = allocator.allocate(2 * kMiB, 2).ptr;
-    allocator.free(a);  // X is cached, fully free
-    c = allocator.allocate(3 * kMiB, 3).ptr;
+    make_two_segments(allocator, &a, &b, &c);
   }
 };
 
@@ -112,7 +121,9 @@ TEST_CASE("compaction moves a block that keeps a segment and gives the segment b
   CHECK(s.num_device_free == 1);                     // Y
   CHECK(s.reserved_bytes.all.current == 46 * kMiB);  // X and the new 30 MiB segment
   CHECK(s.allocated_bytes.all.current == before.allocated_bytes.all.current + 30 * kMiB);
-  CHECK(s.allocated_bytes.all.peak == s.allocated_bytes.all.current);  // never counted twice
+  // Never counted twice: the peak is still the set-up's (16 + 20 MiB), not current + 2 MiB.
+  CHECK(s.allocated_bytes.all.peak ==
+        std::max(before.allocated_bytes.all.peak, s.allocated_bytes.all.current));
   CHECK(s.num_ooms == 0);
   CHECK(allocator.is_valid());
   allocator.free(m.to);  // the block lives at its new address now
@@ -167,10 +178,9 @@ TEST_CASE("without a callback that compacts, the chain is as before", "[allocato
   Evictor evictor;
   CachingAllocator allocator(limited(64 * kMiB), std::make_unique<FakeBackend>(), &evictor);
   evictor.attach(&allocator);
-  void* a = allocator.allocate(16 * kMiB, 1).ptr;
-  void* b = allocator.allocate(2 * kMiB, 2).ptr;
-  allocator.free(a);
-  void* c = allocator.allocate(3 * kMiB, 3).ptr;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  make_two_segments(allocator, &a, &b, &c);
+  REQUIRE(allocator.stats().reserved_bytes.all.current == 36 * kMiB);
   CHECK_FALSE(allocator.allocate(30 * kMiB, 4).ok());
   CHECK(allocator.stats().num_block_moves == 0);
   allocator.free(b);
@@ -179,9 +189,10 @@ TEST_CASE("without a callback that compacts, the chain is as before", "[allocato
 
 namespace {
 
-// Note [Packing]: two 20 MiB segments, each [9 MiB][5 MiB free][6 MiB], the 9 and 6 MiB
-// blocks movable (owners 1-4), the holes left by freed 5 MiB blocks. No free piece takes a
-// 9 MiB block, so step 2 of Note [Compaction] can empty neither segment.
+// Note [Packing]: two 20 MiB segments (made for 20 MiB requests, freed), each [9 MiB][5 MiB
+// free][6 MiB], the 9 and 6 MiB blocks movable (owners 1-4), the holes left by freed 5 MiB
+// blocks. No free piece takes a 9 MiB block, so step 2 of Note [Compaction] can empty
+// neither segment.
 struct HolesTooSmall {
   Mover mover;
   CachingAllocator allocator;
@@ -190,12 +201,15 @@ struct HolesTooSmall {
       : allocator(limited(reserved_limit), std::move(backend), &mover) {
     mover.attach(&allocator);
     mover.allocator = &allocator;
+    void* whole[2] = {allocator.allocate(20 * kMiB, 9).ptr, allocator.allocate(20 * kMiB, 9).ptr};
+    for (void* w : whole) allocator.free(w);
+    void* holes[2] = {};
     for (int s = 0; s < 2; ++s) {
       live[2 * s] = allocator.allocate(9 * kMiB, 2 * s + 1).ptr;
-      void* hole = allocator.allocate(5 * kMiB, 9).ptr;
+      holes[s] = allocator.allocate(5 * kMiB, 9).ptr;
       live[2 * s + 1] = allocator.allocate(6 * kMiB, 2 * s + 2).ptr;
-      allocator.free(hole);
     }
+    for (void* hole : holes) allocator.free(hole);
     mover.movable_owners = {1, 2, 3, 4};
   }
 };

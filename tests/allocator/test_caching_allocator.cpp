@@ -91,6 +91,41 @@ TEST_CASE("allocator segment sizes: 2 MiB small, 20 MiB mid, exact large", "[all
   }
 }
 
+// Note [Segments under a reserved limit]: with exact_segments (the host under a reserved
+// limit) a mid-size request gets a segment of its own size, rounded to 2 MiB, not 20 MiB;
+// without it (a device's memory) nothing changes.
+TEST_CASE("allocator with exact segments gives a request a segment of its size", "[allocator]") {
+  CHECK(least_segment_for(512) == 2 * kMiB);
+  CHECK(least_segment_for(kMiB) == 2 * kMiB);
+  CHECK(least_segment_for(kMiB + 512) == 2 * kMiB);
+  CHECK(least_segment_for(2 * kMiB + 512) == 4 * kMiB);
+  CHECK(least_segment_for(13 * kMiB + 512) == 14 * kMiB);
+
+  AllocatorConfig config = debug_config();
+  config.reserved_limit_bytes = 12 * kMiB;
+  config.exact_segments = true;
+  CachingAllocator allocator(config, std::make_unique<FakeBackend>());
+  AllocResult a = allocator.allocate(2 * kMiB);
+  REQUIRE(a.ok());  // without exact segments: 20 MiB, refused, and out of memory (below)
+  AllocResult b = allocator.allocate(3 * kMiB);
+  REQUIRE(b.ok());
+  const AllocatorStats s = allocator.stats();
+  CHECK(s.reserved_bytes.all.current == 6 * kMiB);  // 2 + 4
+  CHECK(s.segment.large_pool.current == 2);
+  CHECK_FALSE(allocator.allocate(7 * kMiB).ok());      // an 8 MiB segment would pass 12 MiB
+  CHECK(allocator.allocate(6 * kMiB).ok());            // a 6 MiB one fits exactly
+  allocator.free(b.ptr);                               // its 4 MiB segment, cached,
+  CHECK(allocator.allocate(kMiB + 512).ptr == b.ptr);  // serves a smaller request
+
+  // Without: a 20 MiB segment, which a 12 MiB limit (or device) refuses.
+  config.exact_segments = false;
+  CachingAllocator device(config, std::make_unique<FakeBackend>());
+  CHECK_FALSE(device.allocate(2 * kMiB).ok());
+  CachingAllocator plain(debug_config(), std::make_unique<FakeBackend>());
+  REQUIRE(plain.allocate(2 * kMiB).ok());
+  CHECK(plain.stats().reserved_bytes.all.current == 20 * kMiB);
+}
+
 TEST_CASE("allocator split and coalesce golden case", "[allocator]") {
   CachingAllocator allocator(debug_config(), std::make_unique<FakeBackend>());
   const uintptr_t base = kFakeBaseAddress;

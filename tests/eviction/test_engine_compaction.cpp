@@ -26,6 +26,7 @@ struct Device {
     AllocatorConfig aconfig;
     aconfig.budget_bytes = 64 * kMiB;
     aconfig.reserved_limit_bytes = 64 * kMiB;
+    aconfig.exact_segments = true;  // as the host under its reserved limit
     aconfig.debug = 3;
     allocator = std::make_unique<CachingAllocator>(aconfig, std::make_unique<FakeBackend>());
     EngineConfig config;
@@ -49,7 +50,9 @@ struct Device {
 };
 
 // X: a 16 MiB segment (made for a 16 MiB output that died, eagerly evicted) that now holds
-// `c` (3 MiB); Y: a 20 MiB segment holding only `b` (2 MiB, live, evictable). 36 MiB
+// `c` (3 MiB); Y: a 20 MiB segment (likewise made for a 20 MiB output: under a reserved
+// limit each gets a segment of its own size, Note [Segments under a reserved limit] in
+// allocator/caching_allocator.cpp) holding only `b` (2 MiB, live, evictable). 36 MiB
 // reserved under the device's 64 MiB: a 30 MiB output needs Y back.
 struct TwoSegments {
   Device d;
@@ -57,7 +60,8 @@ struct TwoSegments {
   explicit TwoSegments(bool compact) : d(compact) {
     REQUIRE(d.engine->constant(64 * 1024, x).ok());  // a small constant: the small pool
     const TensorId a = d.op({x}, 16 * kMiB);
-    b = d.op({x}, 2 * kMiB);
+    d.engine->release(d.op({x}, 20 * kMiB));  // Y, cached, fully free
+    b = d.op({x}, 2 * kMiB);                  // the only free block: Y's
     d.engine->release(a);
     c = d.op({b}, 3 * kMiB);
     REQUIRE(d.allocator->stats().reserved_bytes.large_pool.current == 36 * kMiB);

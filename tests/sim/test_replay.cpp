@@ -443,9 +443,11 @@ TEST_CASE("PIN WHEN_MATERIAL pins where material, else when next material (trace
 
 TEST_CASE("reserved_limit sizes the fake device, and storages move before evictions",
           "[sim][compaction]") {
-  // Note [Compaction in the engine]. x (64 KiB, a constant) makes a (16 MiB, dies) and b
-  // (2 MiB, lives); c (3 MiB) takes a's 16 MiB segment, so b alone keeps a 20 MiB one; d
-  // (30 MiB) then needs that segment back on a 64 MiB device: 38 MiB reserved + 30.
+  // Note [Compaction in the engine]. x (64 KiB, a constant) makes a (16 MiB, dies), y (20
+  // MiB, dies) and b (2 MiB, lives, in y's segment); c (3 MiB) takes a's 16 MiB segment, so
+  // b alone keeps a 20 MiB one; d (30 MiB) then needs that segment back on a 64 MiB device:
+  // 38 MiB reserved + 30. (y makes the 20 MiB segment under the host's reserved limit too,
+  // where b alone would get one of 2 MiB: Note [Segments under a reserved limit].)
   const auto call = [](const std::string& name, const std::string& args, uint64_t bytes) {
     return "{\"ARGS\":[" + args + "],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
            "\",\"RESULT\":[\"" + name +
@@ -458,7 +460,8 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
       "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
       "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
       "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
-      call("a", "\"x\"", 16 * mib) + call("b", "\"x\"", 2 * mib) +
+      call("a", "\"x\"", 16 * mib) + call("y", "\"x\"", 20 * mib) +
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"y\"}\n" + call("b", "\"x\"", 2 * mib) +
       "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n" + call("c", "\"b\"", 3 * mib) +
       call("d", "\"c\"", 30 * mib) + call("e", "\"b\"", 1024));
   const Trace trace = read_trace(text, "moves.trace");

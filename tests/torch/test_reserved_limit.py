@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import PYTHON, Result, clean_env, driver, run
+from conftest import PYTHON, Result, baseline_peak, clean_env, driver, run, trains_bit_identically
 
 SCRIPT = ("transformer.py", "--steps", "3")
 
@@ -71,8 +71,9 @@ def test_a_ratio_fails_at_start(lib):
 
 
 # Note [Compaction] (allocator/caching_allocator.cpp), Note [Moving storages] (lineage.cpp).
-# X: a 16 MiB segment, freed, then given a 3 MiB input; Y: a 20 MiB segment holding a 2 MiB
-# input. Both inputs are pinned constants (a recorded op read them), so nothing can be
+# X: a 16 MiB segment, freed, then given a 3 MiB input; Y: a 20 MiB segment (made for a 20
+# MiB tensor: under a reserved limit each segment is its request's size, Note [Segments
+# under a reserved limit] in allocator/caching_allocator.cpp) holding a 2 MiB input. Both inputs are pinned constants (a recorded op read them), so nothing can be
 # evicted. A 30 MiB tensor needs a fresh segment, and 36 + 30 MiB passes the 64 MiB limit:
 # only moving one input out of its segment lets that segment go back.
 COMPACTION = """
@@ -83,6 +84,8 @@ def make(n, seed):
     with torch.no_grad():  # pinned: opaque outside autograd (Note [Seeded factories])
         return torch.randn(n // 4)
 a = torch.empty(16 * MiB // 4)
+y = torch.empty(20 * MiB // 4)
+del y
 b = make(2 * MiB, 1)
 del a
 c = make(3 * MiB, 2)
@@ -161,3 +164,28 @@ def test_resnet18_under_a_reserved_limit_near_its_budget(lib):
     assert capped.losses() == reference.losses()
     assert capped.params() == reference.params()
     assert capped.buffers() == reference.buffers()
+
+
+# Note [Segments under a reserved limit] (allocator/caching_allocator.cpp): under a limit
+# each fresh segment is its request's size. Before, a 2 MiB tensor got a 20 MiB segment, and
+# one that nothing could move or evict (the fresh batch) kept it: patterns.py's MLP at 0.7 of
+# its peak under a limit of 1.25 times its budget ran out of memory asking for 512 KiB with
+# 8 MiB allocated (hooks) or on its first batch (amp). Now both train bit for bit.
+@pytest.mark.parametrize("pattern", ["hooks", "amp"])
+def test_a_mid_size_tensor_does_not_keep_a_20_MiB_segment(lib, pattern):
+    script = ("patterns.py", "--pattern", pattern, "--steps", "3")
+    limit = int(int(baseline_peak(script, lib) * 0.7) * 1.25)
+    result = trains_bit_identically(lib, script, 0.7, conf=f"reserved_limit:{limit}")
+    assert result.stats["reserved_bytes.all.peak"] <= limit
+
+
+def test_a_segment_is_the_size_of_its_tensor_under_a_limit(lib):
+    code = ("import torch, dtr\n"
+            "xs = [torch.ones(512 * 1024) for _ in range(3)]  # 2 MiB each\n"
+            "s = dtr.memory_stats()\n"
+            "print('RESERVED', s['reserved_bytes.large_pool.current'], s['segment.large_pool.current'])\n")
+    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF="reserved_limit:8M"))
+    assert f"RESERVED {6 << 20} 3" in proc.stdout, proc.stdout + proc.stderr
+    # Without a limit the first takes a 20 MiB segment and the others share it.
+    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib))
+    assert f"RESERVED {20 << 20} 1" in proc.stdout, proc.stdout + proc.stderr

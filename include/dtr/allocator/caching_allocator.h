@@ -5,7 +5,7 @@
 // (never given back to the backend except by the out-of-memory chain or empty_cache()).
 // Sizes are rounded up to kMinBlockSize. Requests up to kSmallSize use the small pool
 // (2 MiB segments), larger ones the large pool (20 MiB segments up to kMinLargeAlloc, then
-// exact segments rounded to kRoundLarge). A free block is found by best fit: the smallest
+// exact segments rounded to kRoundLarge; all exact with config.exact_segments). A free block is found by best fit: the smallest
 // free block that fits, lowest address among equals. If the backend serves small requests
 // itself (host: a mimalloc heap) and config.use_backend_small_path is on, small requests
 // go there instead of into segments, but are still counted in the stats and the budget
@@ -60,6 +60,9 @@ constexpr uint64_t kUnlimitedBytes = std::numeric_limits<uint64_t>::max();  // n
 size_t round_block_size(size_t bytes);
 // The segment a rounded request of `bytes` gets when no cached block fits.
 size_t segment_size_for(size_t bytes);
+// The least segment that serves it: 2 MiB for the small pool, the request rounded up to
+// kRoundLarge for the large; what a fresh segment is with AllocatorConfig::exact_segments.
+size_t least_segment_for(size_t bytes);
 // True when a rounded request of `bytes` belongs to the small pool (bytes <= kSmallSize).
 inline bool is_small_request(size_t bytes) { return bytes <= kSmallSize; }
 
@@ -68,6 +71,10 @@ struct AllocatorConfig {
   uint64_t reserved_limit_bytes = kUnlimitedBytes;  // cap on reserved_bytes.all.current
   uint32_t debug = 0;                  // 0..3; at 3 is_valid() runs after every allocate/free
   bool use_backend_small_path = true;  // small requests to Backend::allocate_small if served
+  // Each fresh large segment the size of its request (least_segment_for), not 20 MiB for a
+  // request under 10 MiB: a host's reserved limit, where a device's memory is not the
+  // limit (Note [Segments under a reserved limit] in allocator/caching_allocator.cpp).
+  bool exact_segments = false;
 };
 
 // The out-of-memory result: everything a user needs to decide what to change.
