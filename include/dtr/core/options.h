@@ -88,8 +88,9 @@ struct ByteSize {
     "PyTorch: cap on reserved bytes, what the allocator holds from the system (live blocks, "      \
     "cached free ones, small allocations): bytes with K/M/G suffix; 0 = unlimited. A request "     \
     "that would pass it releases cached segments, then moves live blocks (compact), then "         \
-    "evicts to free a contiguous block. Simulator (allocator fake): the fake device's size, "      \
-    "bytes or a ratio of the baseline peak (unset: the budget's size)")                            \
+    "evicts to free a contiguous block. Under it each segment is its request's size, rounded "     \
+    "to 2 MiB (Note [Segments under a reserved limit]). Simulator (allocator fake): the fake "     \
+    "device's size, bytes or a ratio of the baseline peak (unset: the budget's size)")             \
   X(compact, bool, "compact", "DTR_COMPACT", "True",                                               \
     "PyTorch: when the reserved limit refuses a segment, first copy live blocks out of the "       \
     "emptiest segments into free space elsewhere, so those segments can go back, and evict only "  \
