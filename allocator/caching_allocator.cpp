@@ -263,12 +263,21 @@ std::string AllocatorOom::message() const {
                      : untracked_bytes() >= kUntrackedWorthNaming
                          ? "the pinned, in-use and untracked bytes"
                          : "the pinned and in-use bytes";
-  out +=
-      "Nothing more could be evicted and releasing cached segments did not help. Try: "
-      "raise the budget above " +
-      std::string(held) + " plus this request, or reduce the batch size";
-  if (reserved_limit_bytes != kUnlimitedBytes && largest_free_block_bytes < requested_bytes)
-    out += ", or raise the reserved limit (free memory is fragmented: no free block fits)";
+  out += "Nothing more could be evicted and releasing cached segments did not help. ";
+  if (reserved_limit_bytes != kUnlimitedBytes &&
+      allocated_bytes + requested_bytes <= budget_bytes) {
+    // The budget had room: the limit refused a segment, and the free bytes under it lie in
+    // segments that live blocks keep (in pieces too small, or in the other pool).
+    out +=
+        "The budget has room for it; the reserved limit does not, with the free bytes in "
+        "segments that live blocks keep. Try: raise the reserved limit, or reduce the batch "
+        "size";
+  } else {
+    out += "Try: raise the budget above " + std::string(held) +
+           " plus this request, or reduce the batch size";
+    if (reserved_limit_bytes != kUnlimitedBytes && largest_free_block_bytes < requested_bytes)
+      out += ", or raise the reserved limit (free memory is fragmented: no free block fits)";
+  }
   if (!owner_advice.empty()) out += ", or " + owner_advice;
   out += ".";
   return out;

@@ -201,6 +201,30 @@ TEST_CASE("allocator oom: the message accounts for every allocated byte", "[allo
   for (void* p : held) allocator.free(p);
 }
 
+TEST_CASE("allocator oom: where the budget has room, the message names the reserved limit",
+          "[allocator]") {
+  // A 2 MiB block keeps a 20 MiB segment (PyTorch's sizes), and a small request needs a
+  // 2 MiB segment of the small pool: 22 MiB would pass the 21 MiB limit. The budget has
+  // room, and the largest free block (18 MiB) is large enough but in the other pool, so
+  // the advice is the limit, not the budget (before, it said to raise the budget).
+  Evictor evictor;
+  AllocatorConfig config = budget_config(64 * kMiB);
+  config.reserved_limit_bytes = 21 * kMiB;
+  CachingAllocator allocator(config, std::make_unique<FakeBackend>(), &evictor);
+  evictor.attach(&allocator);
+  void* live = allocator.allocate(2 * kMiB).ptr;
+  REQUIRE(live);
+  AllocResult r = allocator.allocate(4096);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.oom.largest_free_block_bytes == 18 * kMiB);
+  const std::string message = r.oom.message();
+  CHECK(message.find("The budget has room for it; the reserved limit does not") !=
+        std::string::npos);
+  CHECK(message.find("Try: raise the reserved limit") != std::string::npos);
+  CHECK(message.find("raise the budget") == std::string::npos);
+  allocator.free(live);
+}
+
 TEST_CASE("allocator oom: requests that can never fit fail at once", "[allocator]") {
   Evictor evictor;
   CachingAllocator allocator(budget_config(4 * kMiB), std::make_unique<FakeBackend>(), &evictor);
