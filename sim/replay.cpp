@@ -420,10 +420,10 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   // are 2 MiB / 20 MiB / exact, as in PyTorch's caching allocator; the budget ratio still
   // refers to the byte-accounting baseline, so a ratio near 1.0 may evict where `none`
   // does not. With option `reserved_limit` the device holds that instead, as the PyTorch
-  // host's reserved limit caps its segments (each its request's size, as there), and with `compact` (the default) the engine
-  // moves storages before it evicts for contiguity, as that host does (Note [Compaction
-  // in the engine] in eviction/engine.cpp). Without it nothing moves: the CUDA backend
-  // cannot copy, and the default device models a GPU.
+  // host's reserved limit caps its segments (each its request's size, as there), and with
+  // `compact` (the default) the engine moves storages before it evicts for contiguity, as
+  // that host does (Note [Compaction in the engine] in eviction/engine.cpp). Without it
+  // nothing moves: the CUDA backend cannot copy, and the default device models a GPU.
   std::unique_ptr<CachingAllocator> allocator;
   EngineMemory memory;
   check_reserved_limit(options);  // options made without from_config, too

@@ -73,9 +73,10 @@ def test_a_ratio_fails_at_start(lib):
 # Note [Compaction] (allocator/caching_allocator.cpp), Note [Moving storages] (lineage.cpp).
 # X: a 16 MiB segment, freed, then given a 3 MiB input; Y: a 20 MiB segment (made for a 20
 # MiB tensor: under a reserved limit each segment is its request's size, Note [Segments
-# under a reserved limit] in allocator/caching_allocator.cpp) holding a 2 MiB input. Both inputs are pinned constants (a recorded op read them), so nothing can be
-# evicted. A 30 MiB tensor needs a fresh segment, and 36 + 30 MiB passes the 64 MiB limit:
-# only moving one input out of its segment lets that segment go back.
+# under a reserved limit] in allocator/caching_allocator.cpp) holding a 2 MiB input. Both
+# inputs are pinned constants (a recorded op read them), so nothing can be evicted. A 30 MiB
+# tensor needs a fresh segment, and 36 + 30 MiB passes the 64 MiB limit: only moving one
+# input out of its segment lets that segment go back.
 COMPACTION = """
 import sys, torch, dtr
 MiB = 1 << 20
@@ -183,7 +184,8 @@ def test_a_segment_is_the_size_of_its_tensor_under_a_limit(lib):
     code = ("import torch, dtr\n"
             "xs = [torch.ones(512 * 1024) for _ in range(3)]  # 2 MiB each\n"
             "s = dtr.memory_stats()\n"
-            "print('RESERVED', s['reserved_bytes.large_pool.current'], s['segment.large_pool.current'])\n")
+            "print('RESERVED', s['reserved_bytes.large_pool.current'],\n"
+            "      s['segment.large_pool.current'])\n")
     proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF="reserved_limit:8M"))
     assert f"RESERVED {6 << 20} 3" in proc.stdout, proc.stdout + proc.stderr
     # Without a limit the first takes a 20 MiB segment and the others share it.

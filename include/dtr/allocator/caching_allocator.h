@@ -5,11 +5,12 @@
 // (never given back to the backend except by the out-of-memory chain or empty_cache()).
 // Sizes are rounded up to kMinBlockSize. Requests up to kSmallSize use the small pool
 // (2 MiB segments), larger ones the large pool (20 MiB segments up to kMinLargeAlloc, then
-// exact segments rounded to kRoundLarge; all exact with config.exact_segments). A free block is found by best fit: the smallest
-// free block that fits, lowest address among equals. If the backend serves small requests
-// itself (host: a mimalloc heap) and config.use_backend_small_path is on, small requests
-// go there instead of into segments, but are still counted in the stats and the budget
-// (Note [Small path] in allocator/caching_allocator.cpp).
+// exact segments rounded to kRoundLarge; all exact with config.exact_segments). A free
+// block is found by best fit: the smallest free block that fits, lowest address among
+// equals. If the backend serves small requests itself (host: a mimalloc heap) and
+// config.use_backend_small_path is on, small requests go there instead of into segments,
+// but are still counted in the stats and the budget (Note [Small path] in
+// allocator/caching_allocator.cpp).
 //
 // Budget. allocated_bytes (live requests rounded to kMinBlockSize) never exceeds
 // config.budget_bytes, and reserved_bytes never exceeds config.reserved_limit_bytes.
