@@ -526,6 +526,29 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
   // Byte accounting has no segments to size.
   CHECK_THROWS_WITH(replay_with("reserved_limit:64M,allocator:none"),
                     Catch::Contains("reserved_limit") && Catch::Contains("allocator fake"));
+
+  // Note [Segments under a reserved limit]: under the host's limit each output of 2 and 3
+  // MiB gets a segment of its size (2 + 4 MiB, and x's small 2 MiB: 8 MiB); the default
+  // device, a GPU of the budget's 8 MiB, gives the first PyTorch's 20 MiB segment, which
+  // does not fit.
+  std::istringstream small_text(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
+      call("a", "\"x\"", 2 * mib) + call("b", "\"a\"", 3 * mib));
+  const Trace small = read_trace(small_text, "segments.trace");
+  const Baseline small_baseline = compute_baseline(small);
+  const auto replay_small = [&](const std::string& budget, const std::string& conf) {
+    Config config;
+    config.set("budget", budget);
+    config.set("debug", "3");
+    if (!conf.empty()) config.apply_conf(conf);
+    return replay(small, small_baseline, ReplayOptions::from_config(config));
+  };
+  const ReplayResult exact = replay_small("64M", "reserved_limit:8M");
+  REQUIRE(exact.status_name == "ok");
+  CHECK(exact.peak_reserved_bytes == 8 * mib);
+  CHECK(replay_small("8M", "").status_name == "oom");
 }
 
 // Note [Late remat locks]. A trace of `tests/torch/scripts/patterns.py --pattern two_losses
