@@ -757,9 +757,7 @@ void guard_raw_access() {
 }
 
 void pin_raw_kernel(const at::Tensor& self) {
-  if (Lineage* lineage = the_lineage())
-    if (self.defined() && self.device().type() == c10::DeviceType::CPU)
-      lineage->hold_for_raw_access(self, nullptr);
+  if (Lineage* lineage = the_lineage()) lineage->hold_for_raw_access(self, nullptr);
 }
 
 // Note [Raw scopes]
@@ -770,9 +768,8 @@ struct RawScope {
 thread_local RawScope raw_scope;
 
 void hold_raw_kernel(const at::Tensor& self) {
-  Lineage* lineage = the_lineage();
-  if (!lineage || !self.defined() || self.device().type() != c10::DeviceType::CPU) return;
-  lineage->hold_for_raw_access(self, raw_scope.depth > 0 ? &raw_scope.held : nullptr);
+  if (Lineage* lineage = the_lineage())
+    lineage->hold_for_raw_access(self, raw_scope.depth > 0 ? &raw_scope.held : nullptr);
 }
 
 void begin_raw_scope_kernel() { ++raw_scope.depth; }
@@ -819,22 +816,18 @@ void raw_read_composite(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     }
   } hold{lineage, reads->second.no_moves, {}};
   if (hold.no_moves) lineage->begin_raw_composite();
-  auto cpu_tensor = [](const c10::IValue& v) {
-    return v.isTensor() && v.toTensor().defined() &&
-           v.toTensor().device().type() == c10::DeviceType::CPU;
-  };
   const size_t base = stack->size() - op.schema().arguments().size();
   for (size_t k : reads->second.places)
-    if (cpu_tensor((*stack)[base + k]))
+    if ((*stack)[base + k].isTensor())
       lineage->hold_for_raw_access((*stack)[base + k].toTensor(), &hold.held);
   // Written past the dispatcher: pinned for good, as apply_'s self (Note [Raw access]).
-  if (reads->second.written >= 0 && cpu_tensor((*stack)[base + reads->second.written]))
+  if (reads->second.written >= 0 && (*stack)[base + reads->second.written].isTensor())
     lineage->hold_for_raw_access((*stack)[base + reads->second.written].toTensor(), nullptr);
   const size_t returns = op.schema().returns().size();
   op.redispatchBoxed(below, stack);
   if (reads->second.pin_results)
     for (size_t i = stack->size() - returns; i < stack->size(); ++i)
-      if (cpu_tensor((*stack)[i])) lineage->hold_for_raw_access((*stack)[i].toTensor(), nullptr);
+      if ((*stack)[i].isTensor()) lineage->hold_for_raw_access((*stack)[i].toTensor(), nullptr);
 }
 
 // Registers raw_read_composite for each op of torch_compat::kRawReadComposites that is

@@ -2102,7 +2102,8 @@ void Lineage::write_recordings() {
 }
 
 void Lineage::hold_for_raw_access(const at::Tensor& tensor, RawHold* held) {
-  if (!tensor.defined() || !tensor.has_storage()) return;
+  if (!tensor.defined() || !tensor.has_storage() || tensor.device().type() != c10::DeviceType::CPU)
+    return;  // lineage knows CPU storages only
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   c10::StorageImpl* impl = tensor.storage().unsafeGetStorageImpl();
   const StorageId s = lookup(impl);

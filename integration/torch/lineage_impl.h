@@ -217,6 +217,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Raw access (Note [Raw access] in dispatch_hook.cpp): refills the tensor's storage if
   // evicted and, with held null, pins it for good (torch.ops.dtr.pin_raw); inside a raw
   // scope (Note [Raw scopes]) locks it and keeps it alive until release_raw_access(*held).
+  // An undefined tensor, or one not on the CPU, is left alone.
   void hold_for_raw_access(const at::Tensor& tensor, RawHold* held);
   void release_raw_access(RawHold& held);
   // Note [Composites that read past the dispatcher] in dispatch_hook.cpp: while one that

@@ -466,12 +466,16 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
       call("d", "\"c\"", 30 * mib) + call("e", "\"b\"", 1024));
   const Trace trace = read_trace(text, "moves.trace");
   const Baseline baseline = compute_baseline(trace);
-  const auto replay_with = [&](const std::string& conf) {
+  const auto replay_of = [](const Trace& t, const Baseline& b, const std::string& budget,
+                            const std::string& conf) {
     Config config;
-    config.set("budget", "64M");
+    config.set("budget", budget);
     config.set("debug", "3");
     if (!conf.empty()) config.apply_conf(conf);
-    return replay(trace, baseline, ReplayOptions::from_config(config));
+    return replay(t, b, ReplayOptions::from_config(config));
+  };
+  const auto replay_with = [&](const std::string& conf) {
+    return replay_of(trace, baseline, "64M", conf);
   };
   // Without reserved_limit the device is the budget's 64 MiB and models a GPU: b is
   // evicted for contiguity and made again when e reads it; nothing moves.
@@ -538,17 +542,10 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
       call("a", "\"x\"", 2 * mib) + call("b", "\"a\"", 3 * mib));
   const Trace small = read_trace(small_text, "segments.trace");
   const Baseline small_baseline = compute_baseline(small);
-  const auto replay_small = [&](const std::string& budget, const std::string& conf) {
-    Config config;
-    config.set("budget", budget);
-    config.set("debug", "3");
-    if (!conf.empty()) config.apply_conf(conf);
-    return replay(small, small_baseline, ReplayOptions::from_config(config));
-  };
-  const ReplayResult exact = replay_small("64M", "reserved_limit:8M");
+  const ReplayResult exact = replay_of(small, small_baseline, "64M", "reserved_limit:8M");
   REQUIRE(exact.status_name == "ok");
   CHECK(exact.peak_reserved_bytes == 8 * mib);
-  CHECK(replay_small("8M", "").status_name == "oom");
+  CHECK(replay_of(small, small_baseline, "8M", "").status_name == "oom");
 }
 
 // Note [Late remat locks]. A trace of `tests/torch/scripts/patterns.py --pattern two_losses
