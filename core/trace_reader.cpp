@@ -542,6 +542,8 @@ class TraceParser {
       if (event.remat_time_ns == TraceEvent::kSameTime)
         fail("field 'REMAT_TIME' in CALL is too large; it is a count of nanoseconds");
     }
+    if (object.contains("WORKSPACE"))
+      event.workspace_bytes = count_field(object, "WORKSPACE", "bytes");
     const json::array_t& results = array_field(object, "RESULT");
     event.results.reserve(results.size());
     for (const json& result : results) {

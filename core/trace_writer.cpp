@@ -88,6 +88,7 @@ class TraceWriter {
                      {"RESULT", std::move(results)},
                      {"TIME", event.time_ns}};
         if (event.remat_time_ns != TraceEvent::kSameTime) call["REMAT_TIME"] = event.remat_time_ns;
+        if (event.workspace_bytes != 0) call["WORKSPACE"] = event.workspace_bytes;
         emit(std::move(call));
         for (const TraceResult& result : event.results) {
           const std::string& tensor = name(index, result.name);

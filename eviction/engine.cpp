@@ -345,14 +345,28 @@ void Engine::unlock(StorageId s) {
 // the op again: the torch host keeps a dropout mask packed to bits and unpacks it at a
 // remat, which is several times cheaper than drawing it again (Note [Packed masks] in
 // integration/torch/lineage.cpp). A trace carries it as REMAT_TIME (docs/trace-format.md).
+//
+// Note [Op workspace]
+// ~~~~~~~~~~~~~~~~~~~
+// Some ops hold scratch memory while they run beside their outputs: a CPU convolution's
+// columns or oneDNN's reorders, freed before the op returns. A live run counts it in the
+// allocator (and the budget) for the op's duration, every time the op runs, remats
+// included; the PyTorch host measures it while tracing (Note [Measuring workspaces] in
+// integration/torch/cpu_allocator.cpp) and a trace carries it as WORKSPACE. The engine
+// charges it where it makes room for an op (step 3 of Note [Faithful to simrd]): byte
+// accounting makes room for outputs and workspace together and counts both in the peak;
+// an engine that allocates (the simulator over an allocator) takes a block of that size
+// after the outputs, with no owner (nothing moves or evicts it), and frees it as the op
+// returns. The workspace is no storage: no tensor names it and no heuristic sees it.
 Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
                     const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
-                    uint64_t remat_ns) {
+                    uint64_t remat_ns, uint64_t workspace_bytes) {
   DTR_CHECK(!specs.empty(), "an op has at least one output");
   const OpId op = new_op();
   OpRec& rec = ops_[op];
   rec.compute_ns = compute_ns;
   rec.remat_ns = remat_ns == kSameCost ? compute_ns : remat_ns;
+  rec.workspace_bytes = workspace_bytes;
   rec.inputs = inputs;
   const size_t first_output = outputs.size();
   for (const OutputSpec& spec : specs) {
@@ -1154,15 +1168,19 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     const OpRec& op = ops_[tensors_[t].op];
     // Note [Refused remats]
     if (is_remat && !hooks_->may_recompute(tensors_[t].op)) return abandon(Status::refused());
-    Status status = make_room(op.total_bytes);
-    if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t);
+    // Note [Op workspace]: room for the op's scratch too, held only while it runs.
+    Status status = make_room(op.total_bytes + op.workspace_bytes);
+    void* workspace = nullptr;
+    if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t, workspace);
     if (!status.ok()) return abandon(status);
     try {
       compute(t, is_remat);
     } catch (...) {  // Note [Host exceptions]
+      if (workspace) memory_.allocator->free(workspace);
       abandon(Status::success());
       throw;
     }
+    if (workspace) memory_.allocator->free(workspace);
     for (TensorId p : op.inputs) unlock(tensors_[p].storage);
     // Read after compute: making room may have relaxed the frames (Note [Relaxed remat
     // locks]), which moves this frame's slices.
@@ -1180,11 +1198,12 @@ Status Engine::run_materialize(TensorId target, bool remat) {
 }
 
 // Allocates the block of every output storage of t's op that is not material (the engine
-// allocates: the simulator). Outputs that are still material are locked meanwhile: an
+// allocates: the simulator), then the op's workspace block, if it has one (Note [Op
+// workspace]), into `workspace`. Outputs that are still material are locked meanwhile: an
 // allocation may evict, and a sibling evicted now would be marked material by compute()
 // without memory. On failure frees what it took and reports the allocator's
 // out-of-memory details.
-Status Engine::allocate_outputs(TensorId t) {
+Status Engine::allocate_outputs(TensorId t, void*& workspace) {
   const OpRec& op = ops_[tensors_[t].op];
   size_t n_locked = 0;
   for (TensorId u : op.outputs) {
@@ -1195,17 +1214,9 @@ Status Engine::allocate_outputs(TensorId t) {
     }
   }
   Status status = Status::success();
-  for (size_t i = 0; i < op.outputs.size() && status.ok(); ++i) {
-    const TensorId u = op.outputs[i];
-    const StorageId s = tensors_[u].storage;
-    StorageRec& rec = storages_[s];
-    if (rec.material || rec.tensors[0] != u || rec.memory) continue;
-    AllocResult r = memory_.allocator->allocate(rec.size_bytes, owner_of(s));
-    if (r.ok()) {
-      storages_[s].memory = r.ptr;
-      continue;
-    }
-    for (size_t j = 0; j < i; ++j) {
+  // Frees the blocks taken for outputs before the `taken`-th and reports `r`'s shortfall.
+  auto fail = [&](const AllocResult& r, size_t taken) {
+    for (size_t j = 0; j < taken; ++j) {
       StorageRec& other = storages_[tensors_[op.outputs[j]].storage];
       if (!other.material && other.memory) {
         memory_.allocator->free(other.memory);
@@ -1219,6 +1230,24 @@ Status Engine::allocate_outputs(TensorId t) {
     info.reserved_bytes = r.oom.reserved_bytes;
     info.largest_free_block_bytes = r.oom.largest_free_block_bytes;
     status = Status::out_of_memory(info);
+  };
+  for (size_t i = 0; i < op.outputs.size() && status.ok(); ++i) {
+    const TensorId u = op.outputs[i];
+    const StorageId s = tensors_[u].storage;
+    StorageRec& rec = storages_[s];
+    if (rec.material || rec.tensors[0] != u || rec.memory) continue;
+    AllocResult r = memory_.allocator->allocate(rec.size_bytes, owner_of(s));
+    if (r.ok())
+      storages_[s].memory = r.ptr;
+    else
+      fail(r, i);
+  }
+  if (status.ok() && op.workspace_bytes > 0) {  // Note [Op workspace]: no owner
+    AllocResult r = memory_.allocator->allocate(op.workspace_bytes, 0);
+    if (r.ok())
+      workspace = r.ptr;
+    else
+      fail(r, op.outputs.size());
   }
   if (n_locked > 0) {
     for (TensorId u : op.outputs) {
@@ -1244,7 +1273,8 @@ void Engine::compute(TensorId t, bool remat) {
   }
   live_bytes_ += op.total_bytes;
   stats_.allocated_total += op.total_bytes;
-  stats_.allocated_peak = std::max(stats_.allocated_peak, live_bytes_);
+  // Note [Op workspace]: held beside the outputs while the op ran.
+  stats_.allocated_peak = std::max(stats_.allocated_peak, live_bytes_ + op.workspace_bytes);
   DTR_CHECK(memory_.allocator || live_bytes_ <= config_.budget_bytes, "budget exceeded");
 
   // Outputs whose storage was evicted become material (siblings first, t last: the order

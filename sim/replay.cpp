@@ -3,7 +3,8 @@
 // Note [Trace to engine]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Each trace name maps to an engine tensor. CALL records an op (outputs that alias an
-// input take no memory); CONSTANT makes a pinned constant; COPY retains the tensor under
+// input take no memory; its WORKSPACE is held while it runs, Note [Op workspace] in
+// eviction/engine.cpp); CONSTANT makes a pinned constant; COPY retains the tensor under
 // a new name; COPY_FROM re-points a name (release the old tensor, retain the new one);
 // RELEASE drops a reference; PIN pins (with WHEN_MATERIAL: Note [Pins when material]);
 // DISCARD frees a storage for good. MUTATE is copy-on-write, as in DTR's simulator: the op
@@ -76,6 +77,8 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
           }
         }
         allocated();
+        // Note [Op workspace] in eviction/engine.cpp: held beside the results while it ran.
+        b.peak_bytes = std::max(b.peak_bytes, live + ev.workspace_bytes);
         break;
       case TraceEventKind::mutate: {
         b.compute_ns += ev.time_ns;
@@ -314,7 +317,8 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
         // output (an op has at least one) and drop it at once.
         if (specs.empty()) specs.push_back(OutputSpec{0, -1});
         if (recorder) recorder->name_next_op(ev.op);
-        status = engine.call(ev.time_ns, inputs, specs, outputs, ev.remat_time_ns);
+        status =
+            engine.call(ev.time_ns, inputs, specs, outputs, ev.remat_time_ns, ev.workspace_bytes);
         op = engine.op_of(outputs[0]);
         for (size_t i = 0; i < ev.results.size(); ++i) tensor_of[ev.results[i].name] = outputs[i];
         if (ev.results.empty() && status.ok()) engine.release(outputs[0]);

@@ -65,6 +65,7 @@ void require_same_trace(const dtr::Trace& a, const dtr::Trace& b) {
     REQUIRE(x.src == y.src);
     REQUIRE(x.time_ns == y.time_ns);
     REQUIRE(x.remat_time_ns == y.remat_time_ns);
+    REQUIRE(x.workspace_bytes == y.workspace_bytes);
   }
 }
 
@@ -237,6 +238,7 @@ TEST_CASE("trace: malformed input gives TraceError with file and line", "[core][
       {"fractional_size.log", 5, "field 'MEMORY' in MEMORY has a fraction (1.5)"},
       {"negative_time.log", 4, "field 'TIME' in CALL is negative"},
       {"nonnumeric_time.log", 4, "field 'TIME' in MUTATE is not a whole number"},
+      {"negative_workspace.log", 4, "field 'WORKSPACE' in CALL is negative"},
       {"alias_out_of_range.log", 8, "ALIAS index \"2\" is out of range"},
       {"alias_negative.log", 6, "ALIAS index -2 is out of range"},
       {"mutate_out_of_range.log", 4, "MUTATE index 1 is out of range"},
@@ -381,11 +383,17 @@ TEST_CASE("trace: a trace built in memory round-trips", "[core][trace]") {
   mask.results = {{trace.intern("m"), 64, -1}};
   mask.time_ns = 600;
   mask.remat_time_ns = 90;
-  trace.events = {constant, call, mask};
+  dtr::TraceEvent conv = call;  // Note [Op workspace]: scratch held while it ran
+  conv.op = "aten::convolution";
+  conv.results = {{trace.intern("y"), 256, -1}};
+  conv.workspace_bytes = 4096;
+  trace.events = {constant, call, mask, conv};
   dtr::Trace again = round_trip(trace);
   require_same_trace(trace, again);
   CHECK(again.events[1].remat_time_ns == dtr::TraceEvent::kSameTime);
   CHECK(again.events[2].remat_time_ns == 90);
+  CHECK(again.events[2].workspace_bytes == 0);
+  CHECK(again.events[3].workspace_bytes == 4096);
 
   dtr::TraceEvent bad;
   bad.kind = dtr::TraceEventKind::release;

@@ -121,6 +121,48 @@ TEST_CASE("a remat costs the op's remat cost where the host gave one", "[evictio
   CHECK(f.engine->stats().model_compute_ns == 630);
 }
 
+TEST_CASE("an op's workspace needs room while it runs, at its first run and at a remat",
+          "[eviction]") {
+  // Note [Op workspace]: 300 B of scratch beside a 300 B output.
+  Fixture f(1000);
+  TensorId a = f.op(5, {}, 300);
+  TensorId b = f.op(7, {a}, 300);
+  std::vector<TensorId> out;
+  REQUIRE(f.engine->call(11, {b}, {{300, -1}}, out, Engine::kSameCost, 300).ok());
+  const TensorId c = out[0];
+  CHECK(f.engine->op_workspace_bytes(f.engine->op_of(c)) == 300);
+  // 600 live + 300 output + 300 scratch > 1000: a went (b is the op's input, locked).
+  CHECK(f.engine->stats().num_evictions == 1);
+  CHECK(!f.engine->is_defined(a));
+  CHECK(f.engine->live_bytes() == 600);            // the scratch is gone again
+  CHECK(f.engine->stats().allocated_peak == 900);  // but counted while c's op ran
+  // The same op without scratch would have fitted beside a.
+  Fixture g(1000);
+  TensorId ga = g.op(5, {}, 300);
+  TensorId gb = g.op(7, {ga}, 300);
+  g.op(11, {gb}, 300);
+  CHECK(g.engine->stats().num_evictions == 0);
+
+  // A remat of c's op needs the scratch again: with a back (300) and b (300), room for
+  // c (300) and its scratch (300) means evicting one of them.
+  REQUIRE(f.engine->materialize(a).ok());
+  REQUIRE(f.engine->drop(f.engine->storage_of(c)));
+  const uint64_t evictions = f.engine->stats().num_evictions;
+  REQUIRE(f.engine->materialize(c).ok());
+  CHECK(f.engine->stats().num_evictions == evictions + 1);
+  CHECK(f.engine->live_bytes() <= 700);
+
+  // Scratch that cannot fit beside what is pinned is out of memory, and says how much.
+  Fixture h(1000);
+  TensorId p;
+  REQUIRE(h.engine->constant(600, p).ok());
+  out.clear();
+  const Status oom = h.engine->call(1, {p}, {{100, -1}}, out, Engine::kSameCost, 400);
+  REQUIRE(oom.code == StatusCode::oom);
+  CHECK(oom.oom.requested_bytes == 500);
+  CHECK(h.engine->live_bytes() == 600);
+}
+
 TEST_CASE("a rematerialized dead intermediate is evicted before live storages", "[eviction]") {
   // Note [Dead storages first]. m is dead (released) and only lineage needs it: b's remat
   // brings it back, young, so a staleness score keeps it and evicts a live storage.

@@ -272,6 +272,50 @@ TEST_CASE("engine over the fake allocator: out of memory exactly when nothing is
   CHECK(g.engine->stats().num_ooms == 0);
 }
 
+TEST_CASE("engine over the fake allocator: an op's workspace is a block while it runs",
+          "[eviction][allocator]") {
+  // Note [Op workspace]. Two 2 MiB small segments: 2 MiB of pinned constants fill one.
+  AllocatorFixture f(4 * kMiB, "dtr_eq");
+  Engine& e = *f.engine;
+  for (int i = 0; i < 8; ++i) {
+    TensorId t;
+    REQUIRE(e.constant(256 * kKiB, t).ok());
+  }
+  std::vector<TensorId> out;
+  REQUIRE(e.call(10, {}, {OutputSpec{1 * kMiB, -1}}, out).ok());
+  const TensorId x = out[0];
+  // y's output (256 KiB) fits beside x, its 1 MiB of scratch does not: x goes.
+  out.clear();
+  REQUIRE(e.call(10, {}, {OutputSpec{256 * kKiB, -1}}, out, Engine::kSameCost, 1 * kMiB).ok());
+  const TensorId y = out[0];
+  CHECK(e.stats().num_evictions == 1);
+  CHECK(!e.is_defined(x));
+  const AllocatorStats after = f.allocator->stats();
+  CHECK(after.allocated_bytes.all.current == f.material_block_bytes());  // scratch freed
+  CHECK(after.allocated_bytes.all.peak <= 4 * kMiB);
+  // A remat takes the scratch again: 256 KiB and 1 MiB more allocated, then freed.
+  REQUIRE(e.drop(e.storage_of(y)));
+  REQUIRE(e.materialize(y).ok());
+  const AllocatorStats again = f.allocator->stats();
+  CHECK(again.allocated_bytes.all.allocated - after.allocated_bytes.all.allocated ==
+        256 * kKiB + 1 * kMiB);
+  CHECK(again.allocated_bytes.all.current == f.material_block_bytes());
+
+  // Where nothing can be evicted, the scratch is out of memory and the output's block goes
+  // back.
+  AllocatorFixture g(4 * kMiB, "dtr_eq");
+  for (int i = 0; i < 12; ++i) {
+    TensorId t;
+    REQUIRE(g.engine->constant(256 * kKiB, t).ok());
+  }
+  out.clear();
+  const Status oom =
+      g.engine->call(10, {}, {OutputSpec{256 * kKiB, -1}}, out, Engine::kSameCost, 1 * kMiB);
+  REQUIRE(oom.code == StatusCode::oom);
+  CHECK(oom.oom.requested_bytes == 1 * kMiB);
+  CHECK(g.allocator->stats().allocated_bytes.all.current == g.material_block_bytes());
+}
+
 TEST_CASE("coop needs the allocator; the engine refuses it alone", "[eviction][allocator][coop]") {
   LogicalClock clock(1);
   CHECK_THROWS_AS(Engine(EngineConfig{}, builtin_heuristics().make("coop", {}), clock), ConfigError);

@@ -332,6 +332,45 @@ TEST_CASE("REMAT_TIME prices a remat, TIME the program's own run (Note [Remat co
   CHECK(with.compute_ns == 720);
 }
 
+TEST_CASE("WORKSPACE is held while its op runs, in the baseline and the replay", "[sim][trace]") {
+  // Note [Op workspace]: a and b (600 KiB each), then c on b with 600 KiB of scratch: 1800
+  // KiB live with c, 2400 KiB while c runs. The fake device needs whole 2 MiB segments.
+  const auto trace_with = [](const std::string& workspace) {
+    std::istringstream text(
+        "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
+        "{\"ANNOTATION\":\"START\",\"INSTRUCTION\":\"ANNOTATE\"}\n"
+        "{\"ARGS\":[],\"INSTRUCTION\":\"CALL\",\"NAME\":\"a\",\"RESULT\":[\"a\"],\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"614400\",\"NAME\":\"a\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\"}\n"
+        "{\"ARGS\":[\"a\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"b\",\"RESULT\":[\"b\"],"
+        "\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"614400\",\"NAME\":\"b\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"b\"}\n"
+        "{\"ARGS\":[\"b\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"conv\",\"RESULT\":[\"c\"]," +
+        workspace +
+        "\"TIME\":10}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"614400\",\"NAME\":\"c\"}\n"
+        "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"c\"}\n");
+    return read_trace(text, "workspace.trace");
+  };
+  const Trace with = trace_with("\"WORKSPACE\":614400,");
+  const Trace without = trace_with("");
+  REQUIRE(with.events[3].workspace_bytes == 614400);
+  CHECK(compute_baseline(with).peak_bytes == 4 * 614400);
+  CHECK(compute_baseline(without).peak_bytes == 3 * 614400);
+  // Under 2 MiB: without scratch nothing is evicted; with it, a goes while c runs.
+  for (ReplayOptions::Memory memory : {ReplayOptions::Memory::none, ReplayOptions::Memory::fake}) {
+    INFO("allocator " << (memory == ReplayOptions::Memory::none ? "none" : "fake"));
+    const ReplayResult held = run(with, "dtr_eq", "2M", 3, SearchMode::full, memory);
+    const ReplayResult free = run(without, "dtr_eq", "2M", 3, SearchMode::full, memory);
+    REQUIRE(held.status_name == "ok");
+    REQUIRE(free.status_name == "ok");
+    CHECK(held.stats.num_evictions == 1);
+    CHECK(free.stats.num_evictions == 0);
+    CHECK(held.peak_bytes <= 2 * 1024 * 1024);
+  }
+}
+
 TEST_CASE("lazy_release keeps a released storage for the next remat (Note [Lazy release])",
           "[sim][lazy]") {
   // a (1 unit) -> m (1) -> b (4) fill the budget of 6 units, and c (1) evicts b (policy

@@ -62,6 +62,9 @@ struct TraceEvent {
   // the op again (REMAT_TIME; Note [Remat cost] in eviction/engine.cpp); kSameTime: TIME.
   static constexpr uint64_t kSameTime = ~uint64_t{0};
   uint64_t remat_time_ns = kSameTime;
+  // CALL: bytes the op held while it ran beyond its results (WORKSPACE: scratch it allocated
+  // and freed before returning, as a convolution's columns); 0: none recorded.
+  uint64_t workspace_bytes = 0;
   uint32_t line = 0;                // 1-based line of the event's first line in its file
 };
 

@@ -144,10 +144,12 @@ class Engine {
   // its outputs costs, when the host has a cheaper way than running it again (Note [Remat
   // cost] in engine.cpp); kSameCost: the same. It is the trace's value for a CALL without
   // REMAT_TIME, so a trace's cost passes to the engine and back unchanged.
+  // `workspace_bytes`: scratch the op holds while it runs, beside its outputs, every time
+  // it runs (Note [Op workspace] in engine.cpp); a trace's WORKSPACE.
   static constexpr uint64_t kSameCost = TraceEvent::kSameTime;
   Status call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
               const std::vector<OutputSpec>& specs, std::vector<TensorId>& outputs,
-              uint64_t remat_ns = kSameCost);
+              uint64_t remat_ns = kSameCost, uint64_t workspace_bytes = 0);
   // A constant: computed at no cost and pinned.
   Status constant(uint64_t size_bytes, TensorId& out);
   void retain(TensorId t);   // one more external reference
@@ -244,6 +246,7 @@ class Engine {
   const std::vector<TensorId>& op_outputs(OpId op) const { return ops_[op].outputs; }
   uint64_t op_compute_ns(OpId op) const { return ops_[op].compute_ns; }
   uint64_t op_remat_ns(OpId op) const { return ops_[op].remat_ns; }  // Note [Remat cost]
+  uint64_t op_workspace_bytes(OpId op) const { return ops_[op].workspace_bytes; }
 
   uint64_t storage_size(StorageId s) const { return storages_[s].size_bytes; }
   uint64_t storage_compute(StorageId s) const { return storages_[s].compute_ns; }
@@ -333,6 +336,7 @@ class Engine {
     uint64_t compute_ns = 0;
     uint64_t remat_ns = 0;     // Note [Remat cost]
     uint64_t total_bytes = 0;  // sum of non-alias output sizes
+    uint64_t workspace_bytes = 0;  // Note [Op workspace]
     std::vector<TensorId> inputs;
     std::vector<TensorId> outputs;
     uint32_t readers = 0;  // inputs of unretired ops that are this op's outputs
@@ -359,7 +363,7 @@ class Engine {
   bool relax_remat_locks();  // Note [Relaxed remat locks]
   bool has_relaxed() const;  // the outermost call has relaxed: its frames lock late
   void push_parents_late(const std::vector<TensorId>& inputs);  // Note [Late remat locks]
-  Status allocate_outputs(TensorId t);
+  Status allocate_outputs(TensorId t, void*& workspace);
   void compute(TensorId t, bool remat);
   void evict(StorageId s, bool eager);
   void lock(StorageId s);
