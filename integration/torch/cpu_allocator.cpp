@@ -25,12 +25,31 @@
 // free is the drop in allocated_bytes.all.current around it: exact while one thread frees
 // at a time (the CPU autograd engine runs on the calling thread), approximate when
 // another thread allocates in between. Sizes are the rounded sizes the budget counts.
+//
+// Note [Measuring workspaces]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A trace (DTR_TRACE) records each op's results, but a live op may also hold scratch while
+// it runs (a convolution's columns, oneDNN's reorders) that it frees before returning. The
+// allocator counts it against the budget, so a replay that does not see it has more room
+// than the run had (a recorded resnet18 step: a live peak 9.5 MB above the replay's, of
+// 341 MB). While the torch host traces, the fallback opens a WorkspaceMeter around each
+// recorded op's kernel; the hook then keeps, per thread, the blocks the op allocated and
+// the bytes of them still held, and their peak. A free of one of them lowers the count; a
+// free of anything else (an eviction to make room, a storage the op dropped) does not.
+// The op's scratch is the peak less what it still holds at the end: the trace's WORKSPACE
+// (Note [Op workspace] in eviction/engine.cpp). Sizes are the requested bytes, as the
+// trace's MEMORY. Not seen: what other threads allocate for the op (OpenMP workers rarely
+// allocate through c10) and scratch outside the allocator (BLAS, oneDNN's own buffers).
+// Off while not tracing: one thread-local test per allocation and per free.
 #include "integration/torch/cpu_allocator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <typeinfo>
+#include <utility>
+#include <vector>
 
 #include "dtr/allocator/caching_allocator.h"
 #include "integration/torch/compat.h"
@@ -43,7 +62,34 @@ namespace {
 std::atomic<CachingAllocator*> kCaching{nullptr};
 std::atomic<void (*)()> allocation_observer{nullptr};
 
+// Note [Measuring workspaces]: this thread's open meter, if any.
+struct Workspace {
+  std::vector<std::pair<void*, size_t>> blocks;  // allocated since it opened, still held
+  uint64_t held = 0;
+  uint64_t peak = 0;
+};
+thread_local Workspace workspace;
+thread_local bool workspace_open = false;
+
+void workspace_allocated(void* ptr, size_t nbytes) {
+  workspace.blocks.emplace_back(ptr, nbytes);
+  workspace.held += nbytes;
+  workspace.peak = std::max(workspace.peak, workspace.held);
+}
+
+void workspace_freed(void* ptr) {
+  auto& blocks = workspace.blocks;
+  for (size_t i = blocks.size(); i-- > 0;) {  // scratch goes soon after it came
+    if (blocks[i].first != ptr) continue;
+    workspace.held -= blocks[i].second;
+    blocks[i] = blocks.back();
+    blocks.pop_back();
+    return;
+  }
+}
+
 void free_block(void* ptr) {
+  if (workspace_open) workspace_freed(ptr);
   CachingAllocator* caching = kCaching.load(std::memory_order_acquire);
   if (!torch_compat::memory_profiling_enabled()) {
     caching->free(ptr);
@@ -85,6 +131,7 @@ class DtrCpuAllocator final : public torch_compat::CpuAllocatorBase {
                                         stats.allocated_bytes.all.current,
                                         stats.reserved_bytes.all.current);
     }
+    if (workspace_open) workspace_allocated(result.ptr, nbytes);
     return torch_compat::make_cpu_data_ptr(result.ptr, result.ptr, &free_block);
   }
 
@@ -116,6 +163,21 @@ InstallResult install_cpu_allocator(CachingAllocator& allocator) {
 bool cpu_allocator_is_ours() {
   std::lock_guard<std::mutex> lock(install_mutex);
   return installed && torch_compat::cpu_allocator() == installed;
+}
+
+WorkspaceMeter::WorkspaceMeter(bool on) {
+  if (!on || workspace_open) return;
+  workspace.blocks.clear();
+  workspace.held = workspace.peak = 0;
+  workspace_open = open_ = true;
+}
+
+WorkspaceMeter::~WorkspaceMeter() { close(); }
+
+uint64_t WorkspaceMeter::close() {
+  if (!open_) return 0;
+  open_ = workspace_open = false;
+  return workspace.peak - workspace.held;
 }
 
 void set_allocation_observer(void (*observer)()) {

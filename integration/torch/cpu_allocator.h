@@ -45,6 +45,23 @@ bool cpu_allocator_is_ours();
 // lineage's Note [Threads] in dispatch_hook.cpp); null: none. Set once, before use.
 void set_allocation_observer(void (*observer)());
 
+// Note [Measuring workspaces] in cpu_allocator.cpp: while one is open on a thread, the
+// hook counts what that thread allocates and frees again. close() gives the op's scratch:
+// the most it held at once of what it allocated, less what it still holds (its results).
+// A meter opened while another is open on the same thread measures nothing (0): the outer
+// one counts it all. Not copyable; closes itself if close() was not called.
+class WorkspaceMeter {
+ public:
+  explicit WorkspaceMeter(bool on);
+  ~WorkspaceMeter();
+  WorkspaceMeter(const WorkspaceMeter&) = delete;
+  WorkspaceMeter& operator=(const WorkspaceMeter&) = delete;
+  uint64_t close();
+
+ private:
+  bool open_ = false;
+};
+
 // The PyTorch version the library was compiled against ("1.13").
 std::string compiled_torch_version();
 // The release its tests ran against, in CI ("1.13"; Note [PyTorch 2.x changes] in compat.h).

@@ -358,6 +358,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "integration/torch/cpu_allocator.h"
 #include "integration/torch/lineage.h"
 #include "integration/torch/lineage_impl.h"
 
@@ -1122,6 +1123,8 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   if (info.observed != Observed::none && !python && recording())
     observed = observed_call(info, *stack);
   const uint64_t room_before = room_ns_on_this_thread();  // Note [Host work in op times]
+  // Note [Measuring workspaces] in cpu_allocator.cpp: only for the trace.
+  WorkspaceMeter workspace(pending.record && lineage->tracing());
   const auto start = std::chrono::steady_clock::now();
   try {
     // Note [Lean batch-norm backward] in compat.cpp; never under Python's key, whose mode
@@ -1132,6 +1135,7 @@ void dtr_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     lineage->abort_op(pending);
     throw;
   }
+  pending.workspace_bytes = workspace.close();
   const int64_t ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count() -

@@ -1365,8 +1365,8 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
       const OpId id = engine_->op_of(outputs[0]);
       recorded = id;
       if (recording_->active())
-        recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns,
-                       remat_ns);
+        recording_->op(op.schema().name(), id, pending.inputs, specs, outputs, compute_ns, remat_ns,
+                       pending.workspace_bytes);
       OpRec& r = ops_[id];
       r.op = info.replay_op ? *info.replay_op : op;  // Note [Seeded factories]
       r.args.assign(std::make_move_iterator(pending.args.begin()),

@@ -143,6 +143,7 @@ struct PendingOp {
   bool record = false;                  // record the op once it has run
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
   bool overwrite = false;               // Note [Overwrite]
+  uint64_t workspace_bytes = 0;         // the kernel's scratch, while tracing (Note [Op workspace])
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
   // The overwritten storage, which the op writes without a lock (Note [Moving storages]).
   const c10::StorageImpl* unlocked_target = nullptr;
@@ -173,6 +174,7 @@ struct PendingOp {
     record = record_op;
     new_target_storage = false;
     overwrite = false;
+    workspace_bytes = 0;
     orphan = kNoId;
     unlocked_target = nullptr;
     fingerprints.clear();
@@ -205,6 +207,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   const PlanGuide* guide() const { return guide_.get(); }
   const PlanHints* plan() const { return plan_.get(); }
 
+  // DTR_TRACE: the fallback measures each recorded op's scratch (Note [Measuring
+  // workspaces] in cpu_allocator.cpp).
+  bool tracing() const { return tracing_; }
   // The fallback's side (dispatch_hook.cpp). `stack` holds the op's arguments on top.
   void before_op(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& stack,
                  PendingOp& pending);

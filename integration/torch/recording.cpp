@@ -15,8 +15,9 @@
 // allocates, as memory would come back without lineage (the snapshots of recorded ops
 // keep a dead storage's memory until the collector sees it). Under a budget that look
 // only writes the RELEASE, and the run goes on as untraced (Note [Tracing under a budget]
-// in collector.cpp). Not in the trace: memory outside the engine (an op's workspace and
-// reorders, tensors made with recording off).
+// in collector.cpp). A recorded op's scratch, which it allocated and freed again while it
+// ran, is its CALL's WORKSPACE (Note [Measuring workspaces] in cpu_allocator.cpp). Not in
+// the trace: the memory of unrecorded ops and tensors made with recording off.
 //
 // Note [Live timeline]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -99,13 +100,14 @@ void Recording::constant(TensorId t, uint64_t bytes) {
 
 void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
                    const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
-                   uint64_t compute_ns, uint64_t remat_ns) {
+                   uint64_t compute_ns, uint64_t remat_ns, uint64_t workspace_bytes) {
   if (trace_) {
     TraceEvent e;
     e.kind = TraceEventKind::call;
     e.op = std::string(name);
     e.time_ns = compute_ns;
     e.remat_time_ns = remat_ns;  // Engine::kSameCost is TraceEvent::kSameTime
+    e.workspace_bytes = workspace_bytes;
     for (TensorId in : inputs) e.args.push_back(trace_name(in));
     for (size_t i = 0; i < outputs.size(); ++i)
       e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});

@@ -44,10 +44,11 @@ class Recording {
 
   // What the engine was told (Note [Recording a trace] in recording.cpp).
   void constant(TensorId t, uint64_t bytes);
-  // remat_ns: Engine::kSameCost, or what a remat of it costs (Note [Remat cost]).
+  // remat_ns: Engine::kSameCost, or what a remat of it costs (Note [Remat cost]);
+  // workspace_bytes: the scratch it held while it ran (Note [Op workspace]).
   void op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
           const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
-          uint64_t compute_ns, uint64_t remat_ns);
+          uint64_t compute_ns, uint64_t remat_ns, uint64_t workspace_bytes);
   void release(TensorId t);
   void pin(TensorId t);
   // A pin the host makes only where the storage is material (Note [Dead constants] in
