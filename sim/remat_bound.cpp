@@ -4,7 +4,7 @@
 // ~~~~~~~~~~~~~~~~~~
 // While the op at event k runs, the engine holds its args' storages and its outputs (Note
 // [Faithful to simrd] in eviction/engine.cpp), and every constant and pinned storage still
-// alive: call that the resident set R(k). Every other storage s made before k and used
+// alive, and the op's WORKSPACE: call that the resident set R(k). Every other storage s made before k and used
 // after k by the program (an arg of a later op, a PIN, or still referenced at the end) is
 // either resident at k or made again after k. Making s again reruns at least the ops of
 // one chain to a tensor of s the program uses after k: the op that made the tensor and,
@@ -353,9 +353,10 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
     auto pinned_at = [&](const BStorage& st) {
       return st.pinned_start() <= e && (st.discarded == kNever || st.discarded >= e);
     };
-    // The op's own storages: its args' and its new outputs'.
+    // The op's own storages: its args' and its new outputs'; and its scratch (Note [Op
+    // workspace] in eviction/engine.cpp), which every run of it holds beside them.
     in_op.clear();
-    uint64_t resident = pinned_bytes;
+    uint64_t resident = pinned_bytes + ev.workspace_bytes;
     for (uint32_t s : op_storages_[op_index - 1]) {
       in_op.push_back(s);
       if (!pinned_at(storages_[s])) resident += storages_[s].size;

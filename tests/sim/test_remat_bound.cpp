@@ -19,10 +19,13 @@ namespace {
 
 // One CALL with one result: `args` are comma-separated quoted names (or empty); `alias` is
 // the index of the arg it views, -1 for its own storage.
+// `workspace`: the op's WORKSPACE bytes (0: none written).
 std::string call(const std::string& op, const std::string& args, const std::string& result,
-                 uint64_t time, uint64_t bytes, int alias = -1) {
+                 uint64_t time, uint64_t bytes, int alias = -1, uint64_t workspace = 0) {
+  const std::string scratch =
+      workspace ? ",\"WORKSPACE\":" + std::to_string(workspace) : std::string();
   return "{\"ARGS\":[" + args + "],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + op +
-         "\",\"RESULT\":[\"" + result + "\"],\"TIME\":" + std::to_string(time) +
+         "\",\"RESULT\":[\"" + result + "\"],\"TIME\":" + std::to_string(time) + scratch +
          "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) + "\",\"NAME\":\"" +
          result + "\"}\n{\"ALIAS\":" + std::to_string(alias) +
          ",\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" + result + "\"}\n";
@@ -46,9 +49,10 @@ Trace trace_of(const std::string& body) {
 
 // a (10 ns, 4 B) is read again after b -> c, and h needs x, b and c resident: 9 B (k's
 // output is empty, so that k fits in 9 B too).
-std::string one_step(const std::string& p) {
+// `h_scratch`: h's WORKSPACE.
+std::string one_step(const std::string& p, uint64_t h_scratch = 0) {
   return call("f", "\"x\"", p + "a", 10, 4) + call("g", "\"" + p + "a\"", p + "b", 1, 4) +
-         call("h", "\"" + p + "b\"", p + "c", 1, 4) + event("RELEASE", p + "b") +
+         call("h", "\"" + p + "b\"", p + "c", 1, 4, -1, h_scratch) + event("RELEASE", p + "b") +
          call("k", "\"" + p + "a\",\"" + p + "c\"", p + "d", 1, 0) + event("RELEASE", p + "a") +
          event("RELEASE", p + "c") + event("RELEASE", p + "d");
 }
@@ -97,6 +101,24 @@ TEST_CASE("remat bound: one forced drop, charged its op, met by dtr_eq", "[sim][
   CHECK(b8.most_resident.resident_bytes == 9);
   CHECK(replay_at(trace, "dtr_eq", 8).status_name == "oom");
   CHECK(format_remat_bound(b8).find("no schedule fits") != std::string::npos);
+}
+
+TEST_CASE("remat bound: an op's workspace is resident while it runs", "[sim][bound]") {
+  // Note [Op workspace]: with 4 B of scratch at h, 13 B no longer hold h's 9 B and a.
+  const Trace trace = trace_of(constant("x", 1) + one_step("", 4));
+  const Baseline baseline = compute_baseline(trace);
+  REQUIRE(baseline.peak_bytes == 17);
+  const RematBound b13 = remat_bound(trace, baseline, 13);
+  REQUIRE(b13.feasible);
+  CHECK(b13.remat_ns == 10);
+  REQUIRE(b13.points.size() == 1);
+  CHECK(b13.points[0].op == "h");
+  CHECK(b13.points[0].resident_bytes == 13);
+  const ReplayResult r = replay_at(trace, "dtr_eq", 13);
+  REQUIRE(r.status_name == "ok");
+  CHECK(r.stats.remat_compute_ns == 10);  // met
+  CHECK_FALSE(remat_bound(trace, baseline, 12).feasible);
+  CHECK(replay_at(trace, "dtr_eq", 12).status_name == "oom");
 }
 
 TEST_CASE("remat bound: separated steps add up", "[sim][bound]") {
