@@ -188,4 +188,12 @@ Trace make_random_training_trace(uint64_t seed, uint32_t forward_ops, uint64_t u
   return std::move(b.trace);
 }
 
+void add_random_workspaces(Trace& trace, uint64_t seed, uint64_t unit_bytes) {
+  std::mt19937_64 rng(seed);
+  for (TraceEvent& ev : trace.events) {
+    if (ev.kind != TraceEventKind::call || rng() % 3 != 0) continue;
+    ev.workspace_bytes = (1 + rng() % 256) * unit_bytes;
+  }
+}
+
 }  // namespace dtr

@@ -186,8 +186,10 @@ TEST_CASE("remat bound: no policy beats it on random programs and training steps
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     // Under the fake allocator, sizes of MiB: its segments are 2 MiB and up.
     const uint64_t unit = fake ? (1u << 20) : 1024;
-    const Trace trace = seed % 2 ? make_random_trace(seed, 400, unit)
-                                 : make_random_training_trace(seed, 6 + seed % 20, unit);
+    Trace trace = seed % 2 ? make_random_trace(seed, 400, unit)
+                           : make_random_training_trace(seed, 6 + seed % 20, unit);
+    // Every fourth pair of seeds holds scratch in a third of its calls (Note [Op workspace]).
+    if (seed % 8 >= 6) add_random_workspaces(trace, seed, unit / 16);
     const Baseline baseline = compute_baseline(trace);
     for (double ratio : {0.9, 0.7, 0.5, 0.35, 0.2}) {
       const uint64_t budget =

@@ -136,10 +136,13 @@ namespace {
 // test binary. The budget is checked by the engine (byte accounting) or the allocator.
 // The seeds are split over four test cases so that ctest runs them side by side: as one
 // case it took 441 s under ASan/UBSan (2026-12-01), alone at the end of `make test`.
-void stress_invariants(ReplayOptions::Memory memory, uint64_t first_seed, uint64_t last_seed) {
+// With `workspaces`, a third of the calls hold scratch while they run (Note [Op workspace]).
+void stress_invariants(ReplayOptions::Memory memory, uint64_t first_seed, uint64_t last_seed,
+                       bool workspaces = false) {
   const bool fake = memory == ReplayOptions::Memory::fake;
   for (uint64_t seed = first_seed; seed <= last_seed; ++seed) {
-    const Trace trace = make_random_trace(seed, 600, fake ? 16384 : 1024);
+    Trace trace = make_random_trace(seed, 600, fake ? 16384 : 1024);
+    if (workspaces) add_random_workspaces(trace, seed, fake ? 16384 : 1024);
     const Baseline baseline = compute_baseline(trace);
     REQUIRE(baseline.peak_bytes > 0);
     for (const char* policy :
@@ -185,6 +188,15 @@ TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3, allocato
 TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3, allocator, seeds 4-6",
           "[sim][stress]") {
   stress_invariants(ReplayOptions::Memory::fake, 4, 6);
+}
+
+TEST_CASE("stress: random programs with op workspaces keep every invariant, bytes, seeds 1-4",
+          "[sim][stress]") {
+  stress_invariants(ReplayOptions::Memory::none, 1, 4, /*workspaces=*/true);
+}
+TEST_CASE("stress: random programs with op workspaces keep every invariant, allocator, seeds 1-2",
+          "[sim][stress]") {
+  stress_invariants(ReplayOptions::Memory::fake, 1, 2, /*workspaces=*/true);
 }
 
 TEST_CASE("stress: an unlimited budget reproduces the program exactly", "[sim][stress]") {

@@ -28,4 +28,8 @@ Trace make_random_trace(uint64_t seed, uint32_t n_events, uint64_t unit_bytes = 
 Trace make_random_training_trace(uint64_t seed, uint32_t forward_ops, uint64_t unit_bytes = 8,
                                  uint64_t unit_ns = 1000);
 
+// Gives a seeded third of the trace's CALLs a WORKSPACE of 1..256 `unit_bytes` (Note [Op
+// workspace] in eviction/engine.cpp): scratch held while the op runs.
+void add_random_workspaces(Trace& trace, uint64_t seed, uint64_t unit_bytes);
+
 }  // namespace dtr
