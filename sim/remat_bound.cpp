@@ -2,19 +2,20 @@
 //
 // Note [Remat bound]
 // ~~~~~~~~~~~~~~~~~~
-// While the op at event k runs, the engine holds its args' storages and its outputs (Note
-// [Faithful to simrd] in eviction/engine.cpp), and every constant and pinned storage still
-// alive, and the op's WORKSPACE: call that the resident set R(k). Every other storage s made before k and used
-// after k by the program (an arg of a later op, a PIN, or still referenced at the end) is
-// either resident at k or made again after k. Making s again reruns at least the ops of
-// one chain to a tensor of s the program uses after k: the op that made the tensor and,
-// for a view or an in-place write, those of the tensor it aliases, down to the storage's
-// root (an evicted storage loses all its tensors; each is made again by rerunning its op).
-// So with the needed set N(k) and a budget B, at least |R(k)| + |N(k)| - B bytes of N(k)
-// are not resident at k, and dropping them costs at least the fractional knapsack's
-// minimum: storages taken by re-making cost per byte, cheapest first. An op run shared by
-// the chains of several storages in N(k) is split between them, so that no set of drops is
-// charged a run twice. When |R(k)| > B no schedule runs the trace.
+// While the op at event k runs, the engine holds its args' storages, its outputs and its
+// WORKSPACE (Note [Faithful to simrd], Note [Op workspace] in eviction/engine.cpp), and
+// every constant and pinned storage still alive: call that the resident set R(k). Every
+// other storage s made before k and used after k by the program (an arg of a later op, a
+// PIN, or still referenced at the end) is either resident at k or made again after k.
+// Making s again reruns at least the ops of one chain to a tensor of s the program uses
+// after k: the op that made the tensor and, for a view or an in-place write, those of the
+// tensor it aliases, down to the storage's root (an evicted storage loses all its tensors;
+// each is made again by rerunning its op). So with the needed set N(k) and a budget B, at
+// least |R(k)| + |N(k)| - B bytes of N(k) are not resident at k, and dropping them costs at
+// least the fractional knapsack's minimum: storages taken by re-making cost per byte,
+// cheapest first. An op run shared by the chains of several storages in N(k) is split
+// between them, so that no set of drops is charged a run twice. When |R(k)| > B no schedule
+// runs the trace.
 //
 // One strengthening makes the bound bite on gradient accumulation. `buf.add_(g)` (an
 // in-place write, recorded as an alias result) makes buf's new value from g; if g is read

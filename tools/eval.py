@@ -327,7 +327,9 @@ def write_markdown(path, models, config, minutes, command):
            "on this shared 2-core machine vary by tens of percent between runs, so single "
            "step-time ratios are rough; the compute overheads are not affected."
            + (f" The replays ran with `DTR_CONF={config['sim_conf']}`." if config["sim_conf"]
-              else ""), "",
+              else "")
+           + f" A replay stops with status `thrash` past a compute overhead of "
+             f"{runs.MAX_REPLAY_OVERHEAD}.", "",
            "## Headline", "", *headline(models, config), "",
            "## Models", "",
            "| model | script | baseline peak | plain step | allocator-only step | trace ops | "

@@ -95,6 +95,13 @@ def run(script, args=(), conf=None, library=True, threads=2, python="/usr/bin/py
                timed_out)
 
 
+# A replay past this compute overhead stops with status `thrash`. Without a limit, a
+# replay of a densenet121 trace at 0.3 of its peak (msps, lazy_release:True and
+# dead_first:True) thrashed until out of memory at overhead 501, after 57 s, and another
+# ran for more than 14 minutes, which held up `make eval` (2026-12-05).
+MAX_REPLAY_OVERHEAD = 20
+
+
 def simulate(sim, trace, policy, budget_bytes, conf="", reserved_limit=None):
     """dtr-sim's replay of `trace` under `policy` at a live run's budget in bytes: byte
     accounting (`--allocator none`), like the live budget, which caps allocated bytes only
@@ -102,12 +109,14 @@ def simulate(sim, trace, policy, budget_bytes, conf="", reserved_limit=None):
     fake device, so it replays through it, as does a replay under a live run's
     `reserved_limit` (bytes; docs/simulator.md, "Reserved limit and compaction"). `conf`: a
     DTR_CONF for dtr-sim (other options, such as lazy_release:True or compact:False).
+    A replay past MAX_REPLAY_OVERHEAD stops as `thrash`.
     dtr-sim's --json result, or None if it failed."""
     memory = "fake" if policy == "coop" or reserved_limit else "none"
     env = dict(os.environ, DTR_CONF=conf) if conf else None
     limit = ["--reserved-limit", str(int(reserved_limit))] if reserved_limit else []
     proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,
-                           "--budget", str(int(budget_bytes)), "--json", "--max-overhead", "0",
+                           "--budget", str(int(budget_bytes)), "--json",
+                           "--max-overhead", str(MAX_REPLAY_OVERHEAD),
                            "--allocator", memory, *limit], capture_output=True, text=True,
                           env=env)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
