@@ -387,10 +387,12 @@ NO_STATIC = ("No `dtr-plan` method found a static plan within any of these budge
              "fit where a dynamic policy does).")
 
 WHY = """\
-- **What the engine sees.** The trace holds only what the engine recorded: memory outside
-  it (an op's workspace and oneDNN reorders, tensors made with recording off) is in the
-  live allocator's count and not in the replay's, so at the same budget in bytes the
-  replay has more room for activations; ops the runtime never records (opaque ops) are not
+- **What the engine sees.** The trace holds only what the engine recorded. A recorded op's
+  scratch (a convolution's columns, oneDNN's reorders) is in it, as the op's `WORKSPACE`,
+  and the replay holds it while the op runs (docs/pytorch.md, "Op workspaces"); memory
+  outside recorded ops (unrecorded ops, tensors made with recording off) is in the live
+  allocator's count and not in the replay's, so at the same budget in bytes the replay
+  has more room for activations; ops the runtime never records (opaque ops) are not
   replayed. Both push the simulated overhead below the live one.
 - **When memory comes back.** Live, a dead storage is freed when the lineage collector
   finds it (a scan every 64 ops, and before every eviction); a pinned one (a gradient at
