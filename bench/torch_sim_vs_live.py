@@ -1,8 +1,9 @@
 """How close dtr-sim's prediction is to the live run (issue #4): records an unmodified
 script's run with DTR_TRACE (no budget), and at each fraction of the live allocator-only
 peak runs the script live and replays the trace in dtr-sim at the same budget in bytes.
-Prints the live allocator-only peak beside the replay's baseline peak, then, per fraction, the overhead (1 + remat compute / model compute) and the peak of
-each, side by side. The replay runs twice: as DTR's simulator would (dtr_eq), and as the
+Prints the live allocator-only peak beside the replay's baseline peak, then, per
+fraction, the overhead (1 + remat compute / model compute) and the peak of each, side by
+side. The replay runs twice: as DTR's simulator would (dtr_eq), and as the
 host runs (dtr.runs.HOST_MODEL): lazy_release:True, which models how the live host learns
 of deaths (Note [Dead storages in the replay] below), and the host's own defaults:
 
