@@ -44,8 +44,10 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
   // The timeline's clock: recorded op time so far. An op's outputs are allocated when it
   // starts (allocated() below); what it frees is sampled when it ends (after the switch).
   uint64_t clock_ns = 0;
-  auto allocated = [&] {
-    b.peak_bytes = std::max(b.peak_bytes, live);
+  // `scratch`: what the op held beside its results while it ran (Note [Op workspace] in
+  // eviction/engine.cpp), counted in the peak only.
+  auto allocated = [&](uint64_t scratch = 0) {
+    b.peak_bytes = std::max(b.peak_bytes, live + scratch);
     if (timeline) timeline->allocated(clock_ns, live);
   };
   auto fresh = [&](uint64_t bytes) {
@@ -76,9 +78,7 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
             storage_of[r.name] = fresh(r.size_bytes);
           }
         }
-        allocated();
-        // Note [Op workspace] in eviction/engine.cpp: held beside the results while it ran.
-        b.peak_bytes = std::max(b.peak_bytes, live + ev.workspace_bytes);
+        allocated(ev.workspace_bytes);
         break;
       case TraceEventKind::mutate: {
         b.compute_ns += ev.time_ns;
