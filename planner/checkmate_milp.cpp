@@ -29,6 +29,8 @@ namespace dtr {
 //   U[t][0]   = sum_i M_i S[t][i] + M_0 R[t][0]
 //   U[t][k+1] = U[t][k] + M_{k+1} R[t][k+1] - sum_{(i,k) in E} M_i FREE[t][i][k]
 //   U[t][k]  <= budget for every k <= t
+//   U[t][k] + W_k R[t][k] <= budget where node k's op holds scratch W_k while it runs
+//                            (Note [Op workspace in plans] in plan_eval.cpp)
 // FREE[t][i][k] = R[t][k] * (1 - S[t+1][i]) * prod_{j in users(i), k < j <= t} (1 - R[t][j]):
 // i is freed right after its last reader in stage t unless kept into stage t+1 (in the last
 // stage there is no S[t+1]). So while node k+1 is computed, its inputs (which cannot have been
@@ -254,13 +256,17 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
       }
       return bytes;
     };
+    // U[t][k], with node k's scratch while it runs (Note [Op workspace in plans]).
+    auto sample = [&](uint64_t u, size_t k) {
+      c.peak_bytes = std::max(c.peak_bytes, u + (r[k] ? graph.nodes[k].workspace_bytes : 0));
+    };
     uint64_t u = r[0] ? graph.nodes[0].size_bytes : 0;
     for (size_t i = 0; i < t; ++i) u += keep[i] ? graph.nodes[i].size_bytes : 0;
-    c.peak_bytes = std::max(c.peak_bytes, u);
+    sample(u, 0);
     for (size_t k = 0; k < t; ++k) {
       u += r[k + 1] ? graph.nodes[k + 1].size_bytes : 0;
       u -= freed_after(k);
-      c.peak_bytes = std::max(c.peak_bytes, u);
+      sample(u, k + 1);
     }
     // Note [One run of a multi-output op] (plan_eval.cpp): node t's own computation is free
     // when it is a later output of t-1's op; a recomputation when the stage's previous
@@ -322,15 +328,18 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
   CheckmateFormulation f;
   uint64_t mem_gcd = 0, cost_gcd = 0;
   for (const auto& node : graph.nodes) {
-    mem_gcd = std::gcd(mem_gcd, node.size_bytes);
+    mem_gcd = std::gcd(std::gcd(mem_gcd, node.size_bytes), node.workspace_bytes);
     cost_gcd = std::gcd(std::gcd(cost_gcd, node.compute_ns), node.remat_cost());
   }
   f.memory_unit_bytes = mem_gcd ? mem_gcd : 1;
   f.cost_unit_ns = cost_gcd ? cost_gcd : 1;
-  // Sizes are multiples of the unit, so flooring the budget loses no schedule.
+  // Sizes and scratch are multiples of the unit, so flooring the budget loses no schedule.
   f.budget_units = static_cast<double>(budget_bytes / f.memory_unit_bytes);
   auto mem = [&](size_t i) {
     return static_cast<double>(graph.nodes[i].size_bytes / f.memory_unit_bytes);
+  };
+  auto scratch = [&](size_t i) {
+    return static_cast<double>(graph.nodes[i].workspace_bytes / f.memory_unit_bytes);
   };
   auto add_col = [&](double lb, double ub, double obj, bool integer) {
     f.col_lb.push_back(lb);
@@ -438,6 +447,10 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
     for (size_t k = 0; k <= t; ++k) {
       u[k] = add_col(0, f.budget_units, 0, false);
       ++f.num_u;
+      if (scratch(k) == 0) continue;
+      const int r = add_row(-kInf, f.budget_units);  // U[t][k] + W_k R[t][k] <= budget
+      elem(r, u[k], 1);
+      elem(r, R(t, k), scratch(k));
     }
     {
       const int r = add_row(0, 0);  // U[t][0] - sum M_i S[t][i] - M_0 R[t][0] = 0

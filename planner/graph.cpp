@@ -5,13 +5,14 @@
 // A graph node is a storage, as in the engine (Note [Trace to engine] in sim/replay.cpp),
 // and the walk over the events mirrors compute_baseline's storage bookkeeping:
 //  - CALL: one node per non-alias result (size from MEMORY, cost = the op's TIME, remat
-//    cost = its REMAT_TIME where it has one); its deps are the distinct storages of the op's
-//    args. The second and later outputs of one op are marked `same_op_as_prev`, so the
+//    cost = its REMAT_TIME where it has one, scratch = its WORKSPACE); its deps are the
+//    distinct storages of the op's args. The second and later outputs of one op are marked `same_op_as_prev`, so the
 //    op's time is counted once in the forward pass.
 //    An alias result folds into the storage it views (its name maps to that node). An op
 //    whose results are all aliases (a view) makes no node: its time is added to the viewed
-//    storage's node (and its remat cost to the node's), since recomputing that storage must
-//    redo the view too, and the graph's total compute stays equal to the trace's. An op
+//    storage's node (and its remat cost to the node's, its scratch as the larger of the
+//    two: the ops run one after the other), since recomputing that storage must redo the
+//    view too, and the graph's total compute stays equal to the trace's. An op
 //    with no results at all becomes a zero-size node (it still reads its args at that
 //    point).
 //  - an alias result that writes in place reads its other args: Note [In-place writes].
@@ -307,6 +308,7 @@ std::string graph_hash(const Graph& graph) {
       mix_u64(n.reads.size() | (uint64_t{1} << 63));
       for (uint32_t q : n.reads) mix_u64(q);
     }
+    if (n.workspace_bytes) mix_u64(n.workspace_bytes | (uint64_t{1} << 61));  // likewise
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
@@ -334,6 +336,7 @@ void add_cost(GraphNode& node, const TraceEvent& ev) {
     node.remat_ns = node.remat_cost() +
                     (ev.remat_time_ns == TraceEvent::kSameTime ? ev.time_ns : ev.remat_time_ns);
   node.compute_ns += ev.time_ns;
+  node.workspace_bytes = std::max(node.workspace_bytes, ev.workspace_bytes);
 }
 
 }  // namespace
@@ -440,6 +443,7 @@ Graph graph_from_trace(const Trace& trace) {
           const uint32_t s =
               add_node(trace.names[r.name], ev.time_ns, r.size_bytes, deps, gradient);
           g.nodes[s].remat_ns = ev.remat_time_ns;  // GraphNode::kSameCost is kSameTime
+          g.nodes[s].workspace_bytes = ev.workspace_bytes;
           g.nodes[s].same_op_as_prev = made;
           made = true;
           storage_of[r.name] = s;
@@ -477,6 +481,7 @@ Graph graph_from_trace(const Trace& trace) {
           if (ev.results.empty()) {
             const uint32_t s =
                 add_node(ev.op + "@" + std::to_string(ev.line), ev.time_ns, 0, deps, gradient);
+            g.nodes[s].workspace_bytes = ev.workspace_bytes;
             refs[s] = 0;  // nothing refers to it
           } else {
             const uint32_t s = storage_of[ev.args[ev.results[0].alias]];
@@ -661,6 +666,13 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
         if (!parse_u64(value, n.remat_ns) || n.remat_ns == GraphNode::kSameCost)
           throw PlanError(graph_error(path, l.number, "bad remat-cost '" + value + "'",
                                       "remat-cost is a non-negative integer (ns)"));
+      } else if (key == "workspace" && eq != std::string::npos) {
+        try {
+          n.workspace_bytes = parse_size(value);
+        } catch (const ConfigError&) {
+          throw PlanError(graph_error(path, l.number, "bad workspace '" + value + "'",
+                                      "workspace is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
+        }
       } else if (key == "size" && eq != std::string::npos) {
         try {
           n.size_bytes = parse_size(value);
@@ -689,7 +701,8 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       } else {
         throw PlanError(graph_error(path, l.number, "unknown field '" + tok + "'",
                                     "fields are cost=, remat-cost=, size=, deps=, backward, "
-                                    "pinned, pinned-from=, pinned-until=, same-op, reads="));
+                                    "pinned, pinned-from=, pinned-until=, same-op, reads=, "
+                                    "workspace="));
       }
     }
     // pinned-from=, pinned-until= and reads= name nodes defined at or after `first`.
@@ -764,6 +777,7 @@ void write_graph_text(const Graph& graph, std::ostream& out) {
     if (n.same_op_as_prev) out << " same-op";
     for (size_t k = 0; k < n.reads.size(); ++k)
       out << (k ? "," : " reads=") << graph.nodes[n.reads[k]].name;
+    if (n.workspace_bytes) out << " workspace=" << n.workspace_bytes;
     out << "\n";
   }
 }

@@ -63,6 +63,25 @@
 // recomputations with it. The chain methods (chen, revolve, rotor, checkpoint-subset) plan
 // on stage costs made of compute_ns (chain_view.cpp): they may miss a plan that is only
 // better through cheap remats, but the cost they report is this evaluation's.
+//
+// Note [Op workspace in plans]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op may hold scratch while it runs and free it before it returns (a trace's WORKSPACE,
+// GraphNode::workspace_bytes: a convolution's columns, a backward convolution's copy of its
+// gradient). The engine makes room for the outputs and the scratch together, at the first
+// run and at every remat, and counts both in its peak (Note [Op workspace] in
+// eviction/engine.cpp). So a computation of node x here peaks at the resident bytes, x
+// included, plus x's scratch; the scratch is gone before anything else is computed or
+// freed. Every output of a multi-output op carries the op's scratch, so a run that makes
+// several outputs peaks with all of them and the scratch, as the engine's does. The same
+// charge is made by both modes here, by the stage form (evaluate_stage_schedule and the
+// MILP's memory rows, Note [Checkmate memory accounting] in checkmate_milp.cpp) and by the
+// plan floor (Note [Plan floor] in planner.cpp). Before it, a plan for a trace with
+// scratch could fit its budget on paper and not in the engine: on a 2-step ResNet-18
+// trace, 19 of the 29 plans that fit budgets of 100-116 MiB were over with their scratch
+// (docs/planner.md, "Op scratch in plans"). The other methods' own search models (chain
+// stage sizes, Kusumoto's DP terms) do not see it; their plans are measured here, and a
+// method keeps only a measured fit (chain_view.cpp, Note [DP budget search]).
 #include "dtr/planner/plan_eval.h"
 
 #include <algorithm>
@@ -147,7 +166,8 @@ PlanEval evaluate_decisions(const Graph& graph, const std::vector<NodeDecision>&
     for (uint32_t x : todo) {
       const GraphNode& node = graph.nodes[x];
       live += node.size_bytes;
-      e.peak_bytes = std::max(e.peak_bytes, live);
+      e.peak_bytes =
+          std::max(e.peak_bytes, live + node.workspace_bytes);  // Note [Op workspace in plans]
       resident[x] = 1;
       if (computed[x]) {
         remat[x] = 1;
@@ -213,7 +233,8 @@ PlanEval evaluate_schedule(const Graph& graph, const std::vector<ScheduleStep>& 
           throw PlanError(where(k, s.node) + " starts the pin of node " + std::to_string(p) + " '" +
                           graph.nodes[p].name + "', which is not resident");
     live += node.size_bytes;
-    e.peak_bytes = std::max(e.peak_bytes, live);
+    e.peak_bytes =
+        std::max(e.peak_bytes, live + node.workspace_bytes);  // Note [Op workspace in plans]
     resident[s.node] = 1;
     const bool again = computed[s.node];
     const bool shared =

@@ -3,9 +3,9 @@
 // Note [Plan floor]
 // ~~~~~~~~~~~~~~~~~
 // A pinned node is never freed once computed until its pin ends (Note [Pin ends] in
-// graph.cpp), and the first computation of node i needs node i and its deps resident: so
-// while node i is first computed, every plan holds node i, its deps and all pinned nodes
-// made before i whose pins still hold. The most of this over i is a floor
+// graph.cpp), and the first computation of node i needs node i, its deps and its op's
+// scratch (Note [Op workspace in plans] in plan_eval.cpp): so while node i is first
+// computed, every plan holds those and all pinned nodes made before i whose pins still hold. The most of this over i is a floor
 // no plan can go under, whatever the method (decisions or schedules, chain or MILP): when
 // the budget is below it, every method returns INFEASIBLE, and dtr-plan says why instead
 // of showing a bare status. On a training trace the floor is set by what a step keeps
@@ -32,7 +32,7 @@ uint64_t largest_op_need(const Graph& graph, uint32_t* node) {
   uint64_t best = 0;
   uint32_t arg = 0;
   for (uint32_t i = 0; i < graph.size(); ++i) {
-    uint64_t need = graph.nodes[i].size_bytes;
+    uint64_t need = graph.nodes[i].size_bytes + graph.nodes[i].workspace_bytes;
     for (uint32_t d : graph.nodes[i].deps) need += graph.nodes[d].size_bytes;
     if (need > best) best = need, arg = i;
   }
@@ -49,8 +49,9 @@ void check_budget(const Graph& graph, uint64_t budget_bytes) {
       "budget " + format_bytes(budget_bytes) + " (" + std::to_string(budget_bytes) +
       " B) is below the largest single op's need " + format_bytes(need) + " (" +
       std::to_string(need) + " B: node " + std::to_string(node) + " '" + n.name + "' of " +
-      std::to_string(n.size_bytes) + " B and its " + std::to_string(n.deps.size()) +
-      " inputs); hint: no schedule fits, raise the " + "budget to at least " +
+      std::to_string(n.size_bytes) + " B, its " + std::to_string(n.deps.size()) + " inputs and " +
+      std::to_string(n.workspace_bytes) +
+      " B of scratch while it runs); hint: no schedule fits, raise the budget to at least " +
       std::to_string(need) + " B");
 }
 
@@ -80,7 +81,9 @@ PlanFloor plan_floor(const Graph& graph) {
       --pinned_count;
     }
     const GraphNode& node = graph.nodes[i];
-    uint64_t op = node.size_bytes;  // the node and its deps not counted as pinned
+    // The node, its scratch (Note [Op workspace in plans] in plan_eval.cpp) and its deps
+    // not counted as pinned.
+    uint64_t op = node.size_bytes + node.workspace_bytes;
     for (uint32_t d : node.deps)
       if (!graph.pinned_at(d, i)) op += graph.nodes[d].size_bytes;
     if (pinned + op > best.bytes || i == 0) {
@@ -104,7 +107,7 @@ std::string describe_plan_floor(const Graph& graph, const PlanFloor& floor) {
          " pinned nodes made before it, not freed before it (parameters and inputs, and what "
          "the trace pins or keeps to its end: gradients for the optimizer step, optimizer "
          "state, the step's outputs), and " +
-         format_bytes(floor.op_bytes) + " for the node and its other inputs";
+         format_bytes(floor.op_bytes) + " for the node, its other inputs and its scratch";
 }
 
 PlanResult run_planner(Planner& planner, const Graph& graph, uint64_t budget_bytes,

@@ -28,19 +28,8 @@ CheckmateOptions milp_opts(uint64_t budget, double limit_s = 10) {
   return o;
 }
 
-// The least budget any schedule needs: a node's output plus its distinct inputs.
-uint64_t op_need(const Graph& g) {
-  uint64_t need = 0;
-  for (const auto& node : g.nodes) {
-    auto deps = node.deps;
-    std::sort(deps.begin(), deps.end());
-    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    uint64_t m = node.size_bytes;
-    for (uint32_t d : deps) m += g.nodes[d].size_bytes;
-    need = std::max(need, m);
-  }
-  return need;
-}
+// The least budget any schedule needs: a node's output, its scratch and its inputs.
+uint64_t op_need(const Graph& g) { return largest_op_need(g); }
 
 // A random training-like DAG: a forward part where each node reads its predecessor and
 // maybe one earlier node, and a backward part where backward node j reads the previous
@@ -48,9 +37,11 @@ uint64_t op_need(const Graph& g) {
 // another one. Sizes 1..4 units of 8 bytes (so the gcd scaling is exercised), costs 1..5.
 // With `multi_output`, a forward node may be a second output of its predecessor's op
 // (same_op_as_prev: the same inputs and cost). With `remat_costs`, a third of the nodes
-// cost 0..5 to recompute instead of their cost (Note [Remat cost in plans]).
+// cost 0..5 to recompute instead of their cost (Note [Remat cost in plans]). With
+// `workspaces`, a third of the ops hold 1..4 units of scratch while they run (Note [Op
+// workspace in plans]).
 Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_output = false,
-                            bool remat_costs = false) {
+                            bool remat_costs = false, bool workspaces = false) {
   Graph g;
   auto pick = [&](uint32_t lo, uint32_t hi) {
     return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
@@ -62,6 +53,7 @@ Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_outp
     node.compute_ns = pick(1, 5);
     if (remat_costs && pick(0, 2) == 0) node.remat_ns = pick(0, 5);
     node.size_bytes = 8 * pick(1, 4);
+    if (workspaces && pick(0, 2) == 0) node.workspace_bytes = 8 * pick(1, 4);
     if (i > 0) node.deps.push_back(i - 1);
     if (i < forward) {
       if (i >= 2 && pick(0, 2) == 0) node.deps.push_back(pick(0, i - 2));
@@ -69,6 +61,7 @@ Graph random_training_graph(std::mt19937& rng, uint32_t forward, bool multi_outp
         node.deps = g.nodes[i - 1].deps;
         node.compute_ns = g.nodes[i - 1].compute_ns;
         node.remat_ns = g.nodes[i - 1].remat_ns;
+        node.workspace_bytes = g.nodes[i - 1].workspace_bytes;
         node.same_op_as_prev = true;
       }
     } else {
@@ -234,12 +227,13 @@ namespace {
 // other planner (LP rounding, Kusumoto in all four variants, keep-everything) finds a
 // cheaper schedule within the budget; where it proves none fits, none of them finds one.
 // The optimal schedule, run as compute/free steps by plan_eval, costs what the MILP says.
-void check_no_planner_beats_milp(uint32_t seed, bool multi_output, bool remat_costs = false) {
+void check_no_planner_beats_milp(uint32_t seed, bool multi_output, bool remat_costs = false,
+                                 bool workspaces = false) {
   std::mt19937 rng(seed);
   size_t proven = 0, infeasible = 0, compared = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const uint32_t forward = std::uniform_int_distribution<uint32_t>(3, 5)(rng);
-    const Graph g = random_training_graph(rng, forward, multi_output, remat_costs);
+    const Graph g = random_training_graph(rng, forward, multi_output, remat_costs, workspaces);
     const uint64_t need = op_need(g);
     const uint64_t all = evaluate_stage_schedule(g, StageSchedule::no_remat(g)).peak_bytes;
     const uint64_t budget =
@@ -314,12 +308,23 @@ TEST_CASE("no planner beats the MILP on random DAGs with remat costs",
   check_no_planner_beats_milp(20261126, true, true);
 }
 
+TEST_CASE("no planner beats the MILP on random DAGs whose ops hold scratch",
+          "[planner][checkmate][kusumoto][stress]") {
+  // Note [Op workspace in plans]: the MILP's memory rows hold an op's scratch while it
+  // runs, as the evaluators do; a MILP without them returns schedules whose measured peak
+  // is over the budget.
+  check_no_planner_beats_milp(20261205, true, true, true);
+}
+
 namespace {
 
 // The body of the dynamic-policy property tests below. With `remat_times`, a third of the
 // CALLs get a REMAT_TIME of 0..2x their TIME, which the replay charges for each remat and
-// the graph carries as the node's remat cost (Note [Remat cost in plans]).
-void check_no_policy_beats_milp(uint32_t seed, bool remat_times) {
+// the graph carries as the node's remat cost (Note [Remat cost in plans]). With
+// `workspaces`, a third of the CALLs hold 8..32 B of scratch while they run (WORKSPACE),
+// which the engine holds beside the op's outputs and the graph as the node's scratch (Note
+// [Op workspace in plans]).
+void check_no_policy_beats_milp(uint32_t seed, bool remat_times, bool workspaces = false) {
   // Random training steps (make_random_training_trace: skip reads, multi-output ops, each
   // value released after its last read, so the graph's frees are the program's) replayed
   // under every policy with byte accounting at budgets where CBC proves the optimum: a
@@ -333,7 +338,10 @@ void check_no_policy_beats_milp(uint32_t seed, bool remat_times) {
     const uint32_t forward = std::uniform_int_distribution<uint32_t>(3, 6)(rng);
     Trace trace = make_random_training_trace(trial, forward);
     for (TraceEvent& ev : trace.events) {
-      if (!remat_times || ev.kind != TraceEventKind::call || rng() % 3 != 0) continue;
+      if (ev.kind != TraceEventKind::call) continue;
+      if (workspaces && rng() % 3 == 0)
+        ev.workspace_bytes = 8 * std::uniform_int_distribution<uint64_t>(1, 4)(rng);
+      if (!remat_times || rng() % 3 != 0) continue;
       ev.remat_time_ns = std::uniform_int_distribution<uint64_t>(0, 2 * ev.time_ns)(rng);
       cheap += ev.remat_time_ns < ev.time_ns;
     }
@@ -387,6 +395,14 @@ TEST_CASE("no dynamic policy beats the MILP on random traces with REMAT_TIME",
   // The replay charges REMAT_TIME for a remat (Note [Remat cost] in eviction/engine.cpp);
   // so must the MILP, or its "optimum" would cost more than some policy's run.
   check_no_policy_beats_milp(20261126, true);
+}
+
+TEST_CASE("no dynamic policy beats the MILP on random traces with WORKSPACE",
+          "[planner][checkmate][sim][stress]") {
+  // The engine holds an op's scratch beside its outputs (Note [Op workspace] in
+  // eviction/engine.cpp); where the MILP proves no schedule fits, none of the policies may
+  // fit either, so a MILP that counted the scratch where the engine does not is caught.
+  check_no_policy_beats_milp(20261205, false, true);
 }
 
 TEST_CASE("checkmate planners through the registry", "[planner][checkmate]") {

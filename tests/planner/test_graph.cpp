@@ -6,6 +6,7 @@
 #include "dtr/core/trace.h"
 #include "dtr/planner/graph.h"
 #include "dtr/planner/plan_eval.h"
+#include "dtr/planner/planner.h"
 #include "dtr/sim/replay.h"
 #include "test_support.h"
 
@@ -197,4 +198,82 @@ TEST_CASE("remat costs: from REMAT_TIME, in the text format, charged for recompu
   CHECK(s.recompute_ns == 93);
   CHECK(s.compute_ns == 665 + 93);
   CHECK(s.peak_bytes == 3000);
+}
+
+TEST_CASE("op scratch: from WORKSPACE, in the text format, held by every computation",
+          "[planner][graph]") {
+  // Note [Op workspace in plans]: conv holds 500 B of scratch while it runs and its view t
+  // (folded into c's node) 800 B; gc, the backward, 700 B. x is the input.
+  std::istringstream text(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":2}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"x\"}\n"
+      "{\"ARGS\":[\"x\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"conv\",\"RESULT\":[\"c\"],"
+      "\"TIME\":10,\"WORKSPACE\":500}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"c\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"c\"}\n"
+      "{\"ARGS\":[\"c\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"aten::t\",\"RESULT\":[\"ct\"],"
+      "\"TIME\":1,\"WORKSPACE\":800}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"0\",\"NAME\":\"ct\"}\n"
+      "{\"ALIAS\":0,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"ct\"}\n"
+      "{\"ARGS\":[\"ct\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"relu\",\"RESULT\":[\"r\"],"
+      "\"TIME\":20}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"r\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"r\"}\n"
+      "{\"ANNOTATION\":\"BACKWARD\",\"INSTRUCTION\":\"ANNOTATE\"}\n"
+      "{\"ARGS\":[\"r\",\"ct\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"gc\",\"RESULT\":[\"gc\"],"
+      "\"TIME\":30,\"WORKSPACE\":700}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"1000\",\"NAME\":\"gc\"}\n"
+      "{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"gc\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"ct\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"c\"}\n"
+      "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"r\"}\n");
+  const dtr::Trace trace = dtr::read_trace(text, "scratch.trace");
+  const dtr::Graph g = dtr::graph_from_trace(trace);
+  REQUIRE(g.size() == 4);  // x, c (its view folded in), r, gc
+  CHECK(g.nodes[0].workspace_bytes == 0);
+  CHECK(g.nodes[1].workspace_bytes == 800);  // the larger of conv's and its view's
+  CHECK(g.nodes[2].workspace_bytes == 0);
+  CHECK(g.nodes[3].workspace_bytes == 700);
+
+  // Keep-all: gc runs with x, c, r and itself resident and its 700 B: 4700 B, as the
+  // replay's baseline holds it.
+  const std::vector<dtr::NodeDecision> keep(4, dtr::NodeDecision::keep);
+  CHECK(dtr::evaluate_decisions(g, keep).peak_bytes == 4700);
+  CHECK(dtr::compute_baseline(trace).peak_bytes == 4700);
+  // Dropping c after relu and making it again for gc: c's rerun (x, r, c) holds 800 B.
+  std::vector<dtr::NodeDecision> drop = keep;
+  drop[1] = dtr::NodeDecision::recompute;
+  const dtr::PlanEval d = dtr::evaluate_decisions(g, drop);
+  CHECK(d.recomputations == 1);
+  CHECK(d.peak_bytes == 4700);
+  using Step = dtr::ScheduleStep;
+  const std::vector<Step> steps = {{Step::Kind::compute, 0}, {Step::Kind::compute, 1},
+                                   {Step::Kind::compute, 2}, {Step::Kind::free, 1},
+                                   {Step::Kind::compute, 1}, {Step::Kind::compute, 3}};
+  CHECK(dtr::evaluate_schedule(g, steps).peak_bytes == 4700);
+  // With more scratch for c (2000 B) and none for gc, c's rerun is the peak: x, r and c
+  // resident (3000) and its scratch; c's first run holds 2000 + 2000, gc 4000.
+  dtr::Graph lean = g;
+  lean.nodes[1].workspace_bytes = 2000;
+  lean.nodes[3].workspace_bytes = 0;
+  CHECK(dtr::evaluate_schedule(lean, steps).peak_bytes == 5000);
+  CHECK(dtr::evaluate_decisions(lean, drop).peak_bytes == 5000);
+  CHECK(dtr::evaluate_decisions(lean, keep).peak_bytes == 4000);
+  // The largest op's need counts it: gc (1000) with r and c (2000) and 700 B of scratch.
+  CHECK(dtr::largest_op_need(g) == 3700);
+
+  // The text format carries it; only graphs with scratch change their hash.
+  std::stringstream ss;
+  dtr::write_graph_text(g, ss);
+  CHECK_THAT(ss.str(), Catch::Contains("node c cost=11 size=1000 deps=x workspace=800\n"));
+  const dtr::Graph back = dtr::read_graph_text(ss, "roundtrip");
+  CHECK(back.nodes[1].workspace_bytes == 800);
+  CHECK(back.nodes[3].workspace_bytes == 700);
+  CHECK(dtr::graph_hash(back) == dtr::graph_hash(g));
+  CHECK(dtr::graph_hash(lean) != dtr::graph_hash(g));
+  std::istringstream k("node a cost=1 size=1 workspace=4K\n");
+  CHECK(dtr::read_graph_text(k, "k").nodes[0].workspace_bytes == 4096);
+  std::istringstream bad("node a cost=1 size=1 workspace=-3\n");
+  CHECK_THROWS_WITH(dtr::read_graph_text(bad, "bad"), Catch::Contains("bad:1: bad workspace '-3'"));
 }

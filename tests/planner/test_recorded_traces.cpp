@@ -229,6 +229,20 @@ TEST_CASE("the plan floor is what no plan goes under, and why", "[planner][recor
     CHECK_FALSE(r.feasible);
     CHECK(r.predicted_peak_bytes >= floor.bytes);
   }
+  // An op's scratch is held beside them (Note [Op workspace in plans] in plan_eval.cpp):
+  // 100 B for gn2's op raise the floor by 100 B, and no method fits a byte under it.
+  Graph scratch = g;
+  scratch.nodes[floor.node].workspace_bytes = 100;
+  const PlanFloor raised = plan_floor(scratch);
+  CHECK(raised.node == floor.node);
+  CHECK(raised.op_bytes == 364);
+  CHECK(raised.bytes == 876);
+  for (const PlannerInfo& p : planner_registry()) {
+    INFO(p.name);
+    const PlanResult r = run_planner(*p.make(), scratch, raised.bytes - 1, o);
+    CHECK_FALSE(r.feasible);
+    CHECK(r.predicted_peak_bytes >= raised.bytes);
+  }
   // On a training chain the pinned input a_0 (7 B) stays while d_2 is computed from a_1 and
   // d_3 (1 B each): 10, above the largest op's need (d_1 from a_0 and d_2: 9).
   const Graph chain =

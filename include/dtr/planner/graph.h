@@ -17,6 +17,8 @@
 // A node may also be read after its stage by what makes no node (`reads`: an in-place write
 // into another storage, a PIN); those stages need it resident like its users.
 //
+// A computation also holds the node's op scratch while it runs (`workspace_bytes`).
+//
 // Invariants (Graph::validate throws PlanError on a violation): deps are in range and point
 // backward (a topological order; a cycle in a text graph is reported as such), sizes and
 // costs are non-negative, first_backward is the index of the first backward node (size()
@@ -73,6 +75,11 @@ struct GraphNode {
   static constexpr uint64_t kSameCost = TraceEvent::kSameTime;
   uint64_t remat_ns = kSameCost;
   uint64_t remat_cost() const { return remat_ns == kSameCost ? compute_ns : remat_ns; }
+  // Scratch the op holds while it runs and frees before it returns (a trace's WORKSPACE:
+  // a convolution's columns): every computation of the node needs it besides the node and
+  // its deps. Like compute_ns, every output node of a multi-output op carries the op's.
+  // Note [Op workspace in plans] in planner/plan_eval.cpp.
+  uint64_t workspace_bytes = 0;
 };
 
 struct Graph {
@@ -141,7 +148,7 @@ bool is_inplace_op_name(const std::string& op);
 
 // The text format for hand-made graphs (docs/plan-format.md), one node per line:
 //   node NAME cost=C size=S [deps=A,B,...] [backward] [pinned] [pinned-from=LATER]
-//        [pinned-until=END] [same-op] [reads=LATER,...]
+//        [pinned-until=END] [same-op] [reads=LATER,...] [workspace=W]
 // `#` starts a comment. Names must be defined before use; a dependency on a later node
 // (which is how a cycle shows up) is an error naming the line.
 Graph read_graph_text(std::istream& in, const std::string& path_for_errors);

@@ -3,7 +3,8 @@
 // Every planner's result goes through evaluate_plan(), so methods are compared by one
 // memory and compute model (Note [Static execution] in planner/plan_eval.cpp):
 //  - memory: the bytes of resident nodes; computing a node needs its deps resident and
-//    adds its size; the peak is the maximum over all computations.
+//    adds its size; the peak is the maximum over all computations, each with the node's
+//    op scratch held while it runs (Note [Op workspace in plans]).
 //  - compute: every (re)computation costs the node's compute_ns, except that an op with
 //    several outputs is charged once per run of it (Note [One run of a multi-output op]).
 // With an explicit schedule the steps are executed as written (and checked); without one

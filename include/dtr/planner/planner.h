@@ -68,24 +68,25 @@ class Planner {
   virtual PlanResult plan(const Graph& graph, uint64_t budget_bytes, const PlanOptions& options) = 0;
 };
 
-// The least memory any schedule needs: the largest node size + its deps' sizes.
+// The least memory any schedule needs: the most, over the nodes, of a node's size, its
+// deps' sizes and its op's scratch (GraphNode::workspace_bytes).
 uint64_t largest_op_need(const Graph& graph, uint32_t* node = nullptr);
 // Throws BudgetBelowOpNeed ("budget X is below the largest single op's need Y (node N ...)").
 void check_budget(const Graph& graph, uint64_t budget_bytes);
 
 // The least peak any plan can reach on `graph` (Note [Plan floor] in planner/planner.cpp):
 // the most, over the nodes i, of what the first computation of node i must hold: node i,
-// its deps, and every pinned node made before it. At least largest_op_need().
+// its deps, its scratch, and every pinned node made before it. At least largest_op_need().
 struct PlanFloor {
   uint64_t bytes = 0;         // the floor
   uint32_t node = 0;          // the node whose first computation needs it
-  uint64_t op_bytes = 0;      // that node and its deps that are not pinned
+  uint64_t op_bytes = 0;      // that node, its scratch and its deps that are not pinned
   uint64_t pinned_bytes = 0;  // pinned nodes made before it (its pinned deps included)
   uint32_t pinned_count = 0;
 };
 PlanFloor plan_floor(const Graph& graph);
 // "every plan holds at least X while node N 'name' is computed: P in K pinned nodes made
-// before it, never freed (...), and O for the node and its other inputs".
+// before it, never freed (...), and O for the node, its other inputs and its scratch".
 std::string describe_plan_floor(const Graph& graph, const PlanFloor& floor);
 
 // Checks the budget, runs the planner, times it, evaluates the plan with evaluate_plan()
