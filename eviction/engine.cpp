@@ -264,7 +264,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<Heuristic> heuristic, Clock&
                       feature_names(missing) + ", which this engine does not provide (" +
                       feature_names(provided) +
                       "); address order needs the caching allocator attached "
-                      "(dtr-sim: --allocator fake)");
+                      "(dtr-sim: --allocator host or fake)");
   }
   track_eq_ = (heuristic_->needs() & kFeatureEqClasses) != 0;
   if (memory_.allocator) {

@@ -127,17 +127,19 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
 
 ReplayOptions::Memory parse_memory_model(const std::string& text) {
   if (text == "fake") return ReplayOptions::Memory::fake;
+  if (text == "host") return ReplayOptions::Memory::host;
   if (text == "none") return ReplayOptions::Memory::none;
-  throw ConfigError("dtr: unknown allocator '" + text + "' (option `allocator`); valid: fake, none");
+  throw ConfigError("dtr: unknown allocator '" + text +
+                    "' (option `allocator`); valid: fake, host, none");
 }
 
 namespace {
 // Option reserved_limit sizes the fake device: byte accounting has no segments to size.
 void check_reserved_limit(const ReplayOptions& o) {
-  if (o.reserved_limit.kind != Budget::Kind::unlimited && o.memory != ReplayOptions::Memory::fake)
+  if (o.reserved_limit.kind != Budget::Kind::unlimited && !o.through_allocator())
     throw ConfigError("dtr: option reserved_limit (" + o.reserved_limit.to_string() +
                       ") sizes the fake device's segments, and allocator none has none: use "
-                      "allocator fake (--allocator fake) or drop reserved_limit");
+                      "allocator host or fake (--allocator host) or drop reserved_limit");
 }
 }  // namespace
 
@@ -428,16 +430,33 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   // `compact` (the default) the engine moves storages before it evicts for contiguity, as
   // that host does (Note [Compaction in the engine] in eviction/engine.cpp). Without it
   // nothing moves: the CUDA backend cannot copy, and the default device models a GPU.
+  //
+  // Note [Host device]
+  // ~~~~~~~~~~~~~~~~~~
+  // The PyTorch CPU host's budget caps allocated bytes only: without a reserved_limit its
+  // caching allocator takes a new segment from the system whenever no cached block fits,
+  // so fragmentation costs it memory (reserved bytes: 1.4-2x the budget at 0.5x, docs/
+  // pytorch.md "Reserved memory"), never an eviction. A device of the budget's size does
+  // not model that: a replay of a 4-step LSTM trace at 0.7 ran out of memory in its first
+  // step, a 15.6 MiB request finding no block in 62 MiB of segments, where the live run
+  // trained under every policy. So `allocator:host` replays through the caching allocator
+  // over a fake device with no size: blocks, segments and addresses as the host has them
+  // (coop's windows need them), the budget on allocated bytes, reserved bytes wherever the
+  // host's would go. With a reserved_limit, host and fake are the same model, the host's
+  // under its limit.
   std::unique_ptr<CachingAllocator> allocator;
   EngineMemory memory;
   check_reserved_limit(options);  // options made without from_config, too
   const bool own_limit = options.reserved_limit.kind != Budget::Kind::unlimited;
-  if (options.memory == ReplayOptions::Memory::fake) {
+  if (options.through_allocator()) {
     AllocatorConfig aconfig;
     aconfig.budget_bytes = result.budget_bytes;
-    aconfig.reserved_limit_bytes =
-        own_limit ? options.reserved_limit.resolve(baseline.peak_bytes) : result.budget_bytes;
-    result.reserved_limit_bytes = aconfig.reserved_limit_bytes;
+    aconfig.reserved_limit_bytes = own_limit ? options.reserved_limit.resolve(baseline.peak_bytes)
+                                   : options.memory == ReplayOptions::Memory::host
+                                       ? kUnlimitedBytes  // Note [Host device]
+                                       : result.budget_bytes;
+    result.reserved_limit_bytes =
+        aconfig.reserved_limit_bytes == kUnlimitedBytes ? 0 : aconfig.reserved_limit_bytes;
     // The host's limit, not a device's: Note [Segments under a reserved limit] in
     // allocator/caching_allocator.cpp.
     aconfig.exact_segments = own_limit;
@@ -447,13 +466,16 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
     memory.allocator = allocator.get();
     memory.engine_allocates = true;
   }
-  result.allocator = options.memory == ReplayOptions::Memory::fake ? "fake" : "none";
+  result.allocator = options.memory == ReplayOptions::Memory::fake   ? "fake"
+                     : options.memory == ReplayOptions::Memory::host ? "host"
+                                                                     : "none";
   std::unique_ptr<ReplaySnapshot> snapshot;  // outlives the engine: replay_snapshot.h
   nlohmann::ordered_json snapshot_data;
   if (!options.snapshot_path.empty()) {
     if (!allocator)
-      throw ConfigError("dtr: a memory snapshot (option `snapshot`) shows the allocator's "
-                        "segments: use allocator fake, not none");
+      throw ConfigError(
+          "dtr: a memory snapshot (option `snapshot`) shows the allocator's "
+          "segments: use allocator host or fake, not none");
     snapshot = std::make_unique<ReplaySnapshot>(*allocator, clock, options.snapshot_entries);
   }
   if (!options.plan_path.empty() && !options.plan_hints)
@@ -570,7 +592,7 @@ nlohmann::ordered_json to_json(const ReplayResult& r) {
   j["neighborhood_visits"] = r.stats.neighborhood_visits;
   j["policy_status"] = r.policy_status;
   j["stats"] = r.stats.to_json();
-  if (r.allocator == "fake") j["allocator_stats"] = r.allocator_stats.to_json();
+  if (r.allocator != "none") j["allocator_stats"] = r.allocator_stats.to_json();
   return j;
 }
 

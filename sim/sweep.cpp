@@ -79,7 +79,7 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
         (builtin_heuristics().find(policy)->needs & kFeatureAddressOrder))
       throw ConfigError("dtr: policy '" + policy +
                         "' reads block addresses and needs the caching allocator; drop it or "
-                        "use --allocator fake");
+                        "use --allocator host or fake");
   }
 
   struct Cell {

@@ -25,7 +25,11 @@ Note [Same budget in bytes]
 The simulator replays each trace at the live run's budget in bytes, not at the same
 fraction of its own baseline peak: the trace's baseline (every storage freed at its last
 release, no memory outside the engine) is not the live allocator-only peak, and a fraction
-of one is not a fraction of the other. The static plans are the exception: dtr-plan takes
+of one is not a fraction of the other. The live budget caps allocated bytes only, so the
+replays count bytes (`--allocator none`); coop, which needs the caching allocator's
+addresses, replays through it on a device with no size (`--allocator host`, Note [Host
+device] in sim/replay.cpp), not on one of the budget's size, where fragmentation ran it
+out of memory at budgets the live runs trained at (until 2026-12-05). The static plans are the exception: dtr-plan takes
 fractions of its graph's peak, so "best static" is at the same fraction of the trace's peak.
 
 Note [Which overhead]
@@ -348,8 +352,9 @@ def write_markdown(path, models, config, minutes, command):
             "the caching allocator alone can make a step faster than plain (ratios below 1); "
             "*live overhead* = 1 + remat compute / model compute as the library timed them; "
             "*sim overhead* = the same predicted by `dtr-sim` from the run's trace at the same "
-            "budget in bytes (byte accounting; coop through the fake device: Note [Same "
-            "budget in bytes] in tools/eval.py); *bound* = the least overhead any schedule "
+            "budget in bytes (byte accounting; coop through the caching allocator on a device "
+            "with no size, as the host runs, `--allocator host`: Note [Same budget in bytes] "
+            "in tools/eval.py); *bound* = the least overhead any schedule "
             "pays on that trace at that budget, static or dynamic (`dtr-sim bound`: Note "
             "[Remat bound] in sim/remat_bound.cpp; `none fits` where no schedule runs); "
             "*sim peak* is the replay's; *best static* = the best feasible plan of "

@@ -106,12 +106,15 @@ def simulate(sim, trace, policy, budget_bytes, conf="", reserved_limit=None):
     """dtr-sim's replay of `trace` under `policy` at a live run's budget in bytes: byte
     accounting (`--allocator none`), like the live budget, which caps allocated bytes only
     (tools/eval.py: Note [Same budget in bytes]); coop scores address windows and needs the
-    fake device, so it replays through it, as does a replay under a live run's
-    `reserved_limit` (bytes; docs/simulator.md, "Reserved limit and compaction"). `conf`: a
+    caching allocator, so it replays through it over a device with no size, as the live
+    host's budget caps allocated bytes only (`--allocator host`: Note [Host device] in
+    sim/replay.cpp; a device of the budget's size ran out of memory where the live runs
+    trained), as does a replay under a live run's `reserved_limit` (bytes, the device's
+    size then; docs/simulator.md, "Reserved limit and compaction"). `conf`: a
     DTR_CONF for dtr-sim (other options, such as lazy_release:True or compact:False).
     A replay past MAX_REPLAY_OVERHEAD stops as `thrash`.
     dtr-sim's --json result, or None if it failed."""
-    memory = "fake" if policy == "coop" or reserved_limit else "none"
+    memory = "host" if policy == "coop" or reserved_limit else "none"
     env = dict(os.environ, DTR_CONF=conf) if conf else None
     limit = ["--reserved-limit", str(int(reserved_limit))] if reserved_limit else []
     proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", policy,

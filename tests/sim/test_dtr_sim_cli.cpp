@@ -165,10 +165,16 @@ TEST_CASE("dtr-sim refuses coop without the allocator and an unknown allocator",
   auto r = run_command(sim() + " run --trace " + test_data("golden/small.log") +
                        " --policy coop --allocator none");
   CHECK(r.exit_code == 2);
-  CHECK(r.output.find("--allocator fake") != std::string::npos);
+  CHECK(r.output.find("--allocator host or fake") != std::string::npos);
   r = run_command(sim() + " run --trace " + test_data("golden/small.log") + " --allocator bogus");
   CHECK(r.exit_code == 2);
-  CHECK(r.output.find("valid: fake, none") != std::string::npos);
+  CHECK(r.output.find("valid: fake, host, none") != std::string::npos);
+  // The host's model gives coop its addresses too, and says so (Note [Host device]).
+  r = run_command(sim() + " run --trace " + test_data("golden/small.log") +
+                  " --policy coop --allocator host --budget 0.6");
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("allocator host: peak allocated") != std::string::npos);
+  CHECK(r.output.find("reserved limit") == std::string::npos);
 }
 
 TEST_CASE("dtr-sim run --reserved-limit sizes the fake device", "[sim][cli][allocator]") {
@@ -184,7 +190,7 @@ TEST_CASE("dtr-sim run --reserved-limit sizes the fake device", "[sim][cli][allo
   CHECK(r.output.find("reserved limit 4.00 MiB: 0 blocks moved") != std::string::npos);
   r = run_command(sim() + " run --trace " + trace + " --reserved-limit 4M --allocator none");
   CHECK(r.exit_code == 2);
-  CHECK(r.output.find("use allocator fake") != std::string::npos);
+  CHECK(r.output.find("use allocator host or fake") != std::string::npos);
   // sweep takes it too, and its CSV says the limit and the moves.
   const std::string csv_path = "/tmp/dtr-sim-cli-reserved.csv";
   r = run_command(sim() + " sweep --trace " + trace +

@@ -536,6 +536,29 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
   CHECK(gpu.allocator_stats.num_block_moves == 0);
   CHECK(gpu.stats.num_evictions == 1);
   CHECK(gpu.stats.num_remats == 1);
+  // allocator:host (Note [Host device]) is the PyTorch CPU host without a reserved limit:
+  // the budget caps allocated bytes only, so d takes a segment of its own (2 + 16 + 20 + 30
+  // MiB reserved, over the budget) and nothing is evicted or moved; coop has its addresses.
+  for (const char* policy : {"dtr_eq", "coop"}) {
+    INFO(policy);
+    const ReplayResult cpu = replay_with(std::string("allocator:host,policy:") + policy);
+    REQUIRE(cpu.status_name == "ok");
+    CHECK(cpu.allocator == "host");
+    CHECK(cpu.reserved_limit_bytes == 0);
+    CHECK(to_json(cpu).at("reserved_limit_bytes") == 0);
+    CHECK(cpu.stats.num_evictions == 0);
+    CHECK(cpu.allocator_stats.num_block_moves == 0);
+    CHECK(cpu.peak_reserved_bytes == 68 * mib);
+    CHECK(cpu.peak_allocated_bytes <= 64 * mib);
+  }
+  // Under a reserved limit the two models are one, the host's under its limit.
+  {
+    const ReplayResult limited = replay_with("allocator:host,reserved_limit:64M");
+    REQUIRE(limited.status_name == "ok");
+    CHECK(limited.reserved_limit_bytes == 64 * mib);
+    CHECK(limited.allocator_stats.num_block_moves == 1);
+    CHECK(limited.stats.num_evictions == 0);
+  }
   // With the host's reserved limit, b moves into a's old segment and nothing is evicted.
   {
     const ReplayResult host = replay_with("reserved_limit:64M");
@@ -580,7 +603,7 @@ TEST_CASE("reserved_limit sizes the fake device, and storages move before evicti
   CHECK(evict_only.stats.num_evictions == 1);
   // Byte accounting has no segments to size.
   CHECK_THROWS_WITH(replay_with("reserved_limit:64M,allocator:none"),
-                    Catch::Contains("reserved_limit") && Catch::Contains("allocator fake"));
+                    Catch::Contains("reserved_limit") && Catch::Contains("allocator host"));
 
   // Note [Segments under a reserved limit]: under the host's limit each output of 2 and 3
   // MiB gets a segment of its size (2 + 4 MiB, and x's small 2 MiB: 8 MiB); the default

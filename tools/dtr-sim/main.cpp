@@ -49,11 +49,13 @@ struct CommonFlags {
     cmd.add_option("--debug", debug, "0..3; 3 checks the engine's invariants after every event");
     cmd.add_option("--allocator", allocator,
                    "memory model: fake (caching allocator on a device of the budget's size; "
-                   "default) | none (byte accounting, as DTR's simulator)");
+                   "default) | host (caching allocator on a device with no size: the budget "
+                   "caps allocated bytes only, as the PyTorch CPU host) | none (byte "
+                   "accounting, as DTR's simulator)");
     cmd.add_option("--reserved-limit", reserved_limit,
-                   "with --allocator fake: the device's size instead of the budget's, as the "
-                   "PyTorch host's reserved limit (option `reserved_limit`; bytes or a ratio of "
-                   "the baseline peak); storages move before evictions unless compact:False");
+                   "with --allocator fake or host: the device's size, as the PyTorch host's "
+                   "reserved limit (option `reserved_limit`; bytes or a ratio of the baseline "
+                   "peak); storages move before evictions unless compact:False");
   }
   void apply(dtr::Config& config) const {
     if (!search.empty()) config.set("search", search);
@@ -79,16 +81,17 @@ std::string format_result(const dtr::ReplayResult& r) {
                 (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_eager_evictions,
                 (unsigned long long)r.stats.num_remats, r.stats.remat_compute_ns / 1e6, r.wall_seconds);
   std::string out = buf;
-  if (r.allocator == "fake") {
+  if (r.allocator != "none") {
     std::snprintf(buf, sizeof buf,
-                  "  allocator fake: peak allocated %s, peak reserved %s;  fragmentation %.3f "
+                  "  allocator %s: peak allocated %s, peak reserved %s;  fragmentation %.3f "
                   "over %llu requests;  %llu contiguous failures\n",
-                  dtr::format_bytes(r.peak_allocated_bytes).c_str(),
+                  r.allocator.c_str(), dtr::format_bytes(r.peak_allocated_bytes).c_str(),
                   dtr::format_bytes(r.peak_reserved_bytes).c_str(), r.fragmentation,
                   (unsigned long long)r.stats.allocator_requests,
                   (unsigned long long)r.contiguous_failures);
     out += buf;
-    if (r.reserved_limit_bytes != r.budget_bytes || r.allocator_stats.num_block_moves) {
+    if ((r.reserved_limit_bytes != 0 && r.reserved_limit_bytes != r.budget_bytes) ||
+        r.allocator_stats.num_block_moves) {
       std::snprintf(buf, sizeof buf, "  reserved limit %s: %llu blocks moved (%s), %llu packings\n",
                     dtr::format_bytes(r.reserved_limit_bytes).c_str(),
                     (unsigned long long)r.allocator_stats.num_block_moves,
@@ -133,7 +136,7 @@ int main(int argc, char** argv) {
                   "write a Chrome trace (Perfetto) of the replay here (option `timeline`)");
   run->add_option("--snapshot", run_snapshot,
                   "write a memory snapshot (pickle for PyTorch's memory tools) of the end of the "
-                  "replay here (option `snapshot`; needs --allocator fake)");
+                  "replay here (option `snapshot`; needs --allocator host or fake)");
   run->add_option("--snapshot-format", run_snapshot_format,
                   "dict (PyTorch >= 2.0, pytorch.org/memory_viz; default) | list (1.13's "
                   "python -m torch.cuda._memory_viz) (option `snapshot_format`)");
@@ -160,7 +163,7 @@ int main(int argc, char** argv) {
       sweep
           ->add_option("--policies", sweep_policies,
                        "comma-separated policies (default: all; those that read block addresses, "
-                       "coop, only with --allocator fake)")
+                       "coop, only with --allocator host or fake)")
           ->capture_default_str();
   sweep->add_option("--budgets", sweep_budgets, "START:STOP:STEP or a comma list of ratios")->capture_default_str();
   sweep->add_option("--csv", sweep_csv, "write the results as CSV here");

@@ -89,8 +89,9 @@ struct ByteSize {
     "cached free ones, small allocations): bytes with K/M/G suffix; 0 = unlimited. A request "     \
     "that would pass it releases cached segments, then moves live blocks (compact), then "         \
     "evicts to free a contiguous block. Under it each segment is its request's size, rounded "     \
-    "to 2 MiB (Note [Segments under a reserved limit]). Simulator (allocator fake): the fake "     \
-    "device's size, bytes or a ratio of the baseline peak (unset: the budget's size)")             \
+    "to 2 MiB (Note [Segments under a reserved limit]). Simulator (allocator fake or host): the "  \
+    "fake device's size, bytes or a ratio of the baseline peak (unset: the budget's size for "     \
+    "fake, none for host)")                                                                        \
   X(compact, bool, "compact", "DTR_COMPACT", "True",                                               \
     "PyTorch: when the reserved limit refuses a segment, first copy live blocks out of the "       \
     "emptiest segments into free space elsewhere, so those segments can go back, and evict only "  \
@@ -99,8 +100,9 @@ struct ByteSize {
     "under its own reserved_limit (Note [Compaction in the engine])")                              \
   X(allocator, std::string, "allocator", "DTR_ALLOCATOR", "fake",                                  \
     "simulator's memory model: `fake` replays through the caching allocator over a fake "          \
-    "device of exactly the budget (blocks, segments, fragmentation); `none` counts bytes only, "   \
-    "as DTR's simulator does")                                                                     \
+    "device of exactly the budget (blocks, segments, fragmentation), as on a GPU; `host` over "    \
+    "a fake device with no size, the budget capping allocated bytes only, as the PyTorch CPU "     \
+    "host runs (Note [Host device]); `none` counts bytes only, as DTR's simulator does")           \
   X(debug, uint32_t, "debug", "DTR_DEBUG", "0",                                                    \
     "0..3; at 3 the engine checks all its invariants after every operation (slow)")                \
   X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")             \

@@ -48,13 +48,17 @@ struct ReplayOptions {
   double max_overhead = 2.0;  // 0: never give up
   uint32_t debug = 0;
   // Memory model (option `allocator`): through the caching allocator over a fake device of
-  // exactly the budget (Note [Fake device] in replay.cpp), or byte accounting only.
-  enum class Memory : uint8_t { fake, none };
+  // exactly the budget (Note [Fake device] in replay.cpp), through it over a fake device
+  // with no size, as the PyTorch CPU host runs (`host`: the budget caps allocated bytes
+  // only, Note [Host device] there), or byte accounting only.
+  enum class Memory : uint8_t { fake, host, none };
   Memory memory = Memory::fake;
-  // Option `reserved_limit` (unlimited: the fake device holds the budget): the fake
-  // device's size instead, as the PyTorch host's reserved limit caps its segments; a ratio
-  // refers to the baseline peak. Then option `compact` moves storages as the host does
-  // (Note [Compaction in the engine] in eviction/engine.cpp). Needs memory == fake.
+  bool through_allocator() const { return memory != Memory::none; }
+  // Option `reserved_limit` (unlimited: the fake device holds the budget, or, for `host`,
+  // has no size): the fake device's size instead, as the PyTorch host's reserved limit caps
+  // its segments; a ratio refers to the baseline peak. Then option `compact` moves storages
+  // as the host does (Note [Compaction in the engine] in eviction/engine.cpp). Needs the
+  // allocator (fake or host; with it the two are the same).
   Budget reserved_limit;
   bool compact = true;
   // Warm start (option `plan`; eviction/plan_guide.h): the plan file, and the hints the
@@ -102,7 +106,8 @@ struct ReplayResult {
   std::string allocator;               // "fake" or "none"
   uint64_t peak_allocated_bytes = 0;   // allocated_bytes.all.peak: block-rounded live bytes
   uint64_t peak_reserved_bytes = 0;    // reserved_bytes.all.peak: segments held
-  uint64_t reserved_limit_bytes = 0;   // the fake device's size: the budget unless reserved_limit
+  uint64_t reserved_limit_bytes =
+      0;  // the fake device's size: the budget unless reserved_limit; 0: none (host)
   double fragmentation = 0;            // mean free bytes in the budget / budget at evictions
   uint64_t contiguous_failures = 0;    // allocations that failed with enough free bytes
   AllocatorStats allocator_stats;      // the allocator's own counters at the end
