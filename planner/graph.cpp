@@ -630,6 +630,15 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       throw PlanError(graph_error(path, l.number, "node '" + l.tokens[1] + "' defined twice",
                                   "first defined on line " + std::to_string(it->second.second)));
   }
+  // size= and workspace=: bytes with an optional K/M/G suffix.
+  auto bytes_value = [&](const std::string& key, const std::string& value, size_t line) {
+    try {
+      return parse_size(value);
+    } catch (const ConfigError&) {
+      throw PlanError(graph_error(path, line, "bad " + key + " '" + value + "'",
+                                  key + " is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
+    }
+  };
   Graph g;
   bool seen_backward = false;
   for (const Line& l : lines) {
@@ -667,19 +676,9 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
           throw PlanError(graph_error(path, l.number, "bad remat-cost '" + value + "'",
                                       "remat-cost is a non-negative integer (ns)"));
       } else if (key == "workspace" && eq != std::string::npos) {
-        try {
-          n.workspace_bytes = parse_size(value);
-        } catch (const ConfigError&) {
-          throw PlanError(graph_error(path, l.number, "bad workspace '" + value + "'",
-                                      "workspace is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
-        }
+        n.workspace_bytes = bytes_value(key, value, l.number);
       } else if (key == "size" && eq != std::string::npos) {
-        try {
-          n.size_bytes = parse_size(value);
-        } catch (const ConfigError&) {
-          throw PlanError(graph_error(path, l.number, "bad size '" + value + "'",
-                                      "size is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
-        }
+        n.size_bytes = bytes_value(key, value, l.number);
         have_size = true;
       } else if (key == "deps" && eq != std::string::npos) {
         for (const std::string& dep : name_list(value)) {
