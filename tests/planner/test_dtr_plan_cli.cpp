@@ -218,6 +218,30 @@ TEST_CASE("dtr-plan says why no plan fits a recorded trace", "[planner][cli][rec
   std::remove(csv.c_str());
 }
 
+TEST_CASE("dtr-plan compare replays a named coop on the host's allocator", "[planner][cli]") {
+  // Note [Host device] in sim/replay.cpp: coop reads block addresses, so byte accounting
+  // cannot run it (this command stopped with exit 2); the host's allocator can, the budget
+  // capping allocated bytes as the evaluator's does. A DTR log, whose tensors are far
+  // larger than the allocator's 512-byte blocks (the small test traces' are not).
+  require_bin();
+  const std::string log = dtr::test::log_path("resnet32");
+  if (log.empty()) {
+    WARN("skipped: the ResNet-32 DTR log is not in " << DTR_LOG_DIR);
+    return;
+  }
+  const std::string csv = tmp("coop.csv");
+  const auto r =
+      run_command(plan_bin() + " compare --trace " + log +
+                  " --budgets 0.5 --methods chen --policies coop,dtr_eq --warm coop --csv " + csv);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string rows = dtr::test::read_file(csv);
+  CHECK(rows.find(",dynamic,coop,ok,") != std::string::npos);
+  CHECK(rows.find(",dynamic,dtr_eq,ok,") != std::string::npos);
+  CHECK(rows.find(",warm,coop+chen,ok,") != std::string::npos);
+  std::remove(csv.c_str());
+}
+
 TEST_CASE("dtr-plan graph writes a trace's graph, which plans as the trace does",
           "[planner][cli][recorded]") {
   require_bin();

@@ -265,12 +265,21 @@ int main(int argc, char** argv) {
       for (const std::string& m : method_names) planners.push_back(dtr::make_planner(m));
       std::vector<std::string> policies = dtr::split_list(cmp_policies);
       // Default: every policy that runs on byte accounting (allocator none, as the static
-      // evaluator counts); `coop` needs the allocator's address order and is left out.
+      // evaluator counts); `coop` needs the allocator's address order and is left out. Named,
+      // it replays on the host's allocator (Note [Host device] in sim/replay.cpp): the
+      // budget caps allocated bytes, as here, but in the allocator's 512-byte blocks.
       if (policies.empty() && in.have_trace)
         policies = dtr::builtin_heuristics().names_without(dtr::kFeatureAddressOrder);
       if (!policies.empty() && !in.have_trace)
         throw dtr::PlanError("dynamic policies need --trace, not --graph; drop --policies");
       for (const std::string& p : policies) dtr::builtin_heuristics().make(p, dtr::HeuristicParams{});
+      // Byte accounting, like the evaluator; the host's allocator for a policy that reads
+      // block addresses (above).
+      const auto memory_for = [](const std::string& policy) {
+        return dtr::builtin_heuristics().find(policy)->needs & dtr::kFeatureAddressOrder
+                   ? dtr::ReplayOptions::Memory::host
+                   : dtr::ReplayOptions::Memory::none;
+      };
       const std::vector<std::string> warm_policies = dtr::split_list(cmp_warm);
       if (!warm_policies.empty() && !in.have_trace)
         throw dtr::PlanError("--warm replays the trace: give --trace, not --graph");
@@ -376,7 +385,7 @@ int main(int argc, char** argv) {
           ro.policy = policy;
           ro.budget.kind = dtr::Budget::Kind::ratio;
           ro.budget.ratio = ratio;
-          ro.memory = dtr::ReplayOptions::Memory::none;  // byte accounting, like the evaluator
+          ro.memory = memory_for(policy);
           dynamic_row("dynamic", policy, ro);
         }
         if (!warm_policies.empty() && have_plan) {
@@ -387,7 +396,7 @@ int main(int argc, char** argv) {
             ro.policy = policy;
             ro.budget.kind = dtr::Budget::Kind::ratio;
             ro.budget.ratio = ratio;
-            ro.memory = dtr::ReplayOptions::Memory::none;
+            ro.memory = memory_for(policy);
             ro.plan_hints = hints;
             dynamic_row("warm", policy + "+" + best_plan.plan.method, ro);
           }
