@@ -11,6 +11,11 @@
 // step (PIN, then add_ into w_k) zero_grad leaves a zeroed buffer zb_k per gradient (zero_
 // without args, 64 B) and discards gw_k; step 2 accumulates its gradients gn_k into zb_k
 // (add_), pins them at its optimizer step and keeps them to the end.
+//
+// tests/data/planner/resnet18_scratch.trace was recorded from PyTorch (2026-12-05,
+// `DTR_CONF=trace:F tests/torch/scripts/vision.py --steps 2 --batch 16 --size 64`, no
+// budget): torchvision's ResNet-18, 770 graph nodes, 124 CALLs with WORKSPACE (Note [Op
+// workspace in plans] in planner/plan_eval.cpp; docs/planner.md, "Op scratch in plans").
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -367,4 +372,34 @@ TEST_CASE("stage-form plans drop a zeroed buffer until its pin, and plan every s
   CHECK(k.cost.peak_bytes == 948);
   CHECK(solve_kusumoto(early, ko).cost.peak_bytes == 1140);
   CHECK_NOTHROW(evaluate_plan(g, plan_from_stage_schedule(g, k.schedule, "kusumoto")));
+}
+
+TEST_CASE("plans of a recorded ResNet-18 hold its ops' scratch", "[planner][recorded]") {
+  const Graph g = graph_from_trace(read_trace(test_data("planner/resnet18_scratch.trace")));
+  REQUIRE(g.size() == 770);
+  size_t with_scratch = 0;
+  for (const GraphNode& n : g.nodes) with_scratch += n.workspace_bytes > 0;
+  CHECK(with_scratch >= 124);  // every output of a multi-output op carries its op's
+  Graph bare = g;
+  for (GraphNode& n : bare.nodes) n.workspace_bytes = 0;
+  PlanOptions o;
+  o.time_limit_s = 5;
+  const uint64_t mib = 1 << 20;
+  // Chen at 108 MiB planned as before, blind to the scratch: it fits on paper and not
+  // with the scratch; planned with it, it fits with it.
+  const PlanResult blind = run_planner(*make_planner("chen"), bare, 108 * mib, o);
+  REQUIRE(blind.feasible);
+  CHECK(evaluate_plan(g, blind.plan).peak_bytes > 108 * mib);
+  const PlanResult seeing = run_planner(*make_planner("chen"), g, 108 * mib, o);
+  REQUIRE(seeing.feasible);
+  CHECK(evaluate_plan(g, seeing.plan).peak_bytes <= 108 * mib);
+  // Note [DP budget search]: at 116 MiB none of the time-centric DP budgets gives a
+  // schedule that fits with the scratch; the memory-centric ones do, and both searches
+  // find it.
+  for (const char* method : {"kusumoto-approx", "kusumoto-approx-mem"}) {
+    INFO(method);
+    const PlanResult r = run_planner(*make_planner(method), g, 116 * mib, o);
+    CHECK(r.feasible);
+    CHECK(r.predicted_peak_bytes <= 116 * mib);
+  }
 }
