@@ -140,14 +140,15 @@ namespace {
 void stress_invariants(ReplayOptions::Memory memory, uint64_t first_seed, uint64_t last_seed,
                        bool workspaces = false) {
   const bool fake = memory == ReplayOptions::Memory::fake;
+  const bool blocks = memory != ReplayOptions::Memory::none;  // fake or host
   for (uint64_t seed = first_seed; seed <= last_seed; ++seed) {
-    Trace trace = make_random_trace(seed, 600, fake ? 16384 : 1024);
-    if (workspaces) add_random_workspaces(trace, seed, fake ? 16384 : 1024);
+    Trace trace = make_random_trace(seed, 600, blocks ? 16384 : 1024);
+    if (workspaces) add_random_workspaces(trace, seed, blocks ? 16384 : 1024);
     const Baseline baseline = compute_baseline(trace);
     REQUIRE(baseline.peak_bytes > 0);
     for (const char* policy :
          {"dtr_eq", "dtr", "dtr_local", "dtr_ancestors", "msps", "lru", "size", "random", "coop"}) {
-      if (!fake && std::string(policy) == "coop") continue;  // coop reads block addresses
+      if (!blocks && std::string(policy) == "coop") continue;  // coop reads block addresses
       for (const char* budget : {"1.0", "0.7", "0.5", "0.35", "0.2"}) {
         for (SearchMode mode : {SearchMode::full, SearchMode::sample}) {
           ReplayOptions o;
@@ -159,11 +160,13 @@ void stress_invariants(ReplayOptions::Memory memory, uint64_t first_seed, uint64
           o.seed = seed;
           o.max_overhead = 0;
           const ReplayResult r = replay(trace, baseline, o);
-          INFO("seed " << seed << " " << policy << " " << budget << " " << r.status_name
-                       << (fake ? " fake" : " none"));
+          INFO("seed " << seed << " " << policy << " " << budget << " " << r.status_name << " "
+                       << r.allocator);
           CHECK(r.peak_bytes <= r.budget_bytes);
-          if (fake) CHECK(r.peak_allocated_bytes <= r.budget_bytes);
+          if (blocks) CHECK(r.peak_allocated_bytes <= r.budget_bytes);
           if (fake) CHECK(r.peak_reserved_bytes <= r.budget_bytes);
+          // Note [Host device]: no size, so a request never fails for want of a block.
+          if (!fake && blocks) CHECK(r.contiguous_failures == 0);
           CHECK(r.status.code != StatusCode::thrash);  // no limit set
           if (r.status.ok()) CHECK(r.overhead >= 1.0);
         }
@@ -188,6 +191,12 @@ TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3, allocato
 TEST_CASE("stress: random programs keep every invariant at DTR_DEBUG=3, allocator, seeds 4-6",
           "[sim][stress]") {
   stress_invariants(ReplayOptions::Memory::fake, 4, 6);
+}
+
+TEST_CASE(
+    "stress: random programs keep every invariant at DTR_DEBUG=3, host's allocator, seeds 1-2",
+    "[sim][stress]") {
+  stress_invariants(ReplayOptions::Memory::host, 1, 2, /*workspaces=*/true);
 }
 
 TEST_CASE("stress: random programs with op workspaces keep every invariant, bytes, seeds 1-4",
