@@ -1266,7 +1266,7 @@ Status Engine::allocate_outputs(TensorId t, void*& workspace) {
 // (make_room(total_bytes)). Where the engine allocates (the simulator over its allocator),
 // allocate_outputs takes blocks only for outputs not material, so no copy is held and the
 // peak leaves them out: counted, a replay on the host's device (`allocator:host`, Note
-// [Host device] in sim/replay.cpp) reported peaks 1-5 MB over its budget while the
+// [Host device] in sim/replay.cpp) reported peaks 3-5 MB over its budget while the
 // allocator's allocated bytes stayed under it (the random programs of the replay's stress
 // test).
 void Engine::compute(TensorId t, bool remat) {

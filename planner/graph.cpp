@@ -6,8 +6,8 @@
 // and the walk over the events mirrors compute_baseline's storage bookkeeping:
 //  - CALL: one node per non-alias result (size from MEMORY, cost = the op's TIME, remat
 //    cost = its REMAT_TIME where it has one, scratch = its WORKSPACE); its deps are the
-//    distinct storages of the op's args. The second and later outputs of one op are marked `same_op_as_prev`, so the
-//    op's time is counted once in the forward pass.
+//    distinct storages of the op's args. The second and later outputs of one op are
+//    marked `same_op_as_prev`, so the op's time is counted once in the forward pass.
 //    An alias result folds into the storage it views (its name maps to that node). An op
 //    whose results are all aliases (a view) makes no node: its time is added to the viewed
 //    storage's node (and its remat cost to the node's, its scratch as the larger of the

@@ -103,11 +103,10 @@ struct ReplayResult {
   std::string status_name;  // "ok", "oom", "thrash"
   Stats stats;
   // With the fake allocator (memory == fake); zero otherwise.
-  std::string allocator;               // "fake" or "none"
+  std::string allocator;               // "fake", "host" or "none"
   uint64_t peak_allocated_bytes = 0;   // allocated_bytes.all.peak: block-rounded live bytes
   uint64_t peak_reserved_bytes = 0;    // reserved_bytes.all.peak: segments held
-  uint64_t reserved_limit_bytes =
-      0;  // the fake device's size: the budget unless reserved_limit; 0: none (host)
+  uint64_t reserved_limit_bytes = 0;   // the device's size: budget or reserved_limit; 0: none
   double fragmentation = 0;            // mean free bytes in the budget / budget at evictions
   uint64_t contiguous_failures = 0;    // allocations that failed with enough free bytes
   AllocatorStats allocator_stats;      // the allocator's own counters at the end
