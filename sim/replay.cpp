@@ -125,12 +125,30 @@ Baseline compute_baseline(const Trace& trace, Timeline* timeline) {
   return b;
 }
 
+namespace {
+// Option `allocator`'s values, for parsing and for ReplayResult::allocator.
+struct MemoryModelName {
+  const char* name;
+  ReplayOptions::Memory memory;
+};
+constexpr MemoryModelName kMemoryModels[] = {{"fake", ReplayOptions::Memory::fake},
+                                             {"host", ReplayOptions::Memory::host},
+                                             {"none", ReplayOptions::Memory::none}};
+
+const char* memory_model_name(ReplayOptions::Memory memory) {
+  for (const MemoryModelName& m : kMemoryModels)
+    if (m.memory == memory) return m.name;
+  return "?";
+}
+}  // namespace
+
 ReplayOptions::Memory parse_memory_model(const std::string& text) {
-  if (text == "fake") return ReplayOptions::Memory::fake;
-  if (text == "host") return ReplayOptions::Memory::host;
-  if (text == "none") return ReplayOptions::Memory::none;
-  throw ConfigError("dtr: unknown allocator '" + text +
-                    "' (option `allocator`); valid: fake, host, none");
+  std::string valid;
+  for (const MemoryModelName& m : kMemoryModels) {
+    if (text == m.name) return m.memory;
+    valid += (valid.empty() ? "" : ", ") + std::string(m.name);
+  }
+  throw ConfigError("dtr: unknown allocator '" + text + "' (option `allocator`); valid: " + valid);
 }
 
 namespace {
@@ -466,9 +484,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
     memory.allocator = allocator.get();
     memory.engine_allocates = true;
   }
-  result.allocator = options.memory == ReplayOptions::Memory::fake   ? "fake"
-                     : options.memory == ReplayOptions::Memory::host ? "host"
-                                                                     : "none";
+  result.allocator = memory_model_name(options.memory);
   std::unique_ptr<ReplaySnapshot> snapshot;  // outlives the engine: replay_snapshot.h
   nlohmann::ordered_json snapshot_data;
   if (!options.snapshot_path.empty()) {

@@ -29,8 +29,9 @@ of one is not a fraction of the other. The live budget caps allocated bytes only
 replays count bytes (`--allocator none`); coop, which needs the caching allocator's
 addresses, replays through it on a device with no size (`--allocator host`, Note [Host
 device] in sim/replay.cpp), not on one of the budget's size, where fragmentation ran it
-out of memory at budgets the live runs trained at (until 2026-12-05). The static plans are the exception: dtr-plan takes
-fractions of its graph's peak, so "best static" is at the same fraction of the trace's peak.
+out of memory at budgets the live runs trained at (until 2026-12-05). The static plans
+are the exception: dtr-plan takes fractions of its graph's peak, so "best static" is at
+the same fraction of the trace's peak.
 
 Note [Which overhead]
 ~~~~~~~~~~~~~~~~~~~~~

@@ -102,7 +102,7 @@ struct ReplayResult {
   Status status;
   std::string status_name;  // "ok", "oom", "thrash"
   Stats stats;
-  // With the fake allocator (memory == fake); zero otherwise.
+  // Through the allocator (memory fake or host); zero otherwise.
   std::string allocator;               // "fake", "host" or "none"
   uint64_t peak_allocated_bytes = 0;   // allocated_bytes.all.peak: block-rounded live bytes
   uint64_t peak_reserved_bytes = 0;    // reserved_bytes.all.peak: segments held
