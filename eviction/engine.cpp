@@ -1170,17 +1170,16 @@ Status Engine::run_materialize(TensorId target, bool remat) {
     if (is_remat && !hooks_->may_recompute(tensors_[t].op)) return abandon(Status::refused());
     // Note [Op workspace]: room for the op's scratch too, held only while it runs.
     Status status = make_room(op.total_bytes + op.workspace_bytes);
-    void* workspace = nullptr;
-    if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t, workspace);
+    if (status.ok() && memory_.engine_allocates) status = allocate_outputs(t);
     if (!status.ok()) return abandon(status);
     try {
       compute(t, is_remat);
     } catch (...) {  // Note [Host exceptions]
-      if (workspace) memory_.allocator->free(workspace);
+      free_transient_blocks();
       abandon(Status::success());
       throw;
     }
-    if (workspace) memory_.allocator->free(workspace);
+    free_transient_blocks();
     for (TensorId p : op.inputs) unlock(tensors_[p].storage);
     // Read after compute: making room may have relaxed the frames (Note [Relaxed remat
     // locks]), which moves this frame's slices.
@@ -1198,13 +1197,16 @@ Status Engine::run_materialize(TensorId target, bool remat) {
 }
 
 // Allocates the block of every output storage of t's op that is not material (the engine
-// allocates: the simulator), then the op's workspace block, if it has one (Note [Op
-// workspace]), into `workspace`. Outputs that are still material are locked meanwhile: an
-// allocation may evict, and a sibling evicted now would be marked material by compute()
-// without memory. On failure frees what it took and reports the allocator's
-// out-of-memory details.
-Status Engine::allocate_outputs(TensorId t, void*& workspace) {
+// allocates: the simulator), a block for each output still material, which the op's run
+// makes again (Note [Duplicate outputs in the peak]), in the outputs' order, then the op's
+// workspace block, if it has one (Note [Op workspace]); the last two go to
+// transient_blocks_. Outputs that are still material are locked meanwhile: an allocation
+// may evict, and a sibling evicted now would be marked material by compute() without
+// memory. On failure frees what it took and reports the allocator's out-of-memory
+// details.
+Status Engine::allocate_outputs(TensorId t) {
   const OpRec& op = ops_[tensors_[t].op];
+  DTR_ASSERT(transient_blocks_.empty(), "an op's transient blocks outlived it");
   size_t n_locked = 0;
   for (TensorId u : op.outputs) {
     const StorageId s = tensors_[u].storage;
@@ -1214,7 +1216,8 @@ Status Engine::allocate_outputs(TensorId t, void*& workspace) {
     }
   }
   Status status = Status::success();
-  // Frees the blocks taken for outputs before the `taken`-th and reports `r`'s shortfall.
+  // Frees the blocks taken for outputs before the `taken`-th and the transient ones, and
+  // reports `r`'s shortfall.
   auto fail = [&](const AllocResult& r, size_t taken) {
     for (size_t j = 0; j < taken; ++j) {
       StorageRec& other = storages_[tensors_[op.outputs[j]].storage];
@@ -1223,6 +1226,7 @@ Status Engine::allocate_outputs(TensorId t, void*& workspace) {
         other.memory = nullptr;
       }
     }
+    free_transient_blocks();
     ++stats_.num_ooms;
     OomInfo info = oom_info(r.oom.requested_bytes);
     info.live_bytes = r.oom.allocated_bytes;
@@ -1235,7 +1239,16 @@ Status Engine::allocate_outputs(TensorId t, void*& workspace) {
     const TensorId u = op.outputs[i];
     const StorageId s = tensors_[u].storage;
     StorageRec& rec = storages_[s];
-    if (rec.material || rec.tensors[0] != u || rec.memory) continue;
+    if (rec.tensors[0] != u) continue;
+    if (rec.material) {  // the run's copy, no owner: nothing moves or evicts it
+      AllocResult r = memory_.allocator->allocate(rec.size_bytes, 0);
+      if (r.ok())
+        transient_blocks_.push_back(r.ptr);
+      else
+        fail(r, i);
+      continue;
+    }
+    if (rec.memory) continue;
     AllocResult r = memory_.allocator->allocate(rec.size_bytes, owner_of(s));
     if (r.ok())
       storages_[s].memory = r.ptr;
@@ -1245,7 +1258,7 @@ Status Engine::allocate_outputs(TensorId t, void*& workspace) {
   if (status.ok() && op.workspace_bytes > 0) {  // Note [Op workspace]: no owner
     AllocResult r = memory_.allocator->allocate(op.workspace_bytes, 0);
     if (r.ok())
-      workspace = r.ptr;
+      transient_blocks_.push_back(r.ptr);
     else
       fail(r, op.outputs.size());
   }
@@ -1258,17 +1271,24 @@ Status Engine::allocate_outputs(TensorId t, void*& workspace) {
   return status;
 }
 
+void Engine::free_transient_blocks() {
+  for (void* p : transient_blocks_) memory_.allocator->free(p);
+  transient_blocks_.clear();
+}
+
 // Note [Duplicate outputs in the peak]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A remat of a multi-output op whose other outputs are still material makes them again:
 // the PyTorch host's kernel writes every output into memory of its own, and the copies
-// die as it returns, so they count in the peak, and byte accounting makes room for them
+// die as it returns. So they count in the peak, and byte accounting makes room for them
 // (make_room(total_bytes)). Where the engine allocates (the simulator over its allocator),
-// allocate_outputs takes blocks only for outputs not material, so no copy is held and the
-// peak leaves them out: counted, a replay on the host's device (`allocator:host`, Note
-// [Host device] in sim/replay.cpp) reported peaks 3-5 MB over its budget while the
-// allocator's allocated bytes stayed under it (the random programs of the replay's stress
-// test).
+// allocate_outputs takes a block for each such copy, with no owner, freed with the op's
+// workspace as the op returns, so the allocator holds what the host's allocator holds.
+// Until 2026-12-05 it took none and the peak left them out (so that it did not pass the
+// allocator's allocated bytes: a replay on the host's device, `allocator:host`, Note [Host
+// device] in sim/replay.cpp, reported peaks 3-5 MB over its budget in the random programs
+// of the replay's stress test); the replay then ran such remats with less memory than the
+// live run needs.
 void Engine::compute(TensorId t, bool remat) {
   const OpId op_id = tensors_[t].op;
   const OpRec& op = ops_[op_id];
@@ -1322,12 +1342,9 @@ void Engine::compute(TensorId t, bool remat) {
     }
     trec.defined = true;
   }
-  // The peak while the op ran: its outputs and its scratch (Note [Op workspace]), and the
-  // duplicates of outputs still material where the op's run made them (Note [Duplicate
-  // outputs in the peak]).
-  stats_.allocated_peak =
-      std::max(stats_.allocated_peak,
-               live_bytes_ + op.workspace_bytes - (memory_.engine_allocates ? duplicate_bytes : 0));
+  // The peak while the op ran: its outputs and its scratch (Note [Op workspace]), with the
+  // copies its run made of outputs still material (Note [Duplicate outputs in the peak]).
+  stats_.allocated_peak = std::max(stats_.allocated_peak, live_bytes_ + op.workspace_bytes);
   live_bytes_ -= duplicate_bytes;
   stats_.freed_total += duplicate_bytes;
   auto admit = [&](StorageId s) {

@@ -316,6 +316,53 @@ TEST_CASE("engine over the fake allocator: an op's workspace is a block while it
   CHECK(g.allocator->stats().allocated_bytes.all.current == g.material_block_bytes());
 }
 
+TEST_CASE(
+    "engine over the fake allocator: a remat's copies of outputs still material are "
+    "blocks while it runs",
+    "[eviction][allocator]") {
+  // Note [Duplicate outputs in the peak]. Two 2 MiB small segments; 1 MiB of pinned
+  // constants, a two-output op (a, b: 512 KiB each) and c (512 KiB) leave 1.5 MiB free.
+  AllocatorFixture f(4 * kMiB, "dtr_eq");
+  Engine& e = *f.engine;
+  for (int i = 0; i < 4; ++i) {
+    TensorId t;
+    REQUIRE(e.constant(256 * kKiB, t).ok());
+  }
+  std::vector<TensorId> out;
+  REQUIRE(e.call(10, {}, {OutputSpec{512 * kKiB, -1}, OutputSpec{512 * kKiB, -1}}, out).ok());
+  const TensorId a = out[0], b = out[1];
+  out.clear();
+  REQUIRE(e.call(1000, {}, {OutputSpec{512 * kKiB, -1}}, out).ok());
+  const TensorId c = out[0];
+  REQUIRE(e.drop(e.storage_of(a)));
+  const AllocatorStats before = f.allocator->stats();
+  // a's remat runs the op again: a block for a and one for b's copy, which goes back as it
+  // returns. 1 MiB fits beside 2 MiB allocated: nothing is evicted.
+  REQUIRE(e.materialize(a).ok());
+  const AllocatorStats after = f.allocator->stats();
+  CHECK(after.allocated_bytes.all.allocated - before.allocated_bytes.all.allocated == 1 * kMiB);
+  CHECK(after.allocated_bytes.all.current == f.material_block_bytes());
+  CHECK(after.allocated_bytes.all.peak == 3 * kMiB);
+  CHECK(e.stats().allocated_peak == after.allocated_bytes.all.peak);
+  CHECK(e.stats().num_evictions == 0);
+  CHECK(e.is_defined(b));
+
+  // With 1.25 MiB more pinned, a's block fits and b's copy does not: c is evicted for it
+  // (b is locked as the op's output); the peak is 2.25 MiB pinned and the op's 1.5 MiB.
+  for (int i = 0; i < 5; ++i) {
+    TensorId t;
+    REQUIRE(e.constant(256 * kKiB, t).ok());
+  }
+  REQUIRE(e.drop(e.storage_of(a)));
+  REQUIRE(e.materialize(a).ok());
+  CHECK(e.stats().num_evictions == 1);
+  CHECK(!e.is_defined(c));
+  CHECK(e.is_defined(b));
+  CHECK(f.allocator->stats().allocated_bytes.all.peak == 3 * kMiB + 768 * kKiB);
+  CHECK(e.stats().allocated_peak == 3 * kMiB + 768 * kKiB);
+  CHECK(f.allocator->stats().allocated_bytes.all.current == f.material_block_bytes());
+}
+
 TEST_CASE("coop needs the allocator; the engine refuses it alone", "[eviction][allocator][coop]") {
   LogicalClock clock(1);
   CHECK_THROWS_AS(Engine(EngineConfig{}, builtin_heuristics().make("coop", {}), clock), ConfigError);

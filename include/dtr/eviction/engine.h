@@ -363,7 +363,8 @@ class Engine {
   bool relax_remat_locks();  // Note [Relaxed remat locks]
   bool has_relaxed() const;  // the outermost call has relaxed: its frames lock late
   void push_parents_late(const std::vector<TensorId>& inputs);  // Note [Late remat locks]
-  Status allocate_outputs(TensorId t, void*& workspace);
+  Status allocate_outputs(TensorId t);                          // fills transient_blocks_
+  void free_transient_blocks();
   void compute(TensorId t, bool remat);
   void evict(StorageId s, bool eager);
   void lock(StorageId s);
@@ -458,6 +459,11 @@ class Engine {
   std::vector<Frame> frames_;
   std::vector<TensorId> pending_;
   std::vector<StorageId> held_;
+  // Blocks an op holds only while it runs, where the engine allocates: its workspace and
+  // the copies a remat makes of outputs still material (Note [Duplicate outputs in the
+  // peak] in engine.cpp). Taken in allocate_outputs, freed as the op returns; ops do not
+  // nest between the two, so one buffer serves.
+  std::vector<void*> transient_blocks_;
   size_t materialize_base_ = 0;  // frames_ of the innermost run_materialize start here
   uint32_t relaxations_left_ = 0;  // Note [Relaxed remat locks], per outermost call
   std::mt19937_64 rng_;
