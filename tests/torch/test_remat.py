@@ -102,6 +102,18 @@ SCRIPTS = {
     # 0.6 passed 3 of 3, 0.55 0 of 3 (parameters, gradients and momentum are 0.4 of the
     # peak; the box head's 49 MiB RoI features and their gradient do not fit beside them).
     "detection": (("detection.py", "--steps", "2"), (0.7, 0.6)),
+    # Less common layers and ops (layers.py; 2026-12-05, sixty-first session). An
+    # encoder-decoder with GroupNorm, InstanceNorm2d's running statistics, ConvTranspose2d,
+    # PixelShuffle, bilinear interpolate and a KL term: 0.3 passed 3 of 3, 0.25 ran out of
+    # memory. A bag-of-words classifier with EmbeddingBag, cumsum, scatter_add, masked_select,
+    # nonzero, unique and a weighted nll_loss under Adam: parameters, their gradients and
+    # Adam's state are half its peak, so 0.65 ran out of memory; 0.7 trains (2 of 2, both
+    # warned of thrashing). Conv1d, a GRU over 200 steps and CTC loss: 0.65 passed 3 of 3;
+    # 0.6 trains bit for bit but thrashes (83 000 remats, 32 s against 5 s plain) and 0.5
+    # hits the runaway stop: docs/pytorch.md, "Less common layers".
+    "unet": (("layers.py", "--model", "unet"), (0.7, 0.5, 0.3)),
+    "bag": (("layers.py", "--model", "bag"), (0.7,)),
+    "ctc": (("layers.py", "--model", "ctc"), (0.7, 0.65)),
 }
 
 # DTR_CONF entries besides the budget for a script's budgeted runs, by script.
