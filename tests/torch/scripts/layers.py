@@ -1,14 +1,16 @@
 """Less common layers and ops, trained for a few Adam steps on random data. Knows nothing
 of dtr. --model picks one of:
 
-  unet      an encoder-decoder: Conv2d, GroupNorm, PReLU, InstanceNorm2d with running
-            statistics, max-pool, ConvTranspose2d, PixelShuffle, bilinear interpolate, a
-            skip connection by cat; MSE plus a KL-divergence loss
-  bag       a bag-of-words classifier: EmbeddingBag (mean, with offsets), cumsum,
-            scatter_add, masked_select and nonzero (data-dependent sizes), unique,
-            log_softmax and nll_loss
-  ctc       a small speech model: Conv1d, a GRU, log_softmax over time and CTC loss with
-            variable target lengths
+  unet      an encoder-decoder on 64x64 images (batch 16): Conv2d, GroupNorm, PReLU,
+            InstanceNorm2d with running statistics, max-pool, ConvTranspose2d, skip
+            connections by cat, PixelShuffle, bilinear interpolate; MSE plus a KL term
+  bag       a bag-of-words classifier (4096 bags of 20-99 tokens): EmbeddingBag (mean,
+            with offsets), cumsum, scatter_add, masked_select and nonzero (sizes that
+            depend on the data), unique, index_put, log_softmax and a weighted nll_loss
+  ctc       a small speech model (batch 32, 200 frames): Conv1d, a GRU, log_softmax over
+            time and CTC loss with variable target lengths
+
+--batch overrides the model's batch (images, bags or utterances).
 
 Prints one line per step, `loss <step> <float32 bit pattern in hex> <value>`, and at the
 end `param <name> <sha256 of the parameter's raw bytes>` and `buffer <name> <sha256>`, so
@@ -90,9 +92,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="unet", choices=("unet", "bag", "ctc"))
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=0, help="0: the model's own")
     args = parser.parse_args()
 
+    batch = args.batch or {"unet": 16, "bag": 4096, "ctc": 32}[args.model]
     torch.manual_seed(0)
     model = {"unet": UNet, "bag": Bag, "ctc": Speech}[args.model]()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -100,16 +103,16 @@ def main():
     for step in range(args.steps):
         with torch.no_grad():  # data, as a loader's batch: drawn outside autograd
             if args.model == "unet":
-                x = torch.randn(args.batch, 3, 64, 64)
+                x = torch.randn(batch, 3, 64, 64)
             elif args.model == "bag":
-                lengths = torch.randint(20, 100, (args.batch * 256,))
+                lengths = torch.randint(20, 100, (batch,))
                 offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
                 tokens = torch.randint(0, 5000, (int(lengths.sum()),))
                 weights = torch.rand(tokens.shape[0])
-                labels = torch.randint(0, 20, (args.batch * 256,))
+                labels = torch.randint(0, 20, (batch,))
             else:
-                x = torch.randn(2 * args.batch, 40, 200)
-                target_lengths = torch.randint(10, 30, (2 * args.batch,))
+                x = torch.randn(batch, 40, 200)
+                target_lengths = torch.randint(10, 30, (batch,))
                 targets = torch.randint(1, 30, (int(target_lengths.sum()),))
         opt.zero_grad()
         if args.model == "unet":
@@ -125,7 +128,7 @@ def main():
             loss = F.nll_loss(log_p, labels, weight=class_weight) + 0.01 * reg
         else:
             log_p = model(x)
-            input_lengths = torch.full((2 * args.batch,), log_p.shape[0], dtype=torch.long)
+            input_lengths = torch.full((batch,), log_p.shape[0], dtype=torch.long)
             loss = F.ctc_loss(log_p, targets, input_lengths, target_lengths)
         loss.backward()
         opt.step()
