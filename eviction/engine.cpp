@@ -1349,6 +1349,7 @@ void Engine::compute(TensorId t, bool remat) {
   stats_.freed_total += duplicate_bytes;
   auto admit = [&](StorageId s) {
     StorageRec& srec = storages_[s];
+    if (remat) ++srec.remakes;
     ++stats_.allocation_current;
     if (srec.locks == 0 && srec.pool_index < 0) pool_insert(s);
     if (track_eq_) eq_on_remat(s);

@@ -124,6 +124,10 @@ std::string ThrashWatch::advice() const {
   if (policy_ != "msps")
     tries.push_back("policy:msps (it scores by bytes freed per second of remat)");
   if (!dead_first_) tries.push_back("dead_first:True (it evicts what remats brought back first)");
+  // Note [Storages remade again and again] in eviction/heuristics/dtr_eq_heuristic.cpp
+  if ((policy_ == "dtr_eq" || policy_ == "auto") && remake_factor_ == 0)
+    tries.push_back(
+        "remake_factor:1 (dtr_eq keeps what it has dropped and remade again and again)");
   std::string advice = "Raise the budget";
   for (size_t i = 0; i < tries.size(); ++i) advice += (i == 0 ? ", or try " : " or ") + tries[i];
   return advice;

@@ -172,6 +172,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.dead_first = config.dead_first;
   o.dead_first_ratio = config.dead_first_ratio;
   o.dead_lineage_factor = config.dead_lineage_factor;
+  o.remake_factor = config.remake_factor;
   o.lazy_release = config.lazy_release;
   o.relax_locks = config.relax_locks;
   o.seed = config.seed;
@@ -434,6 +435,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   HeuristicParams params;
   params.seed = options.seed;
   params.dead_lineage_factor = options.dead_lineage_factor;
+  params.remake_factor = options.remake_factor;
   LogicalClock clock(0);
   // Note [Fake device]
   // ~~~~~~~~~~~~~~~~~~

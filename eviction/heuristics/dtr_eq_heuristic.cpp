@@ -6,7 +6,9 @@
 // members'; a rematerialized member's compute is subtracted but classes never split, which
 // is what makes it cheap (near O(1) per score) and approximate. A live storage made from one
 // the program has dropped costs dead_lineage_factor times that (Note [Live storages on dead
-// lineage]); with the factor at 1 this is the score of DTR's simulator.
+// lineage]), and with option remake_factor one remade more than twice costs more again
+// (Note [Storages remade again and again]); with the factors at 1 and 0 this is the score
+// of DTR's simulator.
 //
 // Note [Live storages on dead lineage]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -42,6 +44,32 @@
 // candidate_search.cpp) compares the product, and a score is computed once: where the
 // local ratio alone is above the cutoff, the candidate loses whatever its factor (>= 1),
 // and neither its mark nor its classes are looked up.
+//
+// Note [Storages remade again and again]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// h_DTR^eq prices a storage by what remaking it would cost once. A storage the policy has
+// already dropped and remade several times has shown what that price misses: the program
+// comes back to it, again and again. The GRU of tests/torch/scripts/layers.py (--model
+// ctc) is the case: 1.13 runs nn.GRU on the CPU as one `mm` projecting every frame's
+// input (18.75 MiB, 14 ms) and then ten small ops a time step reading a slice of it. In
+// the backward pass each step's saved gates are remade through that step's ops, which read
+// the projection; large and cheap per byte, it was dropped again between two such remakes,
+// 18-26 times a training step, and those `mm`s were 750 of a replay's 1322 ms of remats
+// at 0.7 of its peak. So with option remake_factor F > 0, a storage remade r > 2 times
+// since its op first made it costs 1 + F x (r - 2) times its score: it stays unless the
+// others cost that much more. The first two remakes are free: most storages that are
+// remade at all are remade once or twice, and with the penalty from the first remake on,
+// twelve traces of models without recurrence read up to 1.3% higher.
+// Measured (docs/simulator.md, "Storages remade again and again"), F = 1, in replays of 21
+// PyTorch traces as the host runs: the ctc GRU under `auto` at 0.65 / 0.7 / 0.8 of its
+// peak went from 2.050 / 1.707 / 1.465 to 1.487 / 1.358 / 1.127, and live its dtr_eq step
+// remade for 30-40% less; but thrashing cells of four others read 2-25% higher (the packed
+// GRU at 0.7, a GAN at 0.6, gradient accumulation at 0.8), and over the 95 cells `auto`
+// finished at 0.3-0.9 the mean moved by 0.001. So it is opt-in, 0 (simrd's h_DTR^eq) in
+// the simulator and on the host, and the thrashing warning suggests it where the run uses
+// dtr_eq or `auto` (eviction/thrash_watch.cpp). The count is the engine's
+// (Engine::storage_remakes), reset when the storage's id is reused. The factor is >= 1,
+// so the cutoff shortcut above holds.
 #include <limits>
 
 #include "dtr/eviction/engine.h"
@@ -51,7 +79,8 @@ namespace dtr {
 namespace {
 class DtrEqHeuristic final : public Heuristic {
  public:
-  explicit DtrEqHeuristic(double dead_lineage_factor) : factor_(dead_lineage_factor) {}
+  DtrEqHeuristic(double dead_lineage_factor, double remake_factor)
+      : factor_(dead_lineage_factor), remake_factor_(remake_factor) {}
   std::string_view name() const override { return "dtr_eq"; }
   uint32_t needs() const override { return kFeatureStaleness | kFeatureEqClasses; }
   double score(const Engine& e, StorageId s) override {
@@ -64,20 +93,25 @@ class DtrEqHeuristic final : public Heuristic {
     const double local = dtr_ratio(double(e.storage_compute(s)), size, staleness);
     if (local > cutoff) return local;
     // Note [Live storages on dead lineage]
-    const double factor = factor_ > 1.0 && e.on_dead_lineage(s) ? factor_ : 1.0;
+    double factor = factor_ > 1.0 && e.on_dead_lineage(s) ? factor_ : 1.0;
+    // Note [Storages remade again and again]
+    const uint32_t remakes = e.storage_remakes(s);
+    if (remakes > kFreeRemakes) factor *= 1.0 + remake_factor_ * double(remakes - kFreeRemakes);
     if (factor * local > cutoff) return factor * local;
     return factor * dtr_ratio(double(e.eq_class_cost(s)), size, staleness);
   }
 
  private:
-  const double factor_;  // Note [Live storages on dead lineage]
+  static constexpr uint32_t kFreeRemakes = 2;  // Note [Storages remade again and again]
+  const double factor_;                        // Note [Live storages on dead lineage]
+  const double remake_factor_;                 // Note [Storages remade again and again]
 };
 }  // namespace
 
 HeuristicInfo dtr_eq_heuristic_info() {
   return {"dtr_eq", "h_DTR^eq: like dtr, neighbourhood approximated by union-find classes",
           kFeatureStaleness | kFeatureEqClasses, [](const HeuristicParams& p) {
-            return std::make_unique<DtrEqHeuristic>(p.dead_lineage_factor);
+            return std::make_unique<DtrEqHeuristic>(p.dead_lineage_factor, p.remake_factor);
           }};
 }
 }  // namespace dtr

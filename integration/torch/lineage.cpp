@@ -546,7 +546,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
       allocator_(allocator),
       history_(history),
       median_costs_(parse_op_cost(config.op_cost) == OpCostMode::median),
-      thrash_watch_(config.max_overhead, config.policy, config.dead_first),
+      thrash_watch_(config.max_overhead, config.policy, config.dead_first, config.remake_factor),
       thrash_action_(parse_thrash_action(config.on_thrash)),
       plan_(std::move(plan)) {
   EngineConfig ec;
@@ -560,6 +560,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   HeuristicParams params;
   params.seed = config.seed;
   params.dead_lineage_factor = config.dead_lineage_factor;
+  params.remake_factor = config.remake_factor;
   EngineMemory memory;
   memory.allocator = &allocator;
   memory.engine_allocates = false;

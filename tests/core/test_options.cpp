@@ -84,14 +84,15 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 28);
+  REQUIRE(table.size() == 29);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
   CHECK(std::string(table.back().key) == "report");
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
-        "lazy_release, relax_locks, seed, max_overhead, on_thrash, reserved_limit, compact, "
+        "remake_factor, lazy_release, relax_locks, seed, max_overhead, on_thrash, reserved_limit, "
+        "compact, "
         "allocator, debug, trace, plan, "
         "plan_trace, remat, pack_masks, min_evictable, op_cost, snapshot, snapshot_format, "
         "snapshot_entries, timeline, report");
@@ -126,6 +127,8 @@ TEST_CASE("the PyTorch host's defaults differ only where the table says so", "[c
   CHECK(host.dead_first);
   CHECK(sim.dead_lineage_factor == 1.0);  // as simrd: Note [Live storages on dead lineage]
   CHECK(host.dead_lineage_factor == 30.0);
+  // Opt-in on both (Note [Storages remade again and again]).
+  CHECK(host.remake_factor == 0.0);
   for (const auto& option : dtr::option_table()) {
     INFO("option: " << option.key);
     if (option.pytorch_default == nullptr) {

@@ -799,3 +799,60 @@ TEST_CASE("dtr_eq charges a live storage made from a dropped one dead_lineage_fa
   CHECK(h->score_up_to(engine, b, full / 2) > full / 2);
   CHECK(h->score_up_to(engine, b, full) == full);
 }
+
+TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times per remake",
+          "[eviction][heuristics]") {
+  // Note [Storages remade again and again]. a and b (cost 100, 1000 bytes each) are made
+  // from nothing; a is dropped and remade `remakes` times, then b runs and 1000 ticks pass:
+  // a is the staler (1100 ticks against 1000), so simrd's score evicts it. Remade 4 times
+  // with the factor at 1, a costs 1 + (4 - 2) = 3 times that, over b's: b goes.
+  struct Run {
+    StorageId victim, a, b;
+    uint32_t remakes;
+  };
+  auto run = [](double factor, int remakes) {
+    LogicalClock clock{1};
+    HeuristicParams params;
+    params.remake_factor = factor;
+    Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", params), clock);
+    std::vector<TensorId> out;
+    engine.call(100, {}, {{1000, -1}}, out);
+    const TensorId a = out.back();
+    for (int i = 0; i < remakes; ++i) {
+      REQUIRE(engine.drop(engine.storage_of(a)));
+      REQUIRE(engine.materialize(a).ok());
+    }
+    engine.call(100, {}, {{1000, -1}}, out);
+    const TensorId b = out.back();
+    clock.advance(1000);
+    return Run{engine.choose_victim(), engine.storage_of(a), engine.storage_of(b),
+               engine.storage_remakes(engine.storage_of(a))};
+  };
+  const Run simrd = run(0, 4), twice = run(1, 2), four = run(1, 4);
+  CHECK(simrd.remakes == 4);
+  CHECK(simrd.victim == simrd.a);
+  CHECK(twice.victim == twice.a);  // the first two remakes are free
+  CHECK(four.victim == four.b);
+  CHECK(run(1, 0).remakes == 0);  // computed once: no remake
+
+  // The score itself: 1 + factor * (remakes - 2) times simrd's, and a cutoff still holds.
+  LogicalClock clock{1};
+  HeuristicParams params;
+  params.remake_factor = 0.5;
+  auto h = builtin_heuristics().make("dtr_eq", params);
+  auto plain = builtin_heuristics().make("dtr_eq", {});
+  Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", {}), clock);
+  std::vector<TensorId> out;
+  engine.call(100, {}, {{1000, -1}}, out);
+  const TensorId a = out.back();
+  for (int i = 0; i < 6; ++i) {
+    REQUIRE(engine.drop(engine.storage_of(a)));
+    REQUIRE(engine.materialize(a).ok());
+  }
+  clock.advance(10);
+  const StorageId s = engine.storage_of(a);
+  CHECK(h->score(engine, s) == 3 * plain->score(engine, s));  // 1 + 0.5 * (6 - 2)
+  const double full = h->score(engine, s);
+  CHECK(h->score_up_to(engine, s, full / 2) > full / 2);
+  CHECK(h->score_up_to(engine, s, full) == full);
+}

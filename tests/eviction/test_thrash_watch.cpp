@@ -24,7 +24,7 @@ Stats totals(uint64_t model_ns, uint64_t remat_ns, uint64_t room_ns = 0) {
 
 TEST_CASE("the watch fires once remats pass (max_overhead - 1) times the ops",
           "[eviction][thrash]") {
-  ThrashWatch watch(2.0, "dtr_eq", false);
+  ThrashWatch watch(2.0, "dtr_eq", false, 0);
   watch.rearm(totals(0, 0), 64ull << 20);
   CHECK_FALSE(watch.check(totals(4 * kSecond, 3 * kSecond)));  // 1.75x
   CHECK_FALSE(watch.check(totals(4 * kSecond, 4 * kSecond)));  // exactly 2x: not over
@@ -43,25 +43,32 @@ TEST_CASE("the watch fires once remats pass (max_overhead - 1) times the ops",
 }
 
 TEST_CASE("the watch suggests only what the run does not already do", "[eviction][thrash]") {
-  const auto message = [](const std::string& policy, bool dead_first) {
-    ThrashWatch watch(2.0, policy, dead_first);
+  const auto message = [](const std::string& policy, bool dead_first, double remake_factor) {
+    ThrashWatch watch(2.0, policy, dead_first, remake_factor);
     watch.rearm(totals(0, 0), 64ull << 20);
     return watch.check(totals(kSecond, 5 * kSecond)).value_or("");
   };
-  // The PyTorch host's defaults: dead_first is on, so only msps is left to try.
-  std::string m = message("auto", true);
+  // The PyTorch host's defaults: dead_first is on, so msps and remake_factor are left to try.
+  std::string m = message("auto", true, 0);
   CHECK(m.find("Raise the budget, or try policy:msps (it scores by bytes freed per second of "
-               "remat); on_thrash:raise") != std::string::npos);
+               "remat) or remake_factor:1 (dtr_eq keeps what it has dropped and remade again "
+               "and again); on_thrash:raise") != std::string::npos);
   CHECK(m.find("dead_first") == std::string::npos);
-  m = message("msps", false);
+  // remake_factor is dtr_eq's (and auto's while it runs dtr_eq) alone.
+  CHECK(message("auto", true, 1).find("remake_factor") == std::string::npos);
+  CHECK(message("dtr_eq", true, 0)
+            .find("or try policy:msps (it scores by bytes freed per "
+                  "second of remat) or remake_factor:1") != std::string::npos);
+  CHECK(message("dtr_ancestors", true, 0).find("remake_factor") == std::string::npos);
+  m = message("msps", false, 0);
   CHECK(m.find("Raise the budget, or try dead_first:True (it evicts what remats brought back "
                "first); on_thrash:raise") != std::string::npos);
   CHECK(m.find("policy:msps") == std::string::npos);
-  CHECK(message("msps", true).find("Raise the budget; on_thrash:raise") != std::string::npos);
+  CHECK(message("msps", true, 0).find("Raise the budget; on_thrash:raise") != std::string::npos);
 }
 
 TEST_CASE("the watch ignores less than a second of remats", "[eviction][thrash]") {
-  ThrashWatch watch(2.0, "dtr_eq", false);
+  ThrashWatch watch(2.0, "dtr_eq", false, 0);
   watch.rearm(totals(0, 0), 1 << 20);
   CHECK_FALSE(watch.check(totals(kSecond / 100, ThrashWatch::kMinRematNs - 1)));
   CHECK(watch.check(totals(kSecond / 100, ThrashWatch::kMinRematNs)));
@@ -69,7 +76,7 @@ TEST_CASE("the watch ignores less than a second of remats", "[eviction][thrash]"
 
 TEST_CASE("the watch counts from the last budget change and fires again after it",
           "[eviction][thrash]") {
-  ThrashWatch watch(3.0, "dtr_eq", false);
+  ThrashWatch watch(3.0, "dtr_eq", false, 0);
   watch.rearm(totals(0, 0), kUnlimitedBytes);
   REQUIRE(watch.check(totals(kSecond, 3 * kSecond)));  // 4x
   // A new budget: 10 s of ops and 3 s of remats before it are not counted.
@@ -89,7 +96,7 @@ TEST_CASE("a collapse after a long healthy stretch is found within minutes of re
   // would pass 2 only after about 3 200 s of such remats (720 + r > 3600 + r / 10).
   for (const uint64_t offset_steps : {0u, 30u, 59u}) {  // where in a window the collapse comes
     CAPTURE(offset_steps);
-    ThrashWatch watch(2.0, "dtr_eq", false);
+    ThrashWatch watch(2.0, "dtr_eq", false, 0);
     watch.rearm(totals(0, 0), 64ull << 20);
     uint64_t model = 0, remat = 0;
     for (uint64_t step = 0; step < 3600 + offset_steps; ++step) {
@@ -110,7 +117,7 @@ TEST_CASE("a collapse after a long healthy stretch is found within minutes of re
 }
 
 TEST_CASE("max_overhead 0 turns the watch off", "[eviction][thrash]") {
-  ThrashWatch watch(0.0, "dtr_eq", false);
+  ThrashWatch watch(0.0, "dtr_eq", false, 0);
   watch.rearm(totals(0, 0), 1 << 20);
   CHECK_FALSE(watch.check(totals(kSecond, 100 * kSecond)));
 }
@@ -129,7 +136,7 @@ TEST_CASE("on_thrash takes warn or raise and names both when wrong", "[eviction]
 TEST_CASE("one op's remats past 10 s and 5 x max_overhead times the recent ops are a runaway",
           "[eviction][thrash]") {
   // Note [Runaway cascades]: counted from mark_op, against the program's ops since rearm.
-  ThrashWatch watch(2.0, "dtr_eq", true);
+  ThrashWatch watch(2.0, "dtr_eq", true, 0);
   watch.rearm(totals(0, 0), 64ull << 20);
   watch.mark_op(totals(kSecond / 2, 3 * kSecond));                // 3 s of remats before this op
   CHECK_FALSE(watch.runaway(totals(kSecond / 2, 13 * kSecond)));  // 10 s: not over the floor
@@ -150,11 +157,11 @@ TEST_CASE("one op's remats past 10 s and 5 x max_overhead times the recent ops a
   CHECK_FALSE(watch.runaway(totals(3 * kSecond, 50 * kSecond)));
   CHECK(watch.runaway(totals(3 * kSecond, 51 * kSecond)));
   // The limit scales with max_overhead, and max_overhead 0 turns it off.
-  ThrashWatch lenient(4.0, "dtr_eq", true);
+  ThrashWatch lenient(4.0, "dtr_eq", true, 0);
   lenient.mark_op(totals(0, 0));
   CHECK_FALSE(lenient.runaway(totals(3 * kSecond, 60 * kSecond)));  // limit 20 x 3 s
   CHECK(lenient.runaway(totals(3 * kSecond, 61 * kSecond)));
-  ThrashWatch off(0.0, "dtr_eq", true);
+  ThrashWatch off(0.0, "dtr_eq", true, 0);
   off.mark_op(totals(0, 0));
   CHECK_FALSE(off.runaway(totals(kSecond, 1000 * kSecond)));
 }
@@ -162,7 +169,7 @@ TEST_CASE("one op's remats past 10 s and 5 x max_overhead times the recent ops a
 TEST_CASE("a runaway is judged against the recent ops, not all the run's", "[eviction][thrash]") {
   // Note [Runaway cascades]: ten minutes of healthy ops, checked after each op as the host
   // does, then a cascade. The limit is 10 x the last window (60 s), not 10 x 600 s.
-  ThrashWatch watch(2.0, "dtr_eq", true);
+  ThrashWatch watch(2.0, "dtr_eq", true, 0);
   watch.rearm(totals(0, 0), 64ull << 20);
   for (uint64_t t = 1; t <= 600; ++t) CHECK_FALSE(watch.check(totals(t * kSecond, 0)));
   watch.mark_op(totals(600 * kSecond, 0));
@@ -173,13 +180,13 @@ TEST_CASE("a runaway is judged against the recent ops, not all the run's", "[evi
                       "over 10 times the 60.0 s the program's own ops have "
                       "taken in the last stretch of the run") != std::string::npos);
   // Ops run before the budget was set do not count: 100 s of them, then 1 s under a budget.
-  ThrashWatch late(2.0, "dtr_eq", true);
+  ThrashWatch late(2.0, "dtr_eq", true, 0);
   late.rearm(totals(100 * kSecond, 0), 64ull << 20);
   late.mark_op(totals(101 * kSecond, 0));
   CHECK_FALSE(late.runaway(totals(101 * kSecond, 10 * kSecond)));  // the 10 s floor
   CHECK(late.runaway(totals(101 * kSecond, 10 * kSecond + 1)));
   // After the thrash warning fired, windows still close: the span stays recent.
-  ThrashWatch fired(2.0, "dtr_eq", true);
+  ThrashWatch fired(2.0, "dtr_eq", true, 0);
   fired.rearm(totals(0, 0), 64ull << 20);
   REQUIRE(fired.check(totals(2 * kSecond, 3 * kSecond)));  // the warning
   for (uint64_t t = 3; t <= 600; ++t) CHECK_FALSE(fired.check(totals(t * kSecond, 3 * kSecond)));
@@ -192,7 +199,7 @@ TEST_CASE("both messages say what of the remats' time went to making room for th
   // Note [Room within remats]: the watch judges the remats' whole wall time, and says how
   // much of it was collecting, searching and evicting. Counted over the same span as the
   // remats: since rearm() for the warning, since mark_op() for a runaway.
-  ThrashWatch watch(2.0, "dtr", true);
+  ThrashWatch watch(2.0, "dtr", true, 0);
   watch.rearm(totals(0, kSecond, kSecond / 2), 64ull << 20);  // before the budget: not counted
   std::optional<std::string> message =
       watch.check(totals(2 * kSecond, 6 * kSecond, 3 * kSecond + kSecond / 2));
@@ -215,7 +222,7 @@ TEST_CASE("both messages say what of the remats' time went to making room for th
   CHECK(message->find("each remat evicts what a later one needs, and most of the remats' time "
                       "went to searching for what to evict, as long chains of evicted storages "
                       "lie around each candidate. ") != std::string::npos);
-  ThrashWatch searching(2.0, "dtr", true);
+  ThrashWatch searching(2.0, "dtr", true, 0);
   searching.rearm(totals(0, 0), 64ull << 20);
   message = searching.check(totals(kSecond, 4 * kSecond, 3 * kSecond + 1));
   REQUIRE(message);

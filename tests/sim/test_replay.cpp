@@ -664,3 +664,57 @@ TEST_CASE("after a relaxation, remats lock late: two backward chains summed into
     }
   }
 }
+
+TEST_CASE("remake_factor keeps a storage the replay drops and remakes again and again",
+          "[sim][heuristics]") {
+  // Note [Storages remade again and again] in eviction/heuristics/dtr_eq_heuristic.cpp. p
+  // (10 MiB, 0.5 ms) is read once a round by a small s_i; eleven k_j (1 MiB, 4 ms each)
+  // are made once and read no more; each round first runs t_i (10 MiB, 1 ms, released at
+  // once), which needs 10 MiB of room under the 22 MiB budget. Per byte p is 80 times
+  // cheaper to lose than a k_j, and the k_j only grow staler, so simrd's dtr_eq drops p for
+  // every t_i and remakes it for every s_i. With remake_factor 1, p costs 1 + (r - 2) times
+  // more once remade r > 2 times, and the k_j go instead, which nothing remakes.
+  const auto call = [](const std::string& name, const std::string& arg, uint64_t bytes,
+                       uint64_t ns) {
+    return "{\"ARGS\":[\"" + arg + "\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
+           "\",\"RESULT\":[\"" + name + "\"],\"TIME\":" + std::to_string(ns) +
+           "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) +
+           "\",\"NAME\":\"" + name + "\"}\n{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" +
+           name + "\"}\n";
+  };
+  const auto release = [](const std::string& name) {
+    return "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" + name + "\"}\n";
+  };
+  const uint64_t mib = 1 << 20;
+  const int rounds = 16, kept_once = 11;
+  std::string text =
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
+      call("p", "x", 10 * mib, 500'000);
+  for (int j = 0; j < kept_once; ++j) text += call("k" + std::to_string(j), "x", mib, 4'000'000);
+  for (int i = 0; i < rounds; ++i) {
+    const std::string n = std::to_string(i);
+    text += call("t" + n, "x", 10 * mib, 1'000'000) + release("t" + n) +
+            call("s" + n, "p", 65536, 1000) + release("s" + n);
+  }
+  for (int j = 0; j < kept_once; ++j) text += release("k" + std::to_string(j));
+  text += release("p");
+  std::istringstream in(text);
+  const Trace trace = read_trace(in, "remakes.trace");
+  const Baseline baseline = compute_baseline(trace);
+  const auto replay_with = [&](const std::string& factor) {
+    Config config;
+    config.apply_conf("budget:22M,policy:dtr_eq,allocator:none,debug:3,remake_factor:" + factor);
+    return replay(trace, baseline, ReplayOptions::from_config(config));
+  };
+  const ReplayResult simrd = replay_with("0"), kept = replay_with("1");
+  REQUIRE(simrd.status_name == "ok");
+  REQUIRE(kept.status_name == "ok");
+  CHECK(simrd.stats.num_remats == rounds);  // p, once a round
+  INFO("remats with remake_factor 1: " << kept.stats.num_remats);
+  CHECK(kept.stats.num_remats >= 3);  // the first two remakes are free
+  CHECK(kept.stats.num_remats <= 5);
+  CHECK(kept.stats.allocated_peak <= 22 * mib);
+  CHECK(simrd.stats.allocated_peak <= 22 * mib);
+}

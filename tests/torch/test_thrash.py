@@ -66,10 +66,23 @@ def test_thrashing_is_a_warning_by_default(lib):
                      r"evicting\) against ", lines[0]), lines[0]
     assert "since the budget was set (the run took" in lines[0], lines[0]
     assert "max_overhead 2; budget 6.00 MiB)" in lines[0], lines[0]
-    # dead_first is on by default here, so only msps is left to suggest.
+    # dead_first is on by default here, so msps and remake_factor are left to suggest.
     assert "policy:msps" in lines[0] and "dead_first" not in lines[0], lines[0]
+    assert "remake_factor:1" in lines[0], lines[0]
     assert "on_thrash:raise" in lines[0]
     assert alerts(proc) == "1", proc.stdout
+    assert re.search(r"^DIGEST \d+", proc.stdout, re.M).group(0) == plain_digest()
+
+
+def test_remake_factor_keeps_the_bits_and_leaves_the_advice(lib):
+    """Option remake_factor (Note [Storages remade again and again]) reaches the live run:
+    the chain still thrashes at 6M, bit for bit as without the library, and the warning no
+    longer suggests what the run already does."""
+    proc = run([PYTHON, "-c", SCRIPT],
+               clean_env(LD_PRELOAD=lib, DTR_CONF=f"budget:{BUDGET},remake_factor:1"))
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("dtr: thrashing")]
+    assert len(lines) == 1, proc.stderr
+    assert "policy:msps" in lines[0] and "remake_factor" not in lines[0], lines[0]
     assert re.search(r"^DIGEST \d+", proc.stdout, re.M).group(0) == plain_digest()
 
 

@@ -65,6 +65,12 @@ struct ByteSize {
     "the program has dropped costs this many times its score, at least 1: its remat goes "         \
     "through lineage that grows as the program drops more (Note [Live storages on dead "           \
     "lineage]); 1 = as DTR's simulator (simrd) does")                                              \
+  X(remake_factor, double, "remake_factor", "DTR_REMAKE_FACTOR", "0",                              \
+    "dtr_eq (and `auto` while it runs dtr_eq): a storage remade more than twice since it was "     \
+    "made costs 1 + remake_factor x (remakes - 2) times its score, so what the policy keeps "      \
+    "dropping and remaking stays (Note [Storages remade again and again]: 1 helps recurrent "      \
+    "models that thrash, and is not the default as it cost some other thrashing runs more); 0 = "  \
+    "as DTR's simulator (simrd) does")                                                             \
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \

@@ -250,6 +250,8 @@ class Engine {
 
   uint64_t storage_size(StorageId s) const { return storages_[s].size_bytes; }
   uint64_t storage_compute(StorageId s) const { return storages_[s].compute_ns; }
+  // How many times a remat has made s material again since it was first computed.
+  uint32_t storage_remakes(StorageId s) const { return storages_[s].remakes; }
   bool is_material(StorageId s) const { return storages_[s].material; }
   bool is_pinned(StorageId s) const { return storages_[s].pinned; }
   bool is_evictable(StorageId s) const { return storages_[s].pool_index >= 0; }
@@ -321,6 +323,7 @@ class Engine {
     bool discarded = false;  // Engine::discard: Note [Children of discarded storages]
     bool retired = false;    // Note [Retiring]
     bool lazily_released = false;   // dead, material, in lazy_released_: Note [Lazy release]
+    uint32_t remakes = 0;           // times a remat made it material again
     void* memory = nullptr;         // the allocator block, when the engine allocates
     std::vector<TensorId> tensors;  // root first, then aliases
   };

@@ -70,6 +70,9 @@ struct HeuristicParams {
   // dtr_eq: option dead_lineage_factor (Note [Live storages on dead lineage] in
   // eviction/heuristics/dtr_eq_heuristic.cpp); 1 scores as simrd does.
   double dead_lineage_factor = 1;
+  // dtr_eq: option remake_factor (Note [Storages remade again and again] in
+  // eviction/heuristics/dtr_eq_heuristic.cpp); 0 scores as simrd does.
+  double remake_factor = 0;
 };
 
 }  // namespace dtr

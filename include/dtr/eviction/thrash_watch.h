@@ -36,10 +36,14 @@ class ThrashWatch {
   // after this much of the program's own ops (Note [Thrashing in a live run]).
   static constexpr uint64_t kWindowNs = 60'000'000'000;
 
-  // max_overhead: option max_overhead (0 = never fire); policy and dead_first: the run's
-  // options, so the message suggests only what the run does not already do.
-  ThrashWatch(double max_overhead, std::string policy, bool dead_first)
-      : max_overhead_(max_overhead), policy_(std::move(policy)), dead_first_(dead_first) {}
+  // max_overhead: option max_overhead (0 = never fire); policy, dead_first and
+  // remake_factor: the run's options, so the message suggests only what the run does not
+  // already do.
+  ThrashWatch(double max_overhead, std::string policy, bool dead_first, double remake_factor)
+      : max_overhead_(max_overhead),
+        policy_(std::move(policy)),
+        dead_first_(dead_first),
+        remake_factor_(remake_factor) {}
 
   // Counts from these totals on, and may fire again (at start and when the budget changes).
   void rearm(const Stats& now, uint64_t budget_bytes);
@@ -75,6 +79,7 @@ class ThrashWatch {
   double max_overhead_;
   std::string policy_;
   bool dead_first_;
+  double remake_factor_;
   Mark from_;     // the ratio is taken from here: the previous window's start, or rearm()
   Mark current_;  // the current window's start
   uint64_t budget_bytes_ = 0;

@@ -42,6 +42,7 @@ struct ReplayOptions {
   bool dead_first = false;  // option `dead_first`
   double dead_first_ratio = 16;  // option `dead_first_ratio`
   double dead_lineage_factor = 1;  // option `dead_lineage_factor`
+  double remake_factor = 0;        // option `remake_factor`
   bool lazy_release = false;  // option `lazy_release`
   bool relax_locks = true;    // option `relax_locks`
   uint64_t seed = 0;
