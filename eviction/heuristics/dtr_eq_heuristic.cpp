@@ -58,18 +58,19 @@
 // at 0.7 of its peak. So with option remake_factor F > 0, a storage remade r > 2 times
 // since its op first made it costs 1 + F x (r - 2) times its score: it stays unless the
 // others cost that much more. The first two remakes are free: most storages that are
-// remade at all are remade once or twice, and with the penalty from the first remake on,
-// twelve traces of models without recurrence read up to 1.3% higher.
+// remade at all are remade once (ctc's replay at 0.7: 3602 remats of 3318 ops), and with
+// the penalty from the first remake on, 13 cells of twelve traces without recurrence read
+// up to 1.6% higher (4 lower).
 // Measured (docs/simulator.md, "Storages remade again and again"), F = 1, in replays of 21
 // PyTorch traces as the host runs: the ctc GRU under `auto` at 0.65 / 0.7 / 0.8 of its
-// peak went from 2.050 / 1.707 / 1.465 to 1.487 / 1.358 / 1.127, and live its dtr_eq step
-// remade for 30-40% less; but thrashing cells of four others read 2-25% higher (the packed
-// GRU at 0.7, a GAN at 0.6, gradient accumulation at 0.8), and over the 95 cells `auto`
-// finished at 0.3-0.9 the mean moved by 0.001. So it is opt-in, 0 (simrd's h_DTR^eq) in
-// the simulator and on the host, and the thrashing warning suggests it where the run uses
-// dtr_eq or `auto` (eviction/thrash_watch.cpp). The count is the engine's
-// (Engine::storage_remakes), reset when the storage's id is reused. The factor is >= 1,
-// so the cutoff shortcut above holds.
+// peak went from 2.050 / 1.707 / 1.465 to 1.487 / 1.358 / 1.127, and live its dtr_eq runs
+// remade for 20-40% less; but thrashing cells of four others read up to 7% higher under
+// `auto` (the packed GRU at 0.7, a GAN at 0.6, gradient accumulation at 0.8, the SGD GRU
+// at 0.7) and up to 29% under dtr_eq, and over the 95 cells `auto` finished at 0.3-0.9 the
+// mean moved by 0.001. So it is opt-in, 0 (simrd's h_DTR^eq) in the simulator and on the
+// host, and the thrashing warning suggests it where the run uses dtr_eq or `auto`
+// (eviction/thrash_watch.cpp). The count is the engine's (Engine::storage_remakes), reset
+// when the storage's id is reused. The factor is >= 1, so the cutoff shortcut above holds.
 #include <limits>
 
 #include "dtr/eviction/engine.h"
