@@ -53,6 +53,30 @@ struct Fixture {
   }
 };
 
+// dtr_eq with `params` beside simrd's, to compare their scores of one engine's storages.
+struct DtrEqScores {
+  explicit DtrEqScores(const HeuristicParams& params)
+      : h(builtin_heuristics().make("dtr_eq", params)),
+        plain(builtin_heuristics().make("dtr_eq", {})),
+        engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", {}), clock) {}
+  // A result of 1000 bytes computed in `ns` from `in`.
+  TensorId op(uint64_t ns, std::vector<TensorId> in) {
+    std::vector<TensorId> out;
+    REQUIRE(engine.call(ns, in, {{1000, -1}}, out).ok());
+    return out.back();
+  }
+  // Scores stopped at a cutoff stay above it, and the full score is returned at it (Note
+  // [Cutoff scores] in eviction/candidate_search.cpp).
+  void check_cutoffs(StorageId s) {
+    const double full = h->score(engine, s);
+    CHECK(h->score_up_to(engine, s, full / 2) > full / 2);
+    CHECK(h->score_up_to(engine, s, full) == full);
+  }
+  LogicalClock clock{1};
+  std::unique_ptr<Heuristic> h, plain;
+  Engine engine;
+};
+
 }  // namespace
 
 TEST_CASE("an unconstrained engine computes once and never evicts", "[eviction]") {
@@ -779,25 +803,16 @@ TEST_CASE("dtr_eq charges a live storage made from a dropped one dead_lineage_fa
   CHECK(guarded.b_marked);
   CHECK_FALSE(guarded.c_marked);  // made from nothing
   // The factor applies to dtr_eq's score only where the storage is marked.
-  LogicalClock clock{1};
   HeuristicParams params;
   params.dead_lineage_factor = 30;
-  auto h = builtin_heuristics().make("dtr_eq", params);
-  auto plain = builtin_heuristics().make("dtr_eq", {});
-  Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", {}), clock);
-  std::vector<TensorId> out;
-  engine.call(100, {}, {{1000, -1}}, out);
-  const TensorId a = out.back();
-  engine.call(100, {a}, {{1000, -1}}, out);
-  const StorageId b = engine.storage_of(out.back());
-  clock.advance(10);
-  CHECK(h->score(engine, b) == plain->score(engine, b));
-  engine.release(a);
-  CHECK(h->score(engine, b) == 30 * plain->score(engine, b));
-  // Scores stopped at a cutoff stay above it (Note [Cutoff scores]).
-  const double full = h->score(engine, b);
-  CHECK(h->score_up_to(engine, b, full / 2) > full / 2);
-  CHECK(h->score_up_to(engine, b, full) == full);
+  DtrEqScores t(params);
+  const TensorId a = t.op(100, {});
+  const StorageId b = t.engine.storage_of(t.op(100, {a}));
+  t.clock.advance(10);
+  CHECK(t.h->score(t.engine, b) == t.plain->score(t.engine, b));
+  t.engine.release(a);
+  CHECK(t.h->score(t.engine, b) == 30 * t.plain->score(t.engine, b));
+  t.check_cutoffs(b);
 }
 
 TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times per remake",
@@ -835,24 +850,17 @@ TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times p
   CHECK(four.victim == four.b);
   CHECK(run(1, 0).remakes == 0);  // computed once: no remake
 
-  // The score itself: 1 + factor * (remakes - 2) times simrd's, and a cutoff still holds.
-  LogicalClock clock{1};
+  // The score itself: 1 + factor * (remakes - 2) times simrd's, and cutoffs still hold.
   HeuristicParams params;
   params.remake_factor = 0.5;
-  auto h = builtin_heuristics().make("dtr_eq", params);
-  auto plain = builtin_heuristics().make("dtr_eq", {});
-  Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", {}), clock);
-  std::vector<TensorId> out;
-  engine.call(100, {}, {{1000, -1}}, out);
-  const TensorId a = out.back();
+  DtrEqScores t(params);
+  const TensorId a = t.op(100, {});
   for (int i = 0; i < 6; ++i) {
-    REQUIRE(engine.drop(engine.storage_of(a)));
-    REQUIRE(engine.materialize(a).ok());
+    REQUIRE(t.engine.drop(t.engine.storage_of(a)));
+    REQUIRE(t.engine.materialize(a).ok());
   }
-  clock.advance(10);
-  const StorageId s = engine.storage_of(a);
-  CHECK(h->score(engine, s) == 3 * plain->score(engine, s));  // 1 + 0.5 * (6 - 2)
-  const double full = h->score(engine, s);
-  CHECK(h->score_up_to(engine, s, full / 2) > full / 2);
-  CHECK(h->score_up_to(engine, s, full) == full);
+  t.clock.advance(10);
+  const StorageId s = t.engine.storage_of(a);
+  CHECK(t.h->score(t.engine, s) == 3 * t.plain->score(t.engine, s));  // 1 + 0.5 * (6 - 2)
+  t.check_cutoffs(s);
 }
