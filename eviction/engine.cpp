@@ -954,6 +954,7 @@ PeriodCost Engine::period_cost() const {
 void Engine::end_period() {
   const PeriodCost cost = period_cost();
   period_start_ = stats_;
+  ++period_;
   heuristic_->on_period(cost);
 }
 
@@ -1349,7 +1350,11 @@ void Engine::compute(TensorId t, bool remat) {
   stats_.freed_total += duplicate_bytes;
   auto admit = [&](StorageId s) {
     StorageRec& srec = storages_[s];
-    if (remat) ++srec.remakes;
+    if (remat) {  // Note [Storages remade again and again] in dtr_eq_heuristic.cpp
+      if (srec.remake_period != period_) srec.remakes = 0;
+      srec.remake_period = period_;
+      ++srec.remakes;
+    }
     ++stats_.allocation_current;
     if (srec.locks == 0 && srec.pool_index < 0) pool_insert(s);
     if (track_eq_) eq_on_remat(s);

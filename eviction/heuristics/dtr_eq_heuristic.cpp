@@ -55,22 +55,26 @@
 // the backward pass each step's saved gates are remade through that step's ops, which read
 // the projection; large and cheap per byte, it was dropped again between two such remakes,
 // 18-26 times a training step, and those `mm`s were 750 of a replay's 1322 ms of remats
-// at 0.7 of its peak. So with option remake_factor F > 0, a storage remade r > 2 times
-// since its op first made it costs 1 + F x (r - 2) times its score: it stays unless the
-// others cost that much more. The first two remakes are free: most storages that are
-// remade at all are remade once (ctc's replay at 0.7: 3602 remats of 3318 ops), and with
-// the penalty from the first remake on, 13 cells of twelve traces without recurrence read
-// up to 1.6% higher (4 lower).
+// at 0.7 of its peak. So with option remake_factor F > 0, a storage remade r > 2 times in
+// one period costs 1 + F x (r - 2) times its score: it stays unless the others cost that
+// much more. The count is per period (Engine::end_period: the host's optimizer step, a
+// trace's ANNOTATE STEP), so what the program keeps across steps and remakes once a step is
+// not charged more each step; counted over the whole run instead, one cell of the sweep
+// below moved (dtr_eq on the GAN at 0.6: 5.324 against 5.258). The first two remakes are
+// free: most storages that are remade at all are remade once (ctc's replay at 0.7: 3602
+// remats of 3318 ops), and with the penalty from the first remake on, 13 cells of twelve
+// traces without recurrence read up to 1.6% higher (4 lower).
 // Measured (docs/simulator.md, "Storages remade again and again"), F = 1, in replays of 21
 // PyTorch traces as the host runs: the ctc GRU under `auto` at 0.65 / 0.7 / 0.8 of its
 // peak went from 2.050 / 1.707 / 1.465 to 1.487 / 1.358 / 1.127, and live its dtr_eq runs
 // remade for 20-40% less; but thrashing cells of four others read up to 7% higher under
 // `auto` (the packed GRU at 0.7, a GAN at 0.6, gradient accumulation at 0.8, the SGD GRU
-// at 0.7) and up to 29% under dtr_eq, and over the 95 cells `auto` finished at 0.3-0.9 the
+// at 0.7) and up to 27% under dtr_eq, and over the 95 cells `auto` finished at 0.3-0.9 the
 // mean moved by 0.001. So it is opt-in, 0 (simrd's h_DTR^eq) in the simulator and on the
 // host, and the thrashing warning suggests it where the run uses dtr_eq or `auto`
-// (eviction/thrash_watch.cpp). The count is the engine's (Engine::storage_remakes), reset
-// when the storage's id is reused. The factor is >= 1, so the cutoff shortcut above holds.
+// (eviction/thrash_watch.cpp). The count is the engine's (Engine::storage_remakes), also
+// reset when the storage's id is reused. The factor is >= 1, so the cutoff shortcut above
+// holds.
 #include <limits>
 
 #include "dtr/eviction/engine.h"

@@ -92,10 +92,8 @@ TEST_CASE("option table lists every option in order", "[core][options]") {
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
         "remake_factor, lazy_release, relax_locks, seed, max_overhead, on_thrash, reserved_limit, "
-        "compact, "
-        "allocator, debug, trace, plan, "
-        "plan_trace, remat, pack_masks, min_evictable, op_cost, snapshot, snapshot_format, "
-        "snapshot_entries, timeline, report");
+        "compact, allocator, debug, trace, plan, plan_trace, remat, pack_masks, min_evictable, "
+        "op_cost, snapshot, snapshot_format, snapshot_entries, timeline, report");
   for (const auto& option : table) {
     CHECK(std::string(option.env) != "");
     CHECK(std::string(option.doc) != "");

@@ -820,12 +820,13 @@ TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times p
   // Note [Storages remade again and again]. a and b (cost 100, 1000 bytes each) are made
   // from nothing; a is dropped and remade `remakes` times, then b runs and 1000 ticks pass:
   // a is the staler (1100 ticks against 1000), so simrd's score evicts it. Remade 4 times
-  // with the factor at 1, a costs 1 + (4 - 2) = 3 times that, over b's: b goes.
+  // with the factor at 1, a costs 1 + (4 - 2) = 3 times that, over b's: b goes, unless a
+  // period (a training step) ended after the remakes.
   struct Run {
     StorageId victim, a, b;
     uint32_t remakes;
   };
-  auto run = [](double factor, int remakes) {
+  auto run = [](double factor, int remakes, bool step_ends = false) {
     LogicalClock clock{1};
     HeuristicParams params;
     params.remake_factor = factor;
@@ -837,6 +838,7 @@ TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times p
       REQUIRE(engine.drop(engine.storage_of(a)));
       REQUIRE(engine.materialize(a).ok());
     }
+    if (step_ends) engine.end_period();  // the count is per period (a training step)
     engine.call(100, {}, {{1000, -1}}, out);
     const TensorId b = out.back();
     clock.advance(1000);
@@ -849,6 +851,9 @@ TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times p
   CHECK(twice.victim == twice.a);  // the first two remakes are free
   CHECK(four.victim == four.b);
   CHECK(run(1, 0).remakes == 0);  // computed once: no remake
+  const Run next_step = run(1, 4, true);
+  CHECK(next_step.remakes == 0);
+  CHECK(next_step.victim == next_step.a);
 
   // The score itself: 1 + factor * (remakes - 2) times simrd's, and cutoffs still hold.
   HeuristicParams params;

@@ -66,8 +66,8 @@ struct ByteSize {
     "through lineage that grows as the program drops more (Note [Live storages on dead "           \
     "lineage]); 1 = as DTR's simulator (simrd) does")                                              \
   X(remake_factor, double, "remake_factor", "DTR_REMAKE_FACTOR", "0",                              \
-    "dtr_eq (and `auto` while it runs dtr_eq): a storage remade more than twice since it was "     \
-    "made costs 1 + remake_factor x (remakes - 2) times its score, so what the policy keeps "      \
+    "dtr_eq (and `auto` while it runs dtr_eq): a storage remade more than twice in one training "  \
+    "step costs 1 + remake_factor x (remakes - 2) times its score, so what the policy keeps "      \
     "dropping and remaking stays (Note [Storages remade again and again]: 1 helps recurrent "      \
     "models that thrash, and is not the default as it cost some other thrashing runs more); 0 = "  \
     "as DTR's simulator (simrd) does")                                                             \

@@ -250,8 +250,11 @@ class Engine {
 
   uint64_t storage_size(StorageId s) const { return storages_[s].size_bytes; }
   uint64_t storage_compute(StorageId s) const { return storages_[s].compute_ns; }
-  // How many times a remat has made s material again since it was first computed.
-  uint32_t storage_remakes(StorageId s) const { return storages_[s].remakes; }
+  // How many times a remat has made s material again in the current period (since the last
+  // end_period(), or since s was first computed).
+  uint32_t storage_remakes(StorageId s) const {
+    return storages_[s].remake_period == period_ ? storages_[s].remakes : 0;
+  }
   bool is_material(StorageId s) const { return storages_[s].material; }
   bool is_pinned(StorageId s) const { return storages_[s].pinned; }
   bool is_evictable(StorageId s) const { return storages_[s].pool_index >= 0; }
@@ -323,7 +326,8 @@ class Engine {
     bool discarded = false;  // Engine::discard: Note [Children of discarded storages]
     bool retired = false;    // Note [Retiring]
     bool lazily_released = false;   // dead, material, in lazy_released_: Note [Lazy release]
-    uint32_t remakes = 0;           // times a remat made it material again
+    uint32_t remakes = 0;           // times a remat made it material again in remake_period
+    uint32_t remake_period = 0;     // the period (end_period) remakes counts in
     void* memory = nullptr;         // the allocator block, when the engine allocates
     std::vector<TensorId> tensors;  // root first, then aliases
   };
@@ -473,6 +477,7 @@ class Engine {
   std::vector<std::pair<double, StorageId>> search_scratch_;
   Stats stats_;
   Stats period_start_;  // stats_ at the last end_period()
+  uint32_t period_ = 0;  // end_period() calls so far: StorageRec::remake_period
 };
 
 }  // namespace dtr
