@@ -99,9 +99,12 @@ class DtrEqHeuristic final : public Heuristic {
     if (local > cutoff) return local;
     // Note [Live storages on dead lineage]
     double factor = factor_ > 1.0 && e.on_dead_lineage(s) ? factor_ : 1.0;
-    // Note [Storages remade again and again]
-    const uint32_t remakes = e.storage_remakes(s);
-    if (remakes > kFreeRemakes) factor *= 1.0 + remake_factor_ * double(remakes - kFreeRemakes);
+    // Note [Storages remade again and again]; off (the default), the count, outside the
+    // record's first cache line, is not read.
+    if (remake_factor_ > 0) {
+      const uint32_t remakes = e.storage_remakes(s);
+      if (remakes > kFreeRemakes) factor *= 1.0 + remake_factor_ * double(remakes - kFreeRemakes);
+    }
     if (factor * local > cutoff) return factor * local;
     return factor * dtr_ratio(double(e.eq_class_cost(s)), size, staleness);
   }

@@ -53,6 +53,14 @@ struct Fixture {
   }
 };
 
+// Drops a's storage and remakes it, `times` times.
+void remake(Engine& engine, TensorId a, int times) {
+  for (int i = 0; i < times; ++i) {
+    REQUIRE(engine.drop(engine.storage_of(a)));
+    REQUIRE(engine.materialize(a).ok());
+  }
+}
+
 // dtr_eq with `params` beside simrd's, to compare their scores of one engine's storages.
 struct DtrEqScores {
   explicit DtrEqScores(const HeuristicParams& params)
@@ -834,10 +842,7 @@ TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times p
     std::vector<TensorId> out;
     engine.call(100, {}, {{1000, -1}}, out);
     const TensorId a = out.back();
-    for (int i = 0; i < remakes; ++i) {
-      REQUIRE(engine.drop(engine.storage_of(a)));
-      REQUIRE(engine.materialize(a).ok());
-    }
+    remake(engine, a, remakes);
     if (step_ends) engine.end_period();  // the count is per period (a training step)
     engine.call(100, {}, {{1000, -1}}, out);
     const TensorId b = out.back();
@@ -860,10 +865,7 @@ TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times p
   params.remake_factor = 0.5;
   DtrEqScores t(params);
   const TensorId a = t.op(100, {});
-  for (int i = 0; i < 6; ++i) {
-    REQUIRE(t.engine.drop(t.engine.storage_of(a)));
-    REQUIRE(t.engine.materialize(a).ok());
-  }
+  remake(t.engine, a, 6);
   t.clock.advance(10);
   const StorageId s = t.engine.storage_of(a);
   CHECK(t.h->score(t.engine, s) == 3 * t.plain->score(t.engine, s));  // 1 + 0.5 * (6 - 2)
