@@ -6,7 +6,10 @@ forward pass), a channels-last CNN, attention with a key padding mask under Adam
 clip_grad_norm_, a language model whose output layer shares the embedding's weight, and
 MAML (double backward through functional_call); L-BFGS with a closure, evaluation under
 torch.inference_mode, einsum/topk/scatter_/sort, grid_sample and interpolate, linalg.solve
-and qr with an LSTM and CTC loss, and stochastic weight averaging (2026-12-05); and a Dataset
+and qr with an LSTM and CTC loss, and stochastic weight averaging (2026-12-05); random draws
+and four more optimizers (2026-12-06: an embedding with max_norm, hard Gumbel-softmax, the
+dropout2d and alpha dropouts, multinomial/poisson/Categorical, FractionalMaxPool2d, a custom
+autograd.Function in a GRUCell loop); and a Dataset
 normalized in grad mode, evicted before a DataLoader forks its workers, which remake it.
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
@@ -374,6 +377,129 @@ update_bn([(x,)], swa)
 finish(swa)
 """
 
+# Random draws the library must replay or keep (2026-12-06), each with another optimizer:
+# nn.Embedding(max_norm=...), which renormalizes the rows it looks up in place inside the
+# forward pass (embedding_renorm_), under Adam; hard Gumbel-softmax (exponential_ on a fresh
+# empty_like) under SGD momentum; dropout2d, feature_alpha_dropout and alpha_dropout (in-place
+# bernoulli_ on fresh tensors) under RMSprop(foreach=True); a REINFORCE-style loss whose
+# actions come from multinomial and Categorical.sample and whose rewards from poisson, under
+# Adagrad; FractionalMaxPool2d (its pooling regions drawn by rand) under NAdam; and a custom
+# autograd.Function (a straight-through sign) inside an nn.GRUCell loop under RAdam and
+# OneCycleLR. Where each stopped when probed (one run a fraction; docs/pytorch.md, "Random
+# draws and more optimizers"): dropouts and gru_cell passed 0.4 too; emb_maxnorm passed 0.5;
+# gumbel, sampling and fracpool passed 0.6; the first failures ran out of memory on pinned
+# parameters and optimizer state, or on what one op holds. The seeded fills of dropouts and
+# gumbel are remade: both fail when a remat draws from the program's generator instead.
+EMB_MAXNORM = PRELUDE + r"""
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(2000, 64, max_norm=1.0)
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(),
+                                 *[m for _ in range(10) for m in (nn.Linear(256, 256), nn.ReLU())],
+                                 nn.Linear(256, 10))
+    def forward(self, idx):
+        return self.net(self.emb(idx).mean(1))
+model = Net()
+train(model, torch.optim.Adam(model.parameters(), lr=1e-3),
+      lambda: ((torch.randint(0, 2000, (2048, 16)),), torch.randint(0, 10, (2048,))))
+"""
+
+GUMBEL = PRELUDE + r"""
+def mlp(i, o):
+    return nn.Sequential(nn.Linear(i, 256), nn.ReLU(),
+                         *[m for _ in range(6) for m in (nn.Linear(256, 256), nn.ReLU())],
+                         nn.Linear(256, o))
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec = mlp(256, 32 * 16), mlp(32 * 16, 10)
+    def forward(self, x):
+        z = F.gumbel_softmax(self.enc(x).view(-1, 32, 16), tau=0.5, hard=True)
+        return self.dec(z.flatten(1))
+model = Net()
+train(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+      lambda: ((torch.randn(2048, 256),), torch.randint(0, 10, (2048,))))
+"""
+
+DROPOUTS = PRELUDE + r"""
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.cs = nn.ModuleList(nn.Conv2d(32, 32, 3, padding=1) for _ in range(8))
+        self.fc1, self.fc2 = nn.Linear(32, 256), nn.Linear(256, 10)
+    def forward(self, x):
+        x = F.dropout2d(F.selu(self.c1(x)), 0.2, training=True)
+        for c in self.cs:
+            x = F.feature_alpha_dropout(F.selu(c(x)), 0.1, training=True)
+        x = F.alpha_dropout(F.selu(self.fc1(x.mean((2, 3)))), 0.2, training=True)
+        return self.fc2(x)
+model = Net()
+train(model, torch.optim.RMSprop(model.parameters(), lr=1e-3, foreach=True),
+      lambda: ((torch.randn(32, 3, 32, 32),), torch.randint(0, 10, (32,))))
+"""
+
+SAMPLING = PRELUDE + r"""
+model = nn.Sequential(nn.Linear(128, 512), nn.Tanh(),
+                      *[m for _ in range(10) for m in (nn.Linear(512, 512), nn.Tanh())],
+                      nn.Linear(512, 50))
+opt = torch.optim.Adagrad(model.parameters(), lr=0.01)
+for step in range(3):
+    with torch.no_grad():
+        obs = torch.randn(2048, 128)
+    opt.zero_grad()
+    logits = model(obs)
+    probs = logits.softmax(-1)
+    a = torch.multinomial(probs.detach(), 4, replacement=True)
+    d = torch.distributions.Categorical(logits=logits)
+    b = d.sample()
+    reward = torch.poisson(a.float().mean(1) / 10 + 1.0)
+    logp = probs.gather(1, a).clamp_min(1e-8).log().sum(1) + d.log_prob(b)
+    loss = -(logp * (reward - reward.mean())).mean() - 0.01 * d.entropy().mean()
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
+FRACPOOL = PRELUDE + r"""
+def convs(i, o, n):
+    return [nn.Conv2d(i, o, 3, padding=1), nn.ReLU(),
+            *[m for _ in range(n) for m in (nn.Conv2d(o, o, 3, padding=1), nn.ReLU())]]
+model = nn.Sequential(*convs(3, 32, 4), nn.FractionalMaxPool2d(2, output_ratio=0.5),
+                      *convs(32, 64, 4), nn.FractionalMaxPool2d(2, output_ratio=0.5),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+train(model, torch.optim.NAdam(model.parameters(), lr=1e-3),
+      lambda: ((torch.randn(16, 3, 64, 64),), torch.randint(0, 10, (16,))))
+"""
+
+GRU_CELL = PRELUDE + r"""
+class Sign(torch.autograd.Function):  # straight-through: sign forward, clipped identity back
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sign(x)
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * (x.abs() <= 1).to(g.dtype)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell, self.proj, self.out = nn.GRUCell(64, 256), nn.Linear(256, 64), nn.Linear(256, 10)
+    def forward(self, x):
+        h = x.new_zeros(x.shape[1], 256)
+        for t in range(x.shape[0]):
+            h = self.cell(x[t] + self.proj(Sign.apply(h)), h)
+        return self.out(h)
+model = Net()
+opt = torch.optim.RAdam(model.parameters(), lr=1e-3)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=10)
+train(model, opt, lambda: ((torch.randn(40, 128, 64),), torch.randint(0, 10, (128,))),
+      after_step=sched.step)
+"""
+
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
@@ -390,6 +516,12 @@ WORKFLOWS = {
     "resample": (RESAMPLE, (0.7,)),
     "linalg_ctc": (LINALG_CTC, (0.8,)),
     "swa": (SWA, (0.7, 0.6)),
+    "emb_maxnorm": (EMB_MAXNORM, (0.7, 0.5)),
+    "gumbel": (GUMBEL, (0.7, 0.6)),
+    "dropouts": (DROPOUTS, (0.7, 0.5)),
+    "sampling": (SAMPLING, (0.7, 0.6)),
+    "fracpool": (FRACPOOL, (0.7, 0.6)),
+    "gru_cell": (GRU_CELL, (0.7, 0.5)),
 }
 
 
