@@ -168,14 +168,52 @@ TEST_CASE("remat bound: an accumulated gradient is charged what made it", "[sim]
   }
 
   SECTION("a gradient source read again does not join the chain") {
-    // g is read by one more op: keeping it may serve both, so only zero_ and add_ count.
+    // g is read by one more op, so it does not join buf2's chain: keeping it may serve
+    // both. But that op comes before y, so at y g is a dead arg of add_ (Note [Dead args]),
+    // and keeping its 8 B leaves none of the 5 to drop: it is made again, 100 ns per 8 B.
     const Trace shared =
         trace_of(body.substr(0, body.find("{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"g\"")) +
                  call("use", "\"g\"", "u", 1, 1) + event("RELEASE", "u") + event("RELEASE", "g") +
                  event("RELEASE", "buf") + call("y", "\"x\"", "y", 1, 16) + event("RELEASE", "y") +
                  event("PIN", "buf2"));
-    CHECK(remat_bound(shared, compute_baseline(shared), 20).remat_ns == 2 * 5 / 8);
+    CHECK(remat_bound(shared, compute_baseline(shared), 20).remat_ns == 102 * 5 / 8);
+    CHECK(replay_at(shared, "dtr_eq", 20).stats.remat_compute_ns == 102);
   }
+}
+
+TEST_CASE("remat bound: a dead arg of a re-making is kept or made again", "[sim][bound]") {
+  // Note [Dead args]: g (8 B, 10 ns) is made from d (2 B, 100 ns), which then dies; h needs
+  // 17 B with x, and g waits for k. Dropping g at h makes it again from d, so d was kept
+  // through h (2 B of the budget) or is made again too (100 ns). Before the note the bound
+  // charged g's op alone.
+  const std::string body =
+      constant("x", 1) + call("D", "\"x\"", "d", 100, 2) + call("G", "\"d\"", "g", 10, 8) +
+      event("RELEASE", "d") + call("H", "\"x\"", "h", 1, 16) + event("RELEASE", "h") +
+      call("K", "\"g\"", "k", 1, 0) + event("RELEASE", "g") + event("RELEASE", "k");
+  const Trace trace = trace_of(body);
+  const Baseline baseline = compute_baseline(trace);
+  REQUIRE(baseline.compute_ns == 112);
+
+  // Under 17 B all of g's 8 B go at h, and no byte is left to keep d: both are made again,
+  // as dtr_eq does (d, dead, is evicted at once).
+  const RematBound b17 = remat_bound(trace, baseline, 17);
+  REQUIRE(b17.feasible);
+  REQUIRE(b17.points.size() == 1);
+  CHECK(b17.points[0].op == "H");
+  CHECK(b17.points[0].drop_bytes == 8);
+  CHECK(b17.remat_ns == 110);
+  const ReplayResult r17 = replay_at(trace, "dtr_eq", 17);
+  REQUIRE(r17.status_name == "ok");
+  CHECK(r17.stats.remat_compute_ns == 110);
+
+  // Under 19 B, 6 B must go: g's 8 less d's 2 kept, so keeping d costs nothing more.
+  CHECK(remat_bound(trace, baseline, 19).remat_ns == 10);
+  // Under 18 B, 7 B: keeping d through h leaves 6. The linear program keeps half of d and
+  // makes half of it again (10 + 50); a real schedule pays 110, as dtr_eq does.
+  const RematBound b18 = remat_bound(trace, baseline, 18);
+  CHECK(b18.remat_ns >= 59);
+  CHECK(b18.remat_ns <= 60);
+  CHECK(b18.remat_ns <= replay_at(trace, "dtr_eq", 18).stats.remat_compute_ns);
 }
 
 TEST_CASE("remat bound: no policy beats it on random programs and training steps", "[sim][bound]") {
