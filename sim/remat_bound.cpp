@@ -100,8 +100,8 @@ struct DeadArgs {
   std::vector<uint64_t> storage_size;       // per node: its bytes
   std::vector<uint32_t> tensor;             // per node: the tensor charged for re-making it
   std::vector<std::vector<uint32_t>> deps;  // per node: the nodes re-making it reads
-  std::vector<std::vector<uint32_t>>
-      item_deps;  // per needed storage: the nodes its re-making reads
+  // Per needed storage: the nodes its re-making reads.
+  std::vector<std::vector<uint32_t>> item_deps;
 };
 
 struct Item {
@@ -351,7 +351,7 @@ uint32_t BoundBuilder::cheapest_remake(const BStorage& st, size_t e) {
 // knapsack of Note [Remat bound]. The search stops at kMaxDeadNodes dead storages (the
 // rest count as resident for free, again only lower). On the 3-step resnet18 trace of
 // docs/simulator.md the bound at 0.5 rose from 1.1130 to 1.1319; with the choices integer
-// (CBC, a throwaway build: 6 minutes) it read 1.1392.
+// (Clp's branch and bound at every point, a throwaway build: 6 minutes) it read 1.1392.
 constexpr size_t kMaxDeadNodes = 4000;
 
 template <typename Available>
