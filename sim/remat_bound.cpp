@@ -585,8 +585,9 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
     BoundPoint point;
   };
   // Note [Points worth a linear program]: the events whose points are solved with their
-  // dead args, and the values found there, per horizon.
-  std::unordered_map<size_t, std::vector<std::pair<size_t, double>>> solved;
+  // dead args, and the values found there, per horizon (a point's horizons are the same at
+  // every sweep).
+  std::unordered_map<size_t, std::vector<double>> solved;
   std::vector<size_t> wanted;  // events to solve on the next sweep
   auto sweep = [&]() {
     std::vector<Candidate> candidates;
@@ -615,6 +616,13 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
         in_op.push_back(s);
         if (!pinned_at(storages_[s])) resident += storages_[s].size;
       }
+      // Resident at e anyway (a constant, pinned, the op's own), or freed for good: neither
+      // needed at e nor a dead arg (Note [Dead args]).
+      auto held_or_gone = [&](uint32_t s) {
+        const BStorage& st = storages_[s];
+        return st.constant || pinned_at(st) || (st.discarded != kNever && st.discarded <= e) ||
+               std::find(in_op.begin(), in_op.end(), s) != in_op.end();
+      };
 
       // Needed storages: made before e, used after e, not held, not pinned, not discarded.
       size_t kept = 0;
@@ -626,8 +634,7 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
         while (st.cursor < st.uses.size() && st.uses[st.cursor].first <= e) ++st.cursor;
         if (st.cursor >= st.uses.size()) continue;  // no use after e: drops out for good
         active[kept++] = s;
-        if (st.discarded != kNever && st.discarded <= e) continue;
-        if (pinned_at(st) || std::find(in_op.begin(), in_op.end(), s) != in_op.end()) continue;
+        if (held_or_gone(s)) continue;
         needed += st.size;
         needed_ids.push_back(s);
         needed_tensor.push_back(cheapest_remake(st, e));
@@ -677,19 +684,14 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
       auto found = solved.find(e);
       if (found == solved.end() && std::find(wanted.begin(), wanted.end(), e) != wanted.end()) {
         // Note [Dead args]: the dead storages the re-makings read.
-        const DeadArgs dead = dead_args(e, needed_tensor, [&](uint32_t s) {
-          const BStorage& st = storages_[s];
-          return st.constant || pinned_at(st) || (st.discarded != kNever && st.discarded <= e) ||
-                 std::find(in_op.begin(), in_op.end(), s) != in_op.end();
-        });
+        const DeadArgs dead = dead_args(e, needed_tensor, held_or_gone);
         std::vector<const std::vector<size_t>*> dead_chain;
         for (uint32_t t : dead.tensor) dead_chain.push_back(&tensors_[t].chain);
         costs =
             least_drop_costs(items, item_chain, dead, dead_chain, events, p.drop_bytes, horizons);
-        std::vector<std::pair<size_t, double>>& at = solved[e];
-        for (size_t h = 0; h < horizons.size(); ++h) at.push_back({horizons[h], costs[h]});
+        solved[e] = costs;
       } else if (found != solved.end()) {
-        for (const auto& [horizon, cost] : found->second) costs.push_back(cost);
+        costs = found->second;
       } else {
         costs = least_drop_costs(items, item_chain, DeadArgs{}, {}, events, p.drop_bytes, horizons);
       }
