@@ -115,7 +115,7 @@ class BoundBuilder {
   BoundBuilder(const Trace& trace) : trace_(trace) {}
 
   void walk();
-  RematBound solve(const Baseline& baseline, uint64_t budget);
+  RematBound solve(const Baseline& baseline, uint64_t budget, size_t lp_rounds);
 
  private:
   const std::vector<size_t>& chain(uint32_t t);
@@ -449,14 +449,22 @@ double knapsack_cost(const std::vector<Item>& items, uint64_t drop, size_t horiz
 // The least cost of dropping `drop` bytes at a point, per horizon: the knapsack, or where
 // the re-makings read dead args, the linear program of Note [Dead args], built once and
 // solved again per horizon with the free items fixed at 0.
-std::vector<double> least_drop_costs(const std::vector<Item>& items,
-                                     const std::vector<const std::vector<size_t>*>& item_chain,
-                                     const DeadArgs& dead,
-                                     const std::vector<const std::vector<size_t>*>& dead_chain,
-                                     const std::vector<TraceEvent>& events, uint64_t drop,
-                                     const std::vector<size_t>& horizons) {
-  std::vector<double> costs;
-  for (size_t horizon : horizons) costs.push_back(knapsack_cost(items, drop, horizon));
+struct DropCosts {
+  std::vector<double> ns;  // per horizon
+  // Per horizon: the re-makings read dead args and Clp proved no optimum, so `ns` is the
+  // knapsack's (BoundPoint::dead_args_unpriced).
+  std::vector<bool> unproven;
+};
+
+DropCosts least_drop_costs(const std::vector<Item>& items,
+                           const std::vector<const std::vector<size_t>*>& item_chain,
+                           const DeadArgs& dead,
+                           const std::vector<const std::vector<size_t>*>& dead_chain,
+                           const std::vector<TraceEvent>& events, uint64_t drop,
+                           const std::vector<size_t>& horizons) {
+  DropCosts costs;
+  for (size_t horizon : horizons) costs.ns.push_back(knapsack_cost(items, drop, horizon));
+  costs.unproven.assign(horizons.size(), false);
   if (dead.item_deps.empty()) return costs;
   // The dead nodes the items reach.
   std::vector<int32_t> column(dead.storage.size(), -1);
@@ -537,7 +545,10 @@ std::vector<double> least_drop_costs(const std::vector<Item>& items,
       solver.initialSolve(), first = false;
     else
       solver.resolve();
-    if (!solver.isProvenOptimal()) continue;  // no claim beyond the knapsack's
+    if (!solver.isProvenOptimal()) {  // no claim beyond the knapsack's
+      costs.unproven[h] = true;
+      continue;
+    }
     // The op times are whole nanoseconds: a value within the solver's tolerance of a whole
     // number is that number; any other is shaved, as the tolerance could put it a hair
     // above the optimum.
@@ -545,12 +556,12 @@ std::vector<double> least_drop_costs(const std::vector<Item>& items,
     const double nearest = std::round(ns);
     const double lp =
         std::abs(ns - nearest) <= 1e-6 * std::max(1.0, ns) ? nearest : ns * (1 - 1e-6);
-    costs[h] = std::max(costs[h], lp);
+    costs.ns[h] = std::max(costs.ns[h], lp);
   }
   return costs;
 }
 
-RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
+RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget, size_t lp_rounds) {
   RematBound out;
   out.budget_bytes = budget;
   out.baseline_compute_ns = baseline.compute_ns;
@@ -587,7 +598,7 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
   // Note [Points worth a linear program]: the events whose points are solved with their
   // dead args, and the values found there, per horizon (a point's horizons are the same at
   // every sweep).
-  std::unordered_map<size_t, std::vector<double>> solved;
+  std::unordered_map<size_t, DropCosts> solved;
   std::vector<size_t> wanted;  // events to solve on the next sweep
   auto sweep = [&]() {
     std::vector<Candidate> candidates;
@@ -680,7 +691,8 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
       for (size_t i = 0; i < kHorizons && !reaches.empty(); ++i)
         horizons.push_back(reaches[(reaches.size() - 1) * i / (kHorizons - 1)]);
       horizons.erase(std::unique(horizons.begin(), horizons.end()), horizons.end());
-      std::vector<double> costs;
+      DropCosts costs;
+      bool unsolved = false;  // priced without looking for dead args
       auto found = solved.find(e);
       if (found == solved.end() && std::find(wanted.begin(), wanted.end(), e) != wanted.end()) {
         // Note [Dead args]: the dead storages the re-makings read.
@@ -694,13 +706,15 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
         costs = found->second;
       } else {
         costs = least_drop_costs(items, item_chain, DeadArgs{}, {}, events, p.drop_bytes, horizons);
+        unsolved = true;
       }
       uint64_t last_ns = 0;
       for (size_t h = 0; h < horizons.size(); ++h) {
         BoundPoint hp = p;
-        hp.remat_ns = static_cast<uint64_t>(costs[h]);  // rounded down: still a bound
+        hp.remat_ns = static_cast<uint64_t>(costs.ns[h]);  // rounded down: still a bound
+        hp.dead_args_unpriced = unsolved || costs.unproven[h];
         if (hp.remat_ns > last_ns) candidates.push_back({e, horizons[h], std::move(hp)});
-        last_ns = std::max(last_ns, static_cast<uint64_t>(costs[h]));
+        last_ns = std::max(last_ns, static_cast<uint64_t>(costs.ns[h]));
       }
     }
     return candidates;
@@ -746,8 +760,9 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
   // dead args is a bound too, only a looser one, so the sweep solves the programs only where
   // they can change the sum: it sums the knapsacks, solves the points it chose and the
   // kTopPoints largest not solved yet, and sums again, until every chosen point is solved
-  // (or after kRounds sweeps). The sum is a bound at every round.
-  constexpr size_t kTopPoints = 16, kRounds = 8;
+  // (or after `lp_rounds` sweeps, kBoundLpRounds unless told: 0 is the knapsacks alone).
+  // The sum is a bound at every round.
+  constexpr size_t kTopPoints = 16;
   std::vector<Candidate> candidates;
   std::vector<size_t> chosen;
   uint64_t total = 0;
@@ -757,7 +772,7 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
     bool all_solved = true;
     for (size_t i : chosen)
       if (!solved.count(candidates[i].event)) all_solved = false;
-    if (all_solved || round == kRounds) break;
+    if (all_solved || round == lp_rounds) break;
     wanted.clear();
     for (size_t i : chosen)
       if (!solved.count(candidates[i].event)) wanted.push_back(candidates[i].event);
@@ -775,7 +790,10 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
       ++added;
     }
   }
-  for (size_t i : chosen) out.points.push_back(candidates[i].point);
+  for (size_t i : chosen) {
+    out.points.push_back(candidates[i].point);
+    if (out.points.back().dead_args_unpriced) ++out.points_dead_args_unpriced;
+  }
   std::sort(out.points.begin(), out.points.end(),
             [](const BoundPoint& a, const BoundPoint& b) { return a.event < b.event; });
   out.remat_ns = total;
@@ -787,10 +805,11 @@ RematBound BoundBuilder::solve(const Baseline& baseline, uint64_t budget) {
 
 }  // namespace
 
-RematBound remat_bound(const Trace& trace, const Baseline& baseline, uint64_t budget_bytes) {
+RematBound remat_bound(const Trace& trace, const Baseline& baseline, uint64_t budget_bytes,
+                       size_t lp_rounds) {
   BoundBuilder b(trace);
   b.walk();
-  return b.solve(baseline, budget_bytes);
+  return b.solve(baseline, budget_bytes, lp_rounds);
 }
 
 namespace {
@@ -823,6 +842,13 @@ std::string format_remat_bound(const RematBound& bound, size_t max_points) {
                 format_ns(bound.remat_ns).c_str(), format_bytes(bound.budget_bytes).c_str(),
                 bound.overhead, bound.points.size());
   out += line;
+  if (bound.points_dead_args_unpriced > 0) {
+    std::snprintf(line, sizeof line,
+                  "  (%zu of the points priced without their dead args: Clp proved no optimum or "
+                  "the rounds ran out; a looser bound there)\n",
+                  bound.points_dead_args_unpriced);
+    out += line;
+  }
   std::vector<const BoundPoint*> order;
   for (const BoundPoint& p : bound.points) order.push_back(&p);
   std::stable_sort(order.begin(), order.end(), [](const BoundPoint* a, const BoundPoint* b) {

@@ -212,9 +212,17 @@ TEST_CASE("dtr-sim bound prints the least recomputation per budget", "[sim][cli]
   const auto j = run_command(sim() + " bound --trace " + trace + " --budget 1400 --json");
   REQUIRE(j.exit_code == 0);
   const auto b = nlohmann::json::parse(j.output);
-  for (const char* key : {"trace", "budget", "budget_bytes", "baseline_peak_bytes",
-                          "baseline_compute_ns", "feasible", "remat_ns", "overhead", "points"})
+  for (const char* key :
+       {"trace", "budget", "budget_bytes", "baseline_peak_bytes", "baseline_compute_ns", "feasible",
+        "remat_ns", "overhead", "points", "points_dead_args_unpriced"})
     CHECK(b.contains(key));
+  for (const auto& p : b["points"]) CHECK(p.contains("dead_args_unpriced"));
+  // --lp-rounds 0: the knapsack alone, never above the default (which prices dead args).
+  const auto k =
+      run_command(sim() + " bound --trace " + trace + " --budget 1400 --json --lp-rounds 0");
+  REQUIRE(k.exit_code == 0);
+  CHECK(nlohmann::json::parse(k.output)["remat_ns"].get<uint64_t>() <=
+        b["remat_ns"].get<uint64_t>());
   CHECK(b["feasible"] == true);
   CHECK(b["budget_bytes"] == 1400);
   // No policy recomputes less (dtr_eq recomputes 6 storages here: `run --json` above).
@@ -231,4 +239,8 @@ TEST_CASE("dtr-sim bound prints the least recomputation per budget", "[sim][cli]
   const auto zero = run_command(sim() + " bound --trace " + trace + " --budget 0");
   CHECK(zero.exit_code == 2);
   CHECK(zero.output.find("nothing to bound") != std::string::npos);
+  const auto rounds =
+      run_command(sim() + " bound --trace " + trace + " --budget 0.5 --lp-rounds x");
+  CHECK(rounds.exit_code != 0);
+  CHECK(rounds.output.find("--lp-rounds") != std::string::npos);
 }

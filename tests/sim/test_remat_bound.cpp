@@ -214,6 +214,19 @@ TEST_CASE("remat bound: a dead arg of a re-making is kept or made again", "[sim]
   CHECK(b18.remat_ns >= 59);
   CHECK(b18.remat_ns <= 60);
   CHECK(b18.remat_ns <= replay_at(trace, "dtr_eq", 18).stats.remat_compute_ns);
+  CHECK(b17.points_dead_args_unpriced == 0);
+  CHECK_FALSE(b17.points[0].dead_args_unpriced);
+  CHECK(format_remat_bound(b17).find("without their dead args") == std::string::npos);
+
+  // With no sweep to price them (lp_rounds 0), the point is the knapsack's, g's op alone,
+  // and says so.
+  const RematBound knapsack = remat_bound(trace, baseline, 17, /*lp_rounds=*/0);
+  REQUIRE(knapsack.points.size() == 1);
+  CHECK(knapsack.remat_ns == 10);
+  CHECK(knapsack.points[0].dead_args_unpriced);
+  CHECK(knapsack.points_dead_args_unpriced == 1);
+  CHECK(format_remat_bound(knapsack).find("1 of the points priced without their dead args") !=
+        std::string::npos);
 }
 
 TEST_CASE("remat bound: no policy beats it on random programs and training steps", "[sim][bound]") {

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   sweep_flags.add_to(*sweep);
 
   std::string bound_trace, bound_budgets;
-  size_t bound_points = 5;
+  size_t bound_points = 5, bound_lp_rounds = dtr::kBoundLpRounds;
   bool bound_json = false;
   CLI::App* bound = app.add_subcommand(
       "bound", "the least recomputation any schedule pays under each budget (a lower bound)");
@@ -185,6 +185,11 @@ int main(int argc, char** argv) {
   bound->add_option("--points", bound_points, "ops to show per budget, largest first")
       ->capture_default_str();
   bound->add_flag("--json", bound_json, "print one JSON object per budget instead of text");
+  bound
+      ->add_option("--lp-rounds", bound_lp_rounds,
+                   "sweeps that price the dead args re-making reads (linear programs, Clp); "
+                   "0: the knapsack alone, looser and faster")
+      ->capture_default_str();
 
   std::string convert_in, convert_out;
   CLI::App* convert = app.add_subcommand("convert", "rewrite a trace (e.g. a DTR log) in dtr's versioned format");
@@ -259,7 +264,8 @@ int main(int argc, char** argv) {
           throw dtr::ConfigError(
               "dtr: budget 0 (unlimited) has nothing to bound; give a ratio "
               "(0.5) or bytes (300M)");
-        const dtr::RematBound r = dtr::remat_bound(trace, baseline, b.resolve(baseline.peak_bytes));
+        const dtr::RematBound r =
+            dtr::remat_bound(trace, baseline, b.resolve(baseline.peak_bytes), bound_lp_rounds);
         if (bound_json) {
           nlohmann::json j = {{"trace", trace.path},
                               {"budget", b.to_string()},
@@ -268,7 +274,8 @@ int main(int argc, char** argv) {
                               {"baseline_compute_ns", r.baseline_compute_ns},
                               {"feasible", r.feasible},
                               {"remat_ns", r.remat_ns},
-                              {"overhead", r.overhead}};
+                              {"overhead", r.overhead},
+                              {"points_dead_args_unpriced", r.points_dead_args_unpriced}};
           nlohmann::json points = nlohmann::json::array();
           for (const dtr::BoundPoint& p : r.points)
             points.push_back({{"event", p.event},
@@ -277,7 +284,8 @@ int main(int argc, char** argv) {
                               {"resident_bytes", p.resident_bytes},
                               {"needed_bytes", p.needed_bytes},
                               {"drop_bytes", p.drop_bytes},
-                              {"remat_ns", p.remat_ns}});
+                              {"remat_ns", p.remat_ns},
+                              {"dead_args_unpriced", p.dead_args_unpriced}});
           j["points"] = points;
           std::cout << j.dump() << "\n";
         } else {

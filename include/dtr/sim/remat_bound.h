@@ -30,6 +30,11 @@ struct BoundPoint {
   uint64_t needed_bytes = 0;
   uint64_t drop_bytes = 0;  // resident + needed - budget: what cannot stay
   uint64_t remat_ns = 0;    // the least re-making dropping that much can cost
+  // True where the dead args of its re-makings were not priced (Note [Dead args] in
+  // sim/remat_bound.cpp): Clp proved no optimum, or the rounds of Note [Points worth a linear
+  // program] ran out before the point was solved. remat_ns is then the knapsack's: still a
+  // bound, perhaps a looser one.
+  bool dead_args_unpriced = false;
 };
 
 struct RematBound {
@@ -41,12 +46,18 @@ struct RematBound {
   double overhead = 1.0;  // 1 + remat_ns / baseline_compute_ns (as ReplayResult::overhead)
   // The points summed: op runs whose forced re-makings are disjoint, in trace order.
   std::vector<BoundPoint> points;
+  size_t points_dead_args_unpriced = 0;  // of `points`, those with dead_args_unpriced
   // The op run that needs the most resident bytes (why the bound is infeasible, if it is).
   BoundPoint most_resident;
 };
 
+// Sweeps that solve points with their dead args (Note [Points worth a linear program] in
+// sim/remat_bound.cpp); 0 prices every point by the knapsack alone, a looser bound, fast.
+inline constexpr size_t kBoundLpRounds = 8;
+
 // The bound for `trace` at `budget_bytes`; `baseline` is compute_baseline(trace).
-RematBound remat_bound(const Trace& trace, const Baseline& baseline, uint64_t budget_bytes);
+RematBound remat_bound(const Trace& trace, const Baseline& baseline, uint64_t budget_bytes,
+                       size_t lp_rounds = kBoundLpRounds);
 
 // A few lines for a terminal: the bound, then up to `max_points` points, largest first.
 std::string format_remat_bound(const RematBound& bound, size_t max_points = 5);
