@@ -728,12 +728,23 @@ void Engine::retain(TensorId t) {
   ++storages_[trec.storage].ext_refs;
 }
 
-void Engine::release(TensorId t) {
+void Engine::release(TensorId t) { release_ref(t, /*may_keep=*/true); }
+
+void Engine::release_ref(TensorId t, bool may_keep) {
   TensorRec& trec = tensors_[t];
   StorageRec& srec = storages_[trec.storage];
   DTR_CHECK(trec.ext_refs > 0 && srec.ext_refs > 0, "release of a tensor with no references");
   --trec.ext_refs;
   --srec.ext_refs;
+  // Note [Dropped inputs of large results]: the engine holds the reference the program let go.
+  if (may_keep && srec.ext_refs == 0 && !srec.pinned && !srec.discarded &&
+      config_.keep_near_large > 0 && near_large_held(trec.storage, config_.keep_near_large)) {
+    ++trec.ext_refs;
+    ++srec.ext_refs;
+    kept_to_period_end_.push_back(t);
+    ++stats_.num_kept_dropped;
+    return;
+  }
   // Eager eviction: nobody outside can reach a dead storage, so its memory goes now; its
   // lineage stays, in case a live descendant must be rematerialized through it.
   if (srec.ext_refs == 0 && srec.material && !srec.pinned) {
@@ -956,6 +967,10 @@ void Engine::end_period() {
   period_start_ = stats_;
   ++period_;
   heuristic_->on_period(cost);
+  // Note [Dropped inputs of large results]: what was kept is let go as the period ends.
+  std::vector<TensorId> kept;
+  kept.swap(kept_to_period_end_);
+  for (TensorId t : kept) release_ref(t, /*may_keep=*/false);
 }
 
 // Note [Search clock]
@@ -1567,6 +1582,56 @@ void Engine::recount_evicted_neighbors(StorageId s) {
     evicted += !storages_[n].material && storages_[n].eq_node != kNoId;
   });
   storages_[s].evicted_neighbors = evicted;
+}
+
+// Note [Dropped inputs of large results]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A storage the program drops is gone for good unless a remat needs it, and eager eviction
+// frees it at once. Where a large result the program still holds was made from it, that
+// result's remat then goes back through whatever made the dropped storage. resnet18 at
+// batch 32 (tests/torch/scripts/vision.py) shows it: its layer4 weight gradients (9 MiB
+// each) are made by a convolution backward from two 1 MiB inputs that die right after; at
+// the stem, near the end of the backward pass, the policy drops those gradients, and the
+// optimizer step makes them again through the whole forward pass (docs/pytorch.md, "What
+// any schedule must pay on resnet18"). So with option keep_near_large R > 0, a storage
+// whose last reference goes while a storage the program holds, unpinned, at most two ops
+// downstream of it (an op read it, or read a storage such an op made), is at least R times
+// its size, is held by the engine instead, as if the program still held it, until the
+// period ends (Engine::end_period: the host's optimizer step, a trace's ANNOTATE STEP). It
+// is then an ordinary candidate, scored as the policy scores any, and the large result is
+// not on dead lineage (Note [Live storages on dead lineage]). The walk stops after
+// kMaxKeepVisits storages. Opt-in: replays of 23 traces (docs/pytorch.md, "Keeping dead
+// storages, chosen in hindsight") gained where a large result is cheap to remake from small
+// inputs and lost badly where many small storages sit near one large one.
+bool Engine::near_large_held(StorageId s, double ratio) const {
+  const uint64_t size = storages_[s].size_bytes;
+  if (size == 0) return false;
+  const double least = ratio * static_cast<double>(size);
+  constexpr size_t kMaxKeepVisits = 256;
+  size_t visits = 0;
+  const uint32_t epoch = ++epoch_;
+  storages_[s].visit_epoch = epoch;
+  std::vector<StorageId> first_hop;
+  // Whether some storage downstream of `from` (one op away) is held and large; the ones
+  // seen are added to `next` when given.
+  auto look = [&](StorageId from, std::vector<StorageId>* next) {
+    for (TensorId t : storages_[from].tensors)
+      for (TensorId c : tensors_[t].children) {
+        const StorageId n = tensors_[c].storage;
+        const StorageRec& rec = storages_[n];
+        if (rec.visit_epoch == epoch) continue;
+        rec.visit_epoch = epoch;
+        if (rec.ext_refs > 0 && !rec.pinned && static_cast<double>(rec.size_bytes) >= least)
+          return true;
+        if (++visits >= kMaxKeepVisits) return false;
+        if (next) next->push_back(n);
+      }
+    return false;
+  };
+  if (look(s, &first_hop)) return true;
+  for (StorageId m : first_hop)
+    if (visits < kMaxKeepVisits && look(m, nullptr)) return true;
+  return false;
 }
 
 bool Engine::on_dead_lineage(StorageId s) const {

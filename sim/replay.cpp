@@ -174,6 +174,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.dead_lineage_factor = config.dead_lineage_factor;
   o.remake_factor = config.remake_factor;
   o.lazy_release = config.lazy_release;
+  o.keep_near_large = config.keep_near_large;
   o.relax_locks = config.relax_locks;
   o.seed = config.seed;
   o.max_overhead = config.max_overhead;
@@ -425,6 +426,7 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.dead_first = options.dead_first;
   config.dead_first_ratio = options.dead_first_ratio;
   config.lazy_release = options.lazy_release;
+  config.keep_near_large = options.keep_near_large;
   config.relax_locks = options.relax_locks;
   config.seed = options.seed;
   config.debug = options.debug;

@@ -46,8 +46,10 @@ void Lineage::release_storage(StorageId s) {
     if (size >= kSmallPinnedBytes) pinned_dead_large_bytes_ += size;
   }
   const bool traced = storages_[s].death_traced;  // Note [Tracing under a budget]
+  // As many releases as the program held: under option keep_near_large the engine may keep
+  // the last one (Note [Dropped inputs of large results] in eviction/engine.cpp).
   for (TensorId t : engine_->storage_tensors(s)) {
-    while (engine_->external_refs(t) > 0) {
+    for (uint32_t k = engine_->external_refs(t); k > 0; --k) {
       if (!traced) recording_->release(t);
       engine_->release(t);
     }

@@ -554,6 +554,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   ec.sample_size = config.sample;
   ec.dead_first = config.dead_first;
   ec.dead_first_ratio = config.dead_first_ratio;
+  ec.keep_near_large = config.keep_near_large;
   ec.relax_locks = config.relax_locks;
   ec.seed = config.seed;
   ec.debug = config.debug;

@@ -84,14 +84,15 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 29);
+  REQUIRE(table.size() == 30);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
   CHECK(std::string(table.back().key) == "report");
   CHECK(dtr::valid_option_keys() ==
         "budget, policy, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
-        "remake_factor, lazy_release, relax_locks, seed, max_overhead, on_thrash, reserved_limit, "
+        "remake_factor, keep_near_large, lazy_release, relax_locks, seed, max_overhead, on_thrash, "
+        "reserved_limit, "
         "compact, allocator, debug, trace, plan, plan_trace, remat, pack_masks, min_evictable, "
         "op_cost, snapshot, snapshot_format, snapshot_entries, timeline, report");
   for (const auto& option : table) {
@@ -411,6 +412,8 @@ TEST_CASE("number options outside their range are refused for every source", "[c
       CHECK(option.range == "0 (off) or at least 1");
     else if (key == "dead_lineage_factor")
       CHECK(option.range == "at least 1");
+    else if (key == "keep_near_large")
+      CHECK(option.range == "0 (off) or at least 1");
     else if (key == "debug")
       CHECK(option.range == "0 to 3");
     else

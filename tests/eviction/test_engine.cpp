@@ -294,6 +294,68 @@ TEST_CASE("lazy_release keeps a dead storage until the next eviction request", "
   }
 }
 
+TEST_CASE("keep_near_large keeps a dropped input of a large held result to the period's end",
+          "[eviction]") {
+  // Note [Dropped inputs of large results]. x (100 B) and y (200 B) make g (400 B, through
+  // a dead 800 B h for y: two ops downstream); the program holds g and drops x and y.
+  struct Run {
+    bool x_material, y_material, x_after_period, y_after_period;
+    uint64_t kept, eager;
+  };
+  auto run = [](double ratio) {
+    LogicalClock clock{1};
+    EngineConfig config;
+    config.keep_near_large = ratio;
+    config.debug = 3;
+    Engine engine(config, builtin_heuristics().make("dtr_eq", {}), clock);
+    std::vector<TensorId> out;
+    auto op = [&](std::vector<TensorId> in, uint64_t bytes) {
+      REQUIRE(engine.call(10, in, {{bytes, -1}}, out).ok());
+      return out.back();
+    };
+    const TensorId x = op({}, 100), y = op({}, 200);
+    const TensorId h = op({y}, 800);
+    const TensorId g = op({x, h}, 400);
+    engine.release(h);  // 800 B: no held storage downstream is 2 times it
+    engine.release(x);
+    engine.release(y);
+    Run r{engine.is_material(engine.storage_of(x)),
+          engine.is_material(engine.storage_of(y)),
+          false,
+          false,
+          engine.stats().num_kept_dropped,
+          0};
+    CHECK(engine.is_material(engine.storage_of(g)));
+    engine.end_period();
+    r.x_after_period = engine.is_material(engine.storage_of(x));
+    r.y_after_period = engine.is_material(engine.storage_of(y));
+    r.eager = engine.stats().num_eager_evictions;
+    CHECK(engine.external_refs(x) == 0);
+    CHECK(engine.external_refs(y) == 0);
+    return r;
+  };
+  const Run off = run(0), two = run(2), four = run(4), eight = run(8);
+  // Off: all three dead and evicted at once.
+  CHECK(!off.x_material);
+  CHECK(!off.y_material);
+  CHECK(off.kept == 0);
+  CHECK(off.eager == 3);
+  // g is 4 times x and 2 times y (through h): both kept at 2, x alone at 4, none at 8.
+  CHECK(two.x_material);
+  CHECK(two.y_material);
+  CHECK(two.kept == 2);
+  CHECK(four.x_material);
+  CHECK(!four.y_material);
+  CHECK(four.kept == 1);
+  CHECK(!eight.x_material);
+  CHECK(eight.kept == 0);
+  // The period's end lets go of what was kept, which dies then.
+  CHECK(!two.x_after_period);
+  CHECK(!two.y_after_period);
+  CHECK(two.eager == 3);
+  CHECK(four.eager == 3);
+}
+
 TEST_CASE("a nested rematerialization re-runs a chain bottom-up with an explicit stack", "[eviction]") {
   // A chain of 5000 ops with room for 6 tensors: asking for the last one after evicting
   // everything rematerializes the whole chain, 5000 frames deep, with no recursion.

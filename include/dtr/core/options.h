@@ -71,6 +71,12 @@ struct ByteSize {
     "dropping and remaking stays (Note [Storages remade again and again]: 1 helps recurrent "      \
     "models that thrash, and is not the default as it cost some other thrashing runs more); 0 = "  \
     "as DTR's simulator (simrd) does")                                                             \
+  X(keep_near_large, double, "keep_near_large", "DTR_KEEP_NEAR_LARGE", "0",                        \
+    "keep a storage the program drops to the end of the training step while a storage the "        \
+    "program holds, at most two ops downstream of it, is at least this many times its size (Note " \
+    "[Dropped inputs of large results]: a large result stays cheap to remake from small inputs; "  \
+    "it cost more where many small storages sit near a large one); 0 = off, as DTR's simulator "   \
+    "(simrd) does")                                                                                \
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \
@@ -164,6 +170,7 @@ struct ByteSize {
 // X(member, "key", least, most, off_at_zero)
 #define DTR_OPTION_RANGES(X)                                                                       \
   X(dead_lineage_factor, "dead_lineage_factor", 1.0, kNoLimit, false)                              \
+  X(keep_near_large, "keep_near_large", 1.0, kNoLimit, true)                                       \
   X(max_overhead, "max_overhead", 1.0, kNoLimit, true)                                             \
   X(debug, "debug", 0.0, 3.0, false)
 

@@ -67,6 +67,10 @@ struct EngineConfig {
   bool dead_first = false;   // Note [Dead storages first] in eviction/engine.cpp
   double dead_first_ratio = 16;  // 0: a dead storage always first; else bounded (same Note)
   bool lazy_release = false;  // Note [Lazy release] in eviction/engine.cpp
+  // > 0: a storage the program drops is kept to the end of the period while a storage the
+  // program holds, at most two ops downstream, is at least this many times its size (Note
+  // [Dropped inputs of large results] in eviction/engine.cpp); 0: off.
+  double keep_near_large = 0;
   bool relax_locks = true;    // Note [Relaxed remat locks] in eviction/engine.cpp
   uint64_t seed = 0;
   uint64_t max_remat_ns = 0;  // 0: unlimited; else `thrash` once remat compute exceeds it
@@ -153,7 +157,9 @@ class Engine {
   // A constant: computed at no cost and pinned.
   Status constant(uint64_t size_bytes, TensorId& out);
   void retain(TensorId t);   // one more external reference
-  void release(TensorId t);  // one fewer; a dead storage is evicted at once (eager eviction)
+  // One fewer; a dead storage is evicted at once (eager eviction), or kept to the period's
+  // end under option keep_near_large (Note [Dropped inputs of large results]).
+  void release(TensorId t);
   Status materialize(TensorId t);  // make `t` defined, rematerializing as needed
   Status pin(TensorId t);          // materialize and pin for good
   // Frees storages until `bytes` more fit the engine's own budget (no-op when an allocator
@@ -302,11 +308,16 @@ class Engine {
   // program holds no more (Note [Live storages on dead lineage] in
   // eviction/heuristics/dtr_eq_heuristic.cpp).
   bool on_dead_lineage(StorageId s) const;
+  // Note [Dropped inputs of large results]: a storage the program holds, unpinned, at least
+  // `ratio` times s's size, made by an op that read s or read a storage made from s.
+  bool near_large_held(StorageId s, double ratio) const;
 
   // All invariants; on failure `why` says which (debug level 3 calls this after every op).
   bool is_valid(std::string* why = nullptr) const;
 
  private:
+  // release(); may_keep false when the engine lets go of what it kept (end_period).
+  void release_ref(TensorId t, bool may_keep);
   struct StorageRec {
     // What scoring reads comes first, in one cache line: a sampled search touches one
     // random record per candidate.
@@ -416,6 +427,7 @@ class Engine {
   std::vector<StorageId> pool_;
   std::vector<StorageId> dead_pool_;  // the pool's storages with no external reference
   std::vector<StorageId> lazy_released_;  // Note [Lazy release]; entries may be stale
+  std::vector<TensorId> kept_to_period_end_;  // Note [Dropped inputs of large results]
   uint64_t pool_bytes_ = 0;
   uint64_t pool_seq_next_ = 0;
   uint64_t live_bytes_ = 0;

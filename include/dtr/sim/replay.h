@@ -44,6 +44,7 @@ struct ReplayOptions {
   double dead_lineage_factor = 1;  // option `dead_lineage_factor`
   double remake_factor = 0;        // option `remake_factor`
   bool lazy_release = false;  // option `lazy_release`
+  double keep_near_large = 0;  // option `keep_near_large`
   bool relax_locks = true;    // option `relax_locks`
   uint64_t seed = 0;
   double max_overhead = 2.0;  // 0: never give up
