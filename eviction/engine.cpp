@@ -743,6 +743,7 @@ void Engine::release_ref(TensorId t, bool may_keep) {
     ++srec.ext_refs;
     kept_to_period_end_.push_back(t);
     ++stats_.num_kept_dropped;
+    if (config_.debug >= 3) check_invariants();
     return;
   }
   // Eager eviction: nobody outside can reach a dead storage, so its memory goes now; its
