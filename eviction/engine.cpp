@@ -1601,7 +1601,9 @@ void Engine::recount_evicted_neighbors(StorageId s) {
 // period ends (Engine::end_period: the host's optimizer step, a trace's ANNOTATE STEP). It
 // is then an ordinary candidate, scored as the policy scores any, and the large result is
 // not on dead lineage (Note [Live storages on dead lineage]). The walk stops after
-// kMaxKeepVisits storages. Opt-in: replays of 23 traces (docs/pytorch.md, "Keeping dead
+// kMaxKeepVisits storages. What is kept counts in the peak, and only a period's end lets
+// it go: a program without periods (no torch.optim step, a trace without ANNOTATE STEP)
+// keeps it to the end of the run. Opt-in: replays of 23 traces (docs/pytorch.md, "Keeping dead
 // storages, chosen in hindsight") gained where a large result is cheap to remake from small
 // inputs and lost badly where many small storages sit near one large one.
 bool Engine::near_large_held(StorageId s, double ratio) const {

@@ -75,8 +75,8 @@ struct ByteSize {
     "keep a storage the program drops to the end of the training step while a storage the "        \
     "program holds, at most two ops downstream of it, is at least this many times its size (Note " \
     "[Dropped inputs of large results]: a large result stays cheap to remake from small inputs; "  \
-    "it cost more where many small storages sit near a large one); 0 = off, as DTR's simulator "   \
-    "(simrd) does")                                                                                \
+    "it cost more where many small storages sit near a large one; without optimizer steps it "     \
+    "keeps to the end of the run); 0 = off, as DTR's simulator (simrd) does")                      \
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \
