@@ -722,10 +722,11 @@ TEST_CASE("remake_factor keeps a storage the replay drops and remakes again and 
 TEST_CASE("keep_near_large keeps the small input a large result is remade from",
           "[sim][heuristics]") {
   // Note [Dropped inputs of large results] in eviction/engine.cpp. a (1 MiB, 100 ms) makes b
-  // (1 MiB), which makes g (8 MiB, 1 ms), the gradient-like result the step reads at its
+  // (512 KiB), which makes g (8 MiB, 1 ms), the gradient-like result the step reads at its
   // end; a and b die. 50 ms later h (10 MiB) needs room under 12 MiB, and g, the cheapest
-  // per byte, goes. Read again by k: without the option b died with a, and g's remat reruns A, B and
-  // G; with keep_near_large:8 the engine held b to the step's end and G alone reruns.
+  // per byte, goes. Read again by k: without the option b died with a, and g's remat reruns
+  // A, B and G; with keep_near_large:8 the engine held b to the step's end and G alone
+  // reruns. A b of 1 MiB is over the cap (a 16th of the budget, 768 KiB): not kept.
   const auto call = [](const std::string& name, const std::string& arg, uint64_t bytes,
                        uint64_t ns) {
     return "{\"ARGS\":[\"" + arg + "\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
@@ -737,32 +738,34 @@ TEST_CASE("keep_near_large keeps the small input a large result is remade from",
   const auto release = [](const std::string& name) {
     return "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" + name + "\"}\n";
   };
-  const uint64_t mib = 1 << 20, ms = 1'000'000;
-  const std::string text =
-      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
-      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
-      "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
-      call("a", "x", mib, 100 * ms) + call("b", "a", mib, ms) + release("a") +
-      call("g", "b", 8 * mib, ms) + release("b") + call("w", "x", 65536, 50 * ms) + release("w") +
-      call("h", "x", 10 * mib, ms) + release("h") + call("k", "g", 65536, ms) + release("k") +
-      "{\"ANNOTATION\":\"STEP\",\"INSTRUCTION\":\"ANNOTATE\"}\n" + release("g");
-  std::istringstream in(text);
-  const Trace trace = read_trace(in, "keep.trace");
-  const Baseline baseline = compute_baseline(trace);
-  const auto replay_with = [&](const std::string& ratio) {
+  const uint64_t kib = 1 << 10, mib = 1 << 20, ms = 1'000'000;
+  const auto replay_with = [&](uint64_t b_bytes, const std::string& ratio) {
+    const std::string text =
+        "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
+        call("a", "x", mib, 100 * ms) + call("b", "a", b_bytes, ms) + release("a") +
+        call("g", "b", 8 * mib, ms) + release("b") + call("w", "x", 65536, 50 * ms) + release("w") +
+        call("h", "x", 10 * mib, ms) + release("h") + call("k", "g", 65536, ms) + release("k") +
+        "{\"ANNOTATION\":\"STEP\",\"INSTRUCTION\":\"ANNOTATE\"}\n" + release("g");
+    std::istringstream in(text);
+    const Trace trace = read_trace(in, "keep.trace");
     Config config;
     config.apply_conf("budget:12M,policy:dtr_eq,allocator:none,debug:3,keep_near_large:" + ratio);
-    return replay(trace, baseline, ReplayOptions::from_config(config));
+    const ReplayResult r =
+        replay(trace, compute_baseline(trace), ReplayOptions::from_config(config));
+    REQUIRE(r.status_name == "ok");
+    CHECK(r.stats.allocated_peak <= 12 * mib);
+    return r;
   };
-  const ReplayResult off = replay_with("0"), kept = replay_with("8"), above = replay_with("9");
-  REQUIRE(off.status_name == "ok");
-  REQUIRE(kept.status_name == "ok");
-  REQUIRE(above.status_name == "ok");
+  const ReplayResult off = replay_with(512 * kib, "0"), kept = replay_with(512 * kib, "8"),
+                     above = replay_with(512 * kib, "17"), capped = replay_with(mib, "8");
   CHECK(off.stats.num_kept_dropped == 0);
   CHECK(off.stats.remat_compute_ns == 102 * ms);  // A, B and G
-  CHECK(kept.stats.num_kept_dropped == 1);        // b: g is 8 times it
+  CHECK(kept.stats.num_kept_dropped == 1);        // b: g is 16 times it
   CHECK(kept.stats.remat_compute_ns == ms);       // G alone
   CHECK(above.stats.num_kept_dropped == 0);
   CHECK(above.stats.remat_compute_ns == 102 * ms);
-  CHECK(kept.stats.allocated_peak <= 12 * mib);
+  CHECK(capped.stats.num_kept_dropped == 0);  // 1 MiB: over a 16th of 12 MiB
+  CHECK(capped.stats.remat_compute_ns == 102 * ms);
 }

@@ -73,7 +73,8 @@ struct ByteSize {
     "as DTR's simulator (simrd) does")                                                             \
   X(keep_near_large, double, "keep_near_large", "DTR_KEEP_NEAR_LARGE", "0",                        \
     "keep a storage the program drops to the end of the training step while a storage the "        \
-    "program holds, at most two ops downstream of it, is at least this many times its size (Note " \
+    "program holds, at most two ops downstream of it, is at least this many times its size, up "   \
+    "to a 16th of the budget a step (Note "                                                        \
     "[Dropped inputs of large results]: a large result stays cheap to remake from small inputs; "  \
     "it cost more where many small storages sit near a large one; without optimizer steps it "     \
     "keeps to the end of the run); 0 = off, as DTR's simulator (simrd) does")                      \

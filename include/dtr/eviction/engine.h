@@ -428,6 +428,9 @@ class Engine {
   std::vector<StorageId> dead_pool_;  // the pool's storages with no external reference
   std::vector<StorageId> lazy_released_;  // Note [Lazy release]; entries may be stale
   std::vector<TensorId> kept_to_period_end_;  // Note [Dropped inputs of large results]
+  uint64_t kept_bytes_ = 0;                   // their sizes, at most keep_cap_bytes()
+  static constexpr uint64_t kKeepBudgetShare = 16;  // same Note
+  uint64_t keep_cap_bytes() const;                  // the budget / kKeepBudgetShare
   uint64_t pool_bytes_ = 0;
   uint64_t pool_seq_next_ = 0;
   uint64_t live_bytes_ = 0;
