@@ -30,6 +30,18 @@ ReplayResult run(const Trace& trace, const std::string& policy, const std::strin
   return replay(trace, compute_baseline(trace), o);
 }
 
+// The trace lines of a one-result op `name` reading `arg` (`bytes`, `ns`), and of a release.
+std::string call_line(const std::string& name, const std::string& arg, uint64_t bytes,
+                      uint64_t ns) {
+  return "{\"ARGS\":[\"" + arg + "\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
+         "\",\"RESULT\":[\"" + name + "\"],\"TIME\":" + std::to_string(ns) +
+         "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) + "\",\"NAME\":\"" +
+         name + "\"}\n{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" + name + "\"}\n";
+}
+std::string release_line(const std::string& name) {
+  return "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" + name + "\"}\n";
+}
+
 }  // namespace
 
 TEST_CASE("golden: the small hand-written trace", "[sim][golden]") {
@@ -674,32 +686,22 @@ TEST_CASE("remake_factor keeps a storage the replay drops and remakes again and 
   // cheaper to lose than a k_j, and the k_j only grow staler, so simrd's dtr_eq drops p for
   // every t_i and remakes it for every s_i. With remake_factor 1, p costs 1 + (r - 2) times
   // more once remade r > 2 times, and the k_j go instead, which nothing remakes.
-  const auto call = [](const std::string& name, const std::string& arg, uint64_t bytes,
-                       uint64_t ns) {
-    return "{\"ARGS\":[\"" + arg + "\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
-           "\",\"RESULT\":[\"" + name + "\"],\"TIME\":" + std::to_string(ns) +
-           "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) +
-           "\",\"NAME\":\"" + name + "\"}\n{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" +
-           name + "\"}\n";
-  };
-  const auto release = [](const std::string& name) {
-    return "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" + name + "\"}\n";
-  };
   const uint64_t mib = 1 << 20;
   const int rounds = 16, kept_once = 11;
   std::string text =
       "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":3}\n"
       "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
       "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
-      call("p", "x", 10 * mib, 500'000);
-  for (int j = 0; j < kept_once; ++j) text += call("k" + std::to_string(j), "x", mib, 4'000'000);
+      call_line("p", "x", 10 * mib, 500'000);
+  for (int j = 0; j < kept_once; ++j)
+    text += call_line("k" + std::to_string(j), "x", mib, 4'000'000);
   for (int i = 0; i < rounds; ++i) {
     const std::string n = std::to_string(i);
-    text += call("t" + n, "x", 10 * mib, 1'000'000) + release("t" + n) +
-            call("s" + n, "p", 65536, 1000) + release("s" + n);
+    text += call_line("t" + n, "x", 10 * mib, 1'000'000) + release_line("t" + n) +
+            call_line("s" + n, "p", 65536, 1000) + release_line("s" + n);
   }
-  for (int j = 0; j < kept_once; ++j) text += release("k" + std::to_string(j));
-  text += release("p");
+  for (int j = 0; j < kept_once; ++j) text += release_line("k" + std::to_string(j));
+  text += release_line("p");
   std::istringstream in(text);
   const Trace trace = read_trace(in, "remakes.trace");
   const Baseline baseline = compute_baseline(trace);
@@ -727,27 +729,17 @@ TEST_CASE("keep_near_large keeps the small input a large result is remade from",
   // per byte, goes. Read again by k: without the option b died with a, and g's remat reruns
   // A, B and G; with keep_near_large:8 the engine held b to the step's end and G alone
   // reruns. A b of 1 MiB is over the cap (a 16th of the budget, 768 KiB): not kept.
-  const auto call = [](const std::string& name, const std::string& arg, uint64_t bytes,
-                       uint64_t ns) {
-    return "{\"ARGS\":[\"" + arg + "\"],\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name +
-           "\",\"RESULT\":[\"" + name + "\"],\"TIME\":" + std::to_string(ns) +
-           "}\n{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"" + std::to_string(bytes) +
-           "\",\"NAME\":\"" + name + "\"}\n{\"ALIAS\":-1,\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" +
-           name + "\"}\n";
-  };
-  const auto release = [](const std::string& name) {
-    return "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" + name + "\"}\n";
-  };
   const uint64_t kib = 1 << 10, mib = 1 << 20, ms = 1'000'000;
   const auto replay_with = [&](uint64_t b_bytes, const std::string& ratio) {
     const std::string text =
         "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
         "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
         "{\"INSTRUCTION\":\"MEMORY\",\"MEMORY\":\"65536\",\"NAME\":\"x\"}\n" +
-        call("a", "x", mib, 100 * ms) + call("b", "a", b_bytes, ms) + release("a") +
-        call("g", "b", 8 * mib, ms) + release("b") + call("w", "x", 65536, 50 * ms) + release("w") +
-        call("h", "x", 10 * mib, ms) + release("h") + call("k", "g", 65536, ms) + release("k") +
-        "{\"ANNOTATION\":\"STEP\",\"INSTRUCTION\":\"ANNOTATE\"}\n" + release("g");
+        call_line("a", "x", mib, 100 * ms) + call_line("b", "a", b_bytes, ms) + release_line("a") +
+        call_line("g", "b", 8 * mib, ms) + release_line("b") + call_line("w", "x", 65536, 50 * ms) +
+        release_line("w") + call_line("h", "x", 10 * mib, ms) + release_line("h") +
+        call_line("k", "g", 65536, ms) + release_line("k") +
+        "{\"ANNOTATION\":\"STEP\",\"INSTRUCTION\":\"ANNOTATE\"}\n" + release_line("g");
     std::istringstream in(text);
     const Trace trace = read_trace(in, "keep.trace");
     Config config;
