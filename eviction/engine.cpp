@@ -813,10 +813,15 @@ void Engine::evict(StorageId s, bool eager) {
   if (rec.discarded) try_retire(s);
 }
 
+// The budget the run is under: the attached allocator's (Note [Budget owner]) or the
+// engine's own.
+uint64_t Engine::budget_in_force() const {
+  return memory_.allocator ? memory_.allocator->config().budget_bytes : config_.budget_bytes;
+}
+
 OomInfo Engine::oom_info(uint64_t requested) const {
   OomInfo info;
-  info.budget_bytes =
-      memory_.allocator ? memory_.allocator->config().budget_bytes : config_.budget_bytes;
+  info.budget_bytes = budget_in_force();
   info.live_bytes = live_bytes_;
   info.evictable_bytes = pool_bytes_;
   info.pinned_bytes = unevictable_bytes();
@@ -1619,9 +1624,7 @@ void Engine::recount_evicted_neighbors(StorageId s) {
 // storages, chosen in hindsight") gained where a large result is cheap to remake from small
 // inputs and lost badly where many small storages sit near one large one.
 uint64_t Engine::keep_cap_bytes() const {
-  const uint64_t budget =
-      memory_.allocator ? memory_.allocator->config().budget_bytes : config_.budget_bytes;
-  return budget / kKeepBudgetShare;  // no budget: no cap that matters
+  return budget_in_force() / kKeepBudgetShare;  // no budget: no cap that matters
 }
 
 bool Engine::near_large_held(StorageId s, double ratio) const {
