@@ -737,9 +737,11 @@ void Engine::release_ref(TensorId t, bool may_keep) {
   --trec.ext_refs;
   --srec.ext_refs;
   // Note [Dropped inputs of large results]: the engine holds the reference the program let go.
-  if (may_keep && srec.ext_refs == 0 && !srec.pinned && !srec.discarded &&
-      config_.keep_near_large > 0 && kept_bytes_ + srec.size_bytes <= keep_cap_bytes() &&
-      near_large_held(trec.storage, config_.keep_near_large)) {
+  const double keep_ratio =
+      config_.keep_near_large > 0 ? config_.keep_near_large : heuristic_->keep_near_large();
+  if (may_keep && srec.ext_refs == 0 && !srec.pinned && !srec.discarded && keep_ratio > 0 &&
+      kept_bytes_ + srec.size_bytes <= keep_cap_bytes() &&
+      near_large_held(trec.storage, keep_ratio)) {
     kept_bytes_ += srec.size_bytes;
     ++trec.ext_refs;
     ++srec.ext_refs;
@@ -1602,7 +1604,7 @@ void Engine::recount_evicted_neighbors(StorageId s) {
 // each) are made by a convolution backward from two 1 MiB inputs that die right after; at
 // the stem, near the end of the backward pass, the policy drops those gradients, and the
 // optimizer step makes them again through the whole forward pass (docs/pytorch.md, "What
-// any schedule must pay on resnet18"). So with option keep_near_large R > 0, a storage
+// any schedule must pay on resnet18"). So with a keep ratio R > 0 (below), a storage
 // whose last reference goes while a storage the program holds, unpinned, at most two ops
 // downstream of it (an op read it, or read a storage such an op made), is at least R times
 // its size, is held by the engine instead, as if the program still held it, until the
@@ -1620,9 +1622,12 @@ void Engine::recount_evicted_neighbors(StorageId s) {
 // "Dropped inputs of large results"), no cell went up by more than 0.07 and those
 // catastrophes are gone (the SGD GRU at 0.7 2.24), while resnet18 keeps all it kept
 // without the cap, and live the CTC GRU trains (with twice the remats it makes without).
-// Opt-in: replays of 23 traces (docs/pytorch.md, "Keeping dead
+// Not the default for every policy: replays of 23 traces (docs/pytorch.md, "Keeping dead
 // storages, chosen in hindsight") gained where a large result is cheap to remake from small
-// inputs and lost badly where many small storages sit near one large one.
+// inputs and lost badly where many small storages sit near one large one. So it is an option
+// (keep_near_large R), or the policy's (Heuristic::keep_near_large: dtr_eq_keep, which
+// `auto` tries as its fourth candidate, Note [Keeping as a candidate]); the option, where
+// set, wins.
 uint64_t Engine::keep_cap_bytes() const {
   return budget_in_force() / kKeepBudgetShare;  // no budget: no cap that matters
 }

@@ -101,10 +101,10 @@ std::unique_ptr<Heuristic> HeuristicRegistry::make(const std::string& name,
 const HeuristicRegistry& builtin_heuristics() {
   static const HeuristicRegistry registry = [] {
     HeuristicRegistry r;
-    for (auto info :
-         {dtr_eq_heuristic_info, dtr_heuristic_info, dtr_local_heuristic_info,
-          dtr_ancestors_heuristic_info, msps_heuristic_info, lru_heuristic_info,
-          size_heuristic_info, random_heuristic_info, coop_heuristic_info, auto_heuristic_info})
+    for (auto info : {dtr_eq_heuristic_info, dtr_eq_keep_heuristic_info, dtr_heuristic_info,
+                      dtr_local_heuristic_info, dtr_ancestors_heuristic_info, msps_heuristic_info,
+                      lru_heuristic_info, size_heuristic_info, random_heuristic_info,
+                      coop_heuristic_info, auto_heuristic_info})
       r.add(info());
     return r;
   }();

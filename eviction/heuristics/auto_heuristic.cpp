@@ -1,5 +1,6 @@
-// auto_heuristic.cpp: `auto`, which tries dtr_eq, dtr_ancestors and msps for one period of
-// the program each and then runs the one whose periods cost the least (Note [Policy trial]).
+// auto_heuristic.cpp: `auto`, which tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one
+// period of the program each and then runs the one whose periods cost the least (Note [Policy
+// trial]).
 //
 // It scores with one candidate at a time and delegates every call to it, so a search under
 // `auto` is the active candidate's search. The engine provides the union of the
@@ -17,7 +18,8 @@
 // there; `auto` then:
 //   - lets the first period go by under dtr_eq (set-up, and optimizer state made on the
 //     first step, are not what the run repeats);
-//   - runs each candidate for the next period, in order, and records its ratio of charged
+//   - runs each candidate for the next period, in order (dtr_eq_keep last: Note [Keeping as
+//     a candidate] in dtr_eq_keep_heuristic.cpp), and records its ratio of charged
 //     remat compute to model compute in that period (charged costs, not wall time: the
 //     machine's drift between periods cancels in the ratio, and op times are the noisy
 //     part of a wall clock, Note [Noisy op times] in eviction/op_costs.cpp);
@@ -76,7 +78,7 @@ namespace dtr {
 namespace {
 
 HeuristicInfo (*const kCandidates[])() = {dtr_eq_heuristic_info, dtr_ancestors_heuristic_info,
-                                          msps_heuristic_info};
+                                          msps_heuristic_info, dtr_eq_keep_heuristic_info};
 
 class AutoHeuristic final : public Heuristic {
  public:
@@ -95,6 +97,7 @@ class AutoHeuristic final : public Heuristic {
   }
   bool has_lower_bound() const override { return active().has_lower_bound(); }
   double lower_bound(const Engine& e, StorageId s) override { return active().lower_bound(e, s); }
+  double keep_near_large() const override { return active().keep_near_large(); }
 
   void on_period(const PeriodCost& cost) override {
     // The engine's period counters restart, so a cut's mark goes whatever the period was.
@@ -210,10 +213,10 @@ HeuristicInfo auto_heuristic_info() {
   uint32_t needs = 0;
   for (auto info : kCandidates) needs |= info().needs;
   return {"auto",
-          "tries dtr_eq, dtr_ancestors and msps for one step each, then runs the one whose steps "
-          "cost the least on average (steps: the PyTorch host's optimizer steps, ANNOTATE STEP in "
-          "its traces; none: dtr_eq); leaves one within a step whose remats pass 4x the "
-          "program's compute (default)",
+          "tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one step each, then runs the one "
+          "whose steps cost the least on average (steps: the PyTorch host's optimizer steps, "
+          "ANNOTATE STEP in its traces; none: dtr_eq); leaves one within a step whose remats pass "
+          "4x the program's compute (default)",
           needs,
           [](const HeuristicParams& params) { return std::make_unique<AutoHeuristic>(params); }};
 }

@@ -8,6 +8,7 @@
 namespace dtr {
 HeuristicInfo dtr_heuristic_info();
 HeuristicInfo dtr_eq_heuristic_info();
+HeuristicInfo dtr_eq_keep_heuristic_info();
 HeuristicInfo dtr_ancestors_heuristic_info();
 HeuristicInfo dtr_local_heuristic_info();
 HeuristicInfo lru_heuristic_info();

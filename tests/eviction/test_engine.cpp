@@ -356,6 +356,33 @@ TEST_CASE("keep_near_large keeps a dropped input of a large held result to the p
   CHECK(four.eager == 3);
 }
 
+TEST_CASE("policy dtr_eq_keep keeps as keep_near_large:8 does; the option, where set, wins",
+          "[eviction]") {
+  // Note [Keeping as a candidate] in eviction/heuristics/dtr_eq_keep_heuristic.cpp. x
+  // (100 B) makes g (800 B, 8 times x); the program holds g and drops x.
+  auto kept = [](const char* policy, double option) {
+    LogicalClock clock{1};
+    EngineConfig config;
+    config.keep_near_large = option;
+    config.debug = 3;
+    Engine engine(config, builtin_heuristics().make(policy, {}), clock);
+    std::vector<TensorId> out;
+    REQUIRE(engine.call(10, {}, {{100, -1}}, out).ok());
+    const TensorId x = out.back();
+    REQUIRE(engine.call(10, {x}, {{800, -1}}, out).ok());
+    engine.release(x);
+    const bool material = engine.is_material(engine.storage_of(x));
+    CHECK(engine.stats().num_kept_dropped == (material ? 1u : 0u));
+    engine.end_period();
+    CHECK(!engine.is_material(engine.storage_of(x)));  // let go at the period's end
+    return material;
+  };
+  CHECK(!kept("dtr_eq", 0));
+  CHECK(kept("dtr_eq_keep", 0));
+  CHECK(!kept("dtr_eq_keep", 16));  // the option's ratio, not the policy's: g is only 8x
+  CHECK(kept("dtr_eq", 8));
+}
+
 TEST_CASE("a nested rematerialization re-runs a chain bottom-up with an explicit stack", "[eviction]") {
   // A chain of 5000 ops with room for 6 tensors: asking for the last one after evicting
   // everything rematerializes the whole chain, 5000 frames deep, with no recursion.

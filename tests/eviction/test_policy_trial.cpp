@@ -109,10 +109,17 @@ TEST_CASE("auto scores as dtr_eq until it has tried its candidates", "[eviction]
   p.period(0, 0);       // back-to-back steps: no compute, still dtr_ancestors' turn
   p.period(1000, 100);  // dtr_ancestors: 0.1
   CHECK(p.picks_a());   // msps
+  CHECK(p.engine.heuristic().keep_near_large() == 0);
   p.period(2000, 400);  // msps: 0.2
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200)");
+        "auto: trying dtr_eq_keep (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200)");
+  CHECK(p.picks_c());  // dtr_eq's scores, with the keep (Note [Keeping as a candidate])
+  CHECK(p.engine.heuristic().keep_near_large() == 8);
+  p.period(1000, 500);  // dtr_eq_keep: 0.5
+  CHECK(p.engine.heuristic().status() ==
+        "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200, dtr_eq_keep 0.500)");
   CHECK(p.picks_a());
+  CHECK(p.engine.heuristic().keep_near_large() == 0);
 }
 
 TEST_CASE("auto goes on measuring its choice and undoes it when its mean passes another's",
@@ -123,19 +130,22 @@ TEST_CASE("auto goes on measuring its choice and undoes it when its mean passes 
   p.period(1000, 250);  // dtr_eq: 0.25
   p.period(1000, 125);  // dtr_ancestors: 0.125, the cheapest trial period
   p.period(1000, 500);  // msps: 0.5
+  p.period(1000, 1000);  // dtr_eq_keep: 1.0
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.250, dtr_ancestors 0.125, msps 0.500)");
+        "auto: dtr_ancestors (dtr_eq 0.250, dtr_ancestors 0.125, msps 0.500, dtr_eq_keep 1.000)");
   p.period(1000, 125);  // dtr_ancestors again: mean 0.125
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_ancestors (dtr_eq 0.250, dtr_ancestors 0.125 over 2 steps, msps 0.500)");
+        "auto: dtr_ancestors (dtr_eq 0.250, dtr_ancestors 0.125 over 2 steps, msps 0.500, "
+        "dtr_eq_keep 1.000)");
   p.period(1000, 1250);  // mean (0.125 + 0.125 + 1.25) / 3 = 0.5, above dtr_eq's 0.25
   CHECK(p.engine.heuristic().status() ==
-        "auto: dtr_eq (dtr_eq 0.250, dtr_ancestors 0.500 over 3 steps, msps 0.500; 1 switch)");
+        "auto: dtr_eq (dtr_eq 0.250, dtr_ancestors 0.500 over 3 steps, msps 0.500, dtr_eq_keep "
+        "1.000; 1 switch)");
   CHECK(p.picks_c());    // scoring as dtr_eq again
-  p.period(1000, 1000);  // dtr_eq's mean: 0.625; the others tie at 0.5: the earlier
+  p.period(1000, 1000);  // dtr_eq's mean: 0.625; two others tie at 0.5: the earlier
   CHECK(p.engine.heuristic().status() ==
         "auto: dtr_ancestors (dtr_eq 0.625 over 2 steps, dtr_ancestors 0.500 over 3 steps, "
-        "msps 0.500; 2 switches)");
+        "msps 0.500, dtr_eq_keep 1.000; 2 switches)");
   CHECK(p.picks_a());
   p.period(0, 0);  // a period without compute changes nothing
   CHECK(p.engine.heuristic().status().find("2 switches") != std::string::npos);
@@ -148,6 +158,7 @@ TEST_CASE("auto keeps dtr_eq on ties and where dtr_eq is cheapest", "[eviction][
     p.period(1000, tie ? 0 : 100);  // dtr_eq
     p.period(1000, tie ? 0 : 200);  // dtr_ancestors
     p.period(1000, tie ? 0 : 150);  // msps
+    p.period(1000, tie ? 0 : 120);  // dtr_eq_keep
     CHECK(p.picks_c());
     CHECK(p.engine.heuristic().status().rfind("auto: dtr_eq (", 0) == 0);
   }
@@ -158,7 +169,7 @@ TEST_CASE("the engine keeps auto's candidates' features up to date from the star
   // Under auto, dtr_eq's union-find classes must be current when auto switches back to it.
   const HeuristicInfo* info = builtin_heuristics().find("auto");
   REQUIRE(info != nullptr);
-  for (const char* name : {"dtr_eq", "dtr_ancestors", "msps"})
+  for (const char* name : {"dtr_eq", "dtr_ancestors", "msps", "dtr_eq_keep"})
     CHECK((builtin_heuristics().find(name)->needs & ~info->needs) == 0);
 }
 
@@ -203,8 +214,12 @@ TEST_CASE("auto leaves a candidate that thrashes within a period", "[eviction][t
   p.period(16 * kMs, 4 * kMs);  // dtr_ancestors' period: 0.25
   p.period(16 * kMs, 8 * kMs);  // msps: 0.5
   CHECK(p.status() ==
-        "auto: dtr_ancestors (dtr_eq 15.000, dtr_ancestors 0.250, msps 0.500; 1 "
+        "auto: trying dtr_eq_keep (dtr_eq 15.000, dtr_ancestors 0.250, msps 0.500; 1 "
         "thrashing period cut short)");
+  p.period(16 * kMs, 16 * kMs);  // dtr_eq_keep: 1.0
+  CHECK(p.status() ==
+        "auto: dtr_ancestors (dtr_eq 15.000, dtr_ancestors 0.250, msps 0.500, dtr_eq_keep "
+        "1.000; 1 thrashing period cut short)");
 }
 
 TEST_CASE("a period's end clears auto's cut, whatever the period computed", "[eviction][trial]") {
@@ -242,11 +257,12 @@ TEST_CASE("after its trial, auto leaves a thrashing choice for the cheapest othe
   p.period(16 * kMs, 8 * kMs);  // dtr_eq: 0.5
   p.period(16 * kMs, 2 * kMs);  // dtr_ancestors: 0.125
   p.period(16 * kMs, 4 * kMs);  // msps: 0.25
+  p.period(16 * kMs, 16 * kMs);  // dtr_eq_keep: 1.0
   CHECK(p.status().rfind("auto: dtr_ancestors (", 0) == 0);
   p.remats(16 * kMs, 160 * kMs);  // 10x: dtr_ancestors' mean becomes (0.125 + 10) / 2
   CHECK(p.status() ==
-        "auto: msps (dtr_eq 0.500, dtr_ancestors 5.062 over 2 steps, msps 0.250; "
-        "1 switch; 1 thrashing period cut short)");
+        "auto: msps (dtr_eq 0.500, dtr_ancestors 5.062 over 2 steps, msps 0.250, dtr_eq_keep "
+        "1.000; 1 switch; 1 thrashing period cut short)");
   CHECK(p.picks_a());
   // msps thrashes too (from the cut: 400 / 16 = 25, past the 8 a second cut in the period
   // needs; mean 12.625): dtr_eq's 0.5 is least.

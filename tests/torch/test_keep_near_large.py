@@ -1,6 +1,6 @@
-"""Option keep_near_large (Note [Dropped inputs of large results] in eviction/engine.cpp):
-the engine keeps a storage the program drops, to the end of the training step, while a
-large storage the program holds was made from it. The runs under it must train bit for
+"""Option keep_near_large and policy dtr_eq_keep (Note [Dropped inputs of large results] in
+eviction/engine.cpp): the engine keeps a storage the program drops, to the end of the
+training step, while a large storage the program holds was made from it. The runs under it must train bit for
 bit as without the library, keep something, and (on resnet18, where the rule was found)
 recompute less than the same budget without it.
 """
@@ -25,6 +25,9 @@ def test_resnet18_keeps_the_inputs_of_its_large_gradients(lib):
 
 
 @pytest.mark.xdist_group("lstm_lm")
-def test_an_lstm_trains_bit_identically_with_it(lib):
-    stats = trains_bit_identically(lib, LSTM_LM, 0.7, conf="keep_near_large:8").stats
+@pytest.mark.parametrize("conf", ["keep_near_large:8", "policy:dtr_eq_keep"])
+def test_an_lstm_trains_bit_identically_with_it(lib, conf):
+    # policy:dtr_eq_keep (auto's fourth candidate, Note [Keeping as a candidate]) keeps by
+    # the same rule at 8 through Heuristic::keep_near_large, with the option left at 0.
+    stats = trains_bit_identically(lib, LSTM_LM, 0.7, conf=conf).stats
     assert stats["dtr.num_kept_dropped"] > 0, stats

@@ -1,4 +1,4 @@
-"""policy:auto tries dtr_eq, dtr_ancestors and msps for one training step each, then runs the
+"""policy:auto tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one training step each, then runs the
 one whose steps cost the least on average and goes on measuring it (Note [Policy trial] in
 eviction/heuristics/auto_heuristic.cpp); the library finds the steps by torch.optim's
 record_function scopes (Note [Step marks] in integration/torch/dispatch_hook.cpp).
@@ -10,13 +10,14 @@ from pathlib import Path
 
 from conftest import PYTHON, ROOT, Result, clean_env, driver, run
 
-# 5 steps: the warm-up step, one step per candidate, one under the choice.
-ARGS = ("transformer.py", "--steps", "5")
+# 6 steps: the warm-up step, one step per candidate, one under the choice.
+ARGS = ("transformer.py", "--steps", "6")
 # Each candidate's mean ratio, with the number of steps it was measured over where that is
 # more than its trial step; a choice undone later adds "; N switch(es)".
 MEAN = r"(\d+\.\d{3})(?: over \d+ steps)?"
-TRIED = re.compile(rf"^auto: (dtr_eq|dtr_ancestors|msps) \(dtr_eq {MEAN}, "
-                   rf"dtr_ancestors {MEAN}, msps {MEAN}(?:; \d+ switch(?:es)?)?\)$")
+TRIED = re.compile(rf"^auto: (dtr_eq|dtr_ancestors|msps|dtr_eq_keep) \(dtr_eq {MEAN}, "
+                   rf"dtr_ancestors {MEAN}, msps {MEAN}, dtr_eq_keep {MEAN}"
+                   rf"(?:; \d+ switch(?:es)?)?\)$")
 
 
 def report(proc):
@@ -51,12 +52,12 @@ def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
     assert m, summary["dtr.policy"]
     chosen = m.group(1)
     ratios = {"dtr_eq": float(m.group(2)), "dtr_ancestors": float(m.group(3)),
-              "msps": float(m.group(4))}
+              "msps": float(m.group(4)), "dtr_eq_keep": float(m.group(5))}
     assert any(r > 0 for r in ratios.values()), ratios  # the steps did rematerialize
     # The least mean (printed to 3 digits, so a near-tie may print equal to an earlier
     # candidate's; the unit tests check that exact ties keep the earlier one).
     assert ratios[chosen] == min(ratios.values()), ratios
-    # The fifth step ran under the trial's choice and joined its mean.
+    # The sixth step ran under the trial's choice and joined its mean.
     assert summary["dtr.policy"].count(" over 2 steps") == 1, summary["dtr.policy"]
 
 
@@ -68,7 +69,7 @@ def test_a_trace_marks_the_steps_and_a_replay_tries_the_candidates(lib, tmp_path
     lines = [json.loads(l) for l in trace.read_text().splitlines()]
     assert lines[0]["VERSION"] == 4
     steps = [l for l in lines if l.get("INSTRUCTION") == "ANNOTATE" and l["ANNOTATION"] == "STEP"]
-    assert len(steps) == 5
+    assert len(steps) == 6
     sim = Path(os.environ.get("DTR_SIM", ROOT / "build" / "bin" / "dtr-sim"))
     replay = json.loads(run([str(sim), "run", "--trace", str(trace), "--budget", "0.5",
                              "--policy", "auto", "--allocator", "none", "--json"],
@@ -108,7 +109,7 @@ def test_without_optimizer_steps_auto_stays_on_dtr_eq(lib):
 
 def test_an_optimizer_step_ends_a_period(lib):
     # The same loop with torch.optim.SGD: each step() is a period; the first is the
-    # warm-up, the next three the candidates' (no budget: no remats, all 0, dtr_eq kept),
+    # warm-up, the next four the candidates' (no budget: no remats, all 0, dtr_eq kept),
     # and the ones after join dtr_eq's mean.
     code = (
         "import torch\n"
@@ -121,15 +122,17 @@ def test_an_optimizer_step_ends_a_period(lib):
         "    opt.step()\n"
     )
     statuses = []
-    for steps in (1, 2, 4, 6):
+    for steps in (1, 2, 4, 5, 7):
         proc = run([PYTHON, "-c", code.replace("STEPS", str(steps))],
                    clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:auto"))
         statuses.append(report(proc)["dtr.policy"])
     assert statuses == [
         "auto: trying dtr_eq (no period yet)",
         "auto: trying dtr_ancestors (dtr_eq 0.000)",
-        "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000)",
-        "auto: dtr_eq (dtr_eq 0.000 over 3 steps, dtr_ancestors 0.000, msps 0.000)",
+        "auto: trying dtr_eq_keep (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000)",
+        "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000, dtr_eq_keep 0.000)",
+        "auto: dtr_eq (dtr_eq 0.000 over 3 steps, dtr_ancestors 0.000, msps 0.000, "
+        "dtr_eq_keep 0.000)",
     ]
 
 

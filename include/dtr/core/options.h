@@ -61,23 +61,24 @@ struct ByteSize {
     "times the best score of the usual search over the whole pool (Note [Dead storages first]); "  \
     "0 = always")                                                                                  \
   X(dead_lineage_factor, double, "dead_lineage_factor", "DTR_DEAD_LINEAGE_FACTOR", "1",            \
-    "dtr_eq (and `auto` while it runs dtr_eq): a live storage made by an op that read a storage "  \
-    "the program has dropped costs this many times its score, at least 1: its remat goes "         \
-    "through lineage that grows as the program drops more (Note [Live storages on dead "           \
-    "lineage]); 1 = as DTR's simulator (simrd) does")                                              \
+    "dtr_eq and dtr_eq_keep (and `auto` while it runs them): a live storage made by an op that "   \
+    "read a storage the program has dropped costs this many times its score, at least 1: its "     \
+    "remat goes through lineage that grows as the program drops more (Note [Live storages on "     \
+    "dead lineage]); 1 = as DTR's simulator (simrd) does")                                         \
   X(remake_factor, double, "remake_factor", "DTR_REMAKE_FACTOR", "0",                              \
-    "dtr_eq (and `auto` while it runs dtr_eq): a storage remade more than twice in one training "  \
-    "step costs 1 + remake_factor x (remakes - 2) times its score, so what the policy keeps "      \
-    "dropping and remaking stays (Note [Storages remade again and again]: 1 helps recurrent "      \
-    "models that thrash, and is not the default as it cost some other thrashing runs more); 0 = "  \
-    "as DTR's simulator (simrd) does")                                                             \
+    "dtr_eq and dtr_eq_keep (and `auto` while it runs them): a storage remade more than twice in " \
+    "one training step costs 1 + remake_factor x (remakes - 2) times its score, so what the "      \
+    "policy keeps dropping and remaking stays (Note [Storages remade again and again]: 1 helps "   \
+    "recurrent models that thrash, and is not the default as it cost some other thrashing runs "   \
+    "more); 0 = as DTR's simulator (simrd) does")                                                  \
   X(keep_near_large, double, "keep_near_large", "DTR_KEEP_NEAR_LARGE", "0",                        \
     "keep a storage the program drops to the end of the training step while a storage the "        \
     "program holds, at most two ops downstream of it, is at least this many times its size, up "   \
     "to a 16th of the budget a step (Note "                                                        \
     "[Dropped inputs of large results]: a large result stays cheap to remake from small inputs; "  \
     "it cost more where many small storages sit near a large one; without optimizer steps it "     \
-    "keeps to the end of the run); 0 = off, as DTR's simulator (simrd) does")                      \
+    "keeps to the end of the run); 0 = as the policy does: off, as DTR's simulator (simrd) does, " \
+    "except under policy dtr_eq_keep (8), which `auto` tries as its fourth candidate")             \
   X(lazy_release, bool, "lazy_release", "DTR_LAZY_RELEASE", "False",                               \
     "simulator: keep a storage whose last reference goes until the next eviction request, "        \
     "which evicts all such first, as the PyTorch host does (Note [Lazy release]); the host "       \

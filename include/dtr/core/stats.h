@@ -27,7 +27,8 @@ namespace dtr {
   X(num_evictions, "dtr.num_evictions", "storages evicted to make room (heuristic choices)")       \
   X(num_eager_evictions, "dtr.num_eager_evictions", "storages evicted at their last release")      \
   X(num_kept_dropped, "dtr.num_kept_dropped",                                                      \
-    "storages the program dropped that option keep_near_large kept to the period's end")           \
+    "storages the program dropped that option keep_near_large (or policy dtr_eq_keep) kept to "    \
+    "the period's end")                                                                            \
   X(num_plan_drops, "dtr.num_plan_drops",                                                          \
     "storages dropped because a warm-start plan drops them (eviction/plan_guide.h)")               \
   X(plan_departures, "dtr.plan_departures",                                                        \

@@ -69,7 +69,8 @@ struct EngineConfig {
   bool lazy_release = false;  // Note [Lazy release] in eviction/engine.cpp
   // > 0: a storage the program drops is kept to the end of the period while a storage the
   // program holds, at most two ops downstream, is at least this many times its size (Note
-  // [Dropped inputs of large results] in eviction/engine.cpp); 0: off.
+  // [Dropped inputs of large results] in eviction/engine.cpp); 0: as the policy says
+  // (Heuristic::keep_near_large: off, but for dtr_eq_keep).
   double keep_near_large = 0;
   bool relax_locks = true;    // Note [Relaxed remat locks] in eviction/engine.cpp
   uint64_t seed = 0;

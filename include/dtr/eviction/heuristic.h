@@ -61,6 +61,10 @@ class Heuristic {
   // Optional: a remat ran; `so_far` is what the current period has cost up to now
   // (Engine::period_cost). `auto` listens, to leave a candidate that thrashes.
   virtual void on_remat(const PeriodCost& so_far) {}
+  // Optional: the ratio by which the engine keeps storages the program drops near larger
+  // held ones (Note [Dropped inputs of large results] in engine.cpp) while this policy
+  // scores; 0, none. Option keep_near_large, where set above 0, takes precedence.
+  virtual double keep_near_large() const { return 0.0; }
   // What a report says the policy is: its name, or `auto`'s choice and trial.
   virtual std::string status() const { return std::string(name()); }
 };
