@@ -737,18 +737,19 @@ void Engine::release_ref(TensorId t, bool may_keep) {
   --trec.ext_refs;
   --srec.ext_refs;
   // Note [Dropped inputs of large results]: the engine holds the reference the program let go.
-  const double keep_ratio =
-      config_.keep_near_large > 0 ? config_.keep_near_large : heuristic_->keep_near_large();
-  if (may_keep && srec.ext_refs == 0 && !srec.pinned && !srec.discarded && keep_ratio > 0 &&
-      kept_bytes_ + srec.size_bytes <= keep_cap_bytes() &&
-      near_large_held(trec.storage, keep_ratio)) {
-    kept_bytes_ += srec.size_bytes;
-    ++trec.ext_refs;
-    ++srec.ext_refs;
-    kept_to_period_end_.push_back(t);
-    ++stats_.num_kept_dropped;
-    if (config_.debug >= 3) check_invariants();
-    return;
+  // The ratio is asked for only at a last release (a virtual call under a policy).
+  if (may_keep && srec.ext_refs == 0 && !srec.pinned && !srec.discarded) {
+    const double ratio = keep_ratio();
+    if (ratio > 0 && kept_bytes_ + srec.size_bytes <= keep_cap_bytes() &&
+        near_large_held(trec.storage, ratio)) {
+      kept_bytes_ += srec.size_bytes;
+      ++trec.ext_refs;
+      ++srec.ext_refs;
+      kept_to_period_end_.push_back(t);
+      ++stats_.num_kept_dropped;
+      if (config_.debug >= 3) check_invariants();
+      return;
+    }
   }
   // Eager eviction: nobody outside can reach a dead storage, so its memory goes now; its
   // lineage stays, in case a live descendant must be rematerialized through it.
@@ -1628,6 +1629,10 @@ void Engine::recount_evicted_neighbors(StorageId s) {
 // (keep_near_large R), or the policy's (Heuristic::keep_near_large: dtr_eq_keep, which
 // `auto` tries as its fourth candidate, Note [Keeping as a candidate]); the option, where
 // set, wins.
+double Engine::keep_ratio() const {
+  return config_.keep_near_large > 0 ? config_.keep_near_large : heuristic_->keep_near_large();
+}
+
 uint64_t Engine::keep_cap_bytes() const {
   return budget_in_force() / kKeepBudgetShare;  // no budget: no cap that matters
 }

@@ -432,6 +432,7 @@ class Engine {
   uint64_t kept_bytes_ = 0;                   // their sizes, at most keep_cap_bytes()
   static constexpr uint64_t kKeepBudgetShare = 16;  // same Note
   uint64_t keep_cap_bytes() const;                  // the budget / kKeepBudgetShare
+  double keep_ratio() const;  // option keep_near_large if set, else the policy's (0: no keep)
   uint64_t budget_in_force() const;  // the allocator's budget if attached, else the engine's
   uint64_t pool_bytes_ = 0;
   uint64_t pool_seq_next_ = 0;
