@@ -18,6 +18,10 @@ HeuristicInfo random_heuristic_info();
 HeuristicInfo coop_heuristic_info();
 HeuristicInfo auto_heuristic_info();
 
+// dtr_eq's scores; with keep_ratio > 0, policy dtr_eq_keep, which keeps by that ratio
+// (Heuristic::keep_near_large; Note [Keeping as a candidate] in dtr_eq_keep_heuristic.cpp).
+std::unique_ptr<Heuristic> make_dtr_eq(const HeuristicParams& params, double keep_ratio);
+
 // size * staleness, the denominator of the DTR family; cost/0 is +inf (a storage touched
 // this very tick is never the best victim).
 double dtr_ratio(double cost, double size_bytes, double staleness_ticks);

@@ -84,9 +84,11 @@ namespace dtr {
 namespace {
 class DtrEqHeuristic final : public Heuristic {
  public:
-  DtrEqHeuristic(double dead_lineage_factor, double remake_factor)
-      : factor_(dead_lineage_factor), remake_factor_(remake_factor) {}
-  std::string_view name() const override { return "dtr_eq"; }
+  DtrEqHeuristic(double dead_lineage_factor, double remake_factor, double keep_ratio)
+      : factor_(dead_lineage_factor), remake_factor_(remake_factor), keep_ratio_(keep_ratio) {}
+  // With a keep ratio, dtr_eq_keep (Note [Keeping as a candidate] in dtr_eq_keep_heuristic.cpp).
+  std::string_view name() const override { return keep_ratio_ > 0 ? "dtr_eq_keep" : "dtr_eq"; }
+  double keep_near_large() const override { return keep_ratio_; }
   uint32_t needs() const override { return kFeatureStaleness | kFeatureEqClasses; }
   double score(const Engine& e, StorageId s) override {
     return score_up_to(e, s, std::numeric_limits<double>::infinity());
@@ -113,13 +115,17 @@ class DtrEqHeuristic final : public Heuristic {
   static constexpr uint32_t kFreeRemakes = 2;  // Note [Storages remade again and again]
   const double factor_;                        // Note [Live storages on dead lineage]
   const double remake_factor_;                 // Note [Storages remade again and again]
+  const double keep_ratio_;                    // Heuristic::keep_near_large; 0 for dtr_eq
 };
 }  // namespace
 
+std::unique_ptr<Heuristic> make_dtr_eq(const HeuristicParams& p, double keep_ratio) {
+  return std::make_unique<DtrEqHeuristic>(p.dead_lineage_factor, p.remake_factor, keep_ratio);
+}
+
 HeuristicInfo dtr_eq_heuristic_info() {
   return {"dtr_eq", "h_DTR^eq: like dtr, neighbourhood approximated by union-find classes",
-          kFeatureStaleness | kFeatureEqClasses, [](const HeuristicParams& p) {
-            return std::make_unique<DtrEqHeuristic>(p.dead_lineage_factor, p.remake_factor);
-          }};
+          kFeatureStaleness | kFeatureEqClasses,
+          [](const HeuristicParams& p) { return make_dtr_eq(p, /*keep_ratio=*/0); }};
 }
 }  // namespace dtr

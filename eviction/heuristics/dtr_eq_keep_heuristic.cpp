@@ -16,36 +16,25 @@
 // asks the policy in force when the program drops a storage (Heuristic::keep_near_large),
 // so under `auto` the keep follows the active candidate; what one candidate kept is let go
 // at the period's end whoever is active then. The option, where set, overrides the policy.
+// The policy is dtr_eq's own class with a keep ratio (make_dtr_eq), so its scores are
+// dtr_eq's with no call in between.
+#include <string>
+
 #include "dtr/eviction/engine.h"
 #include "eviction/heuristics/builtin.h"
 
 namespace dtr {
 namespace {
-class DtrEqKeepHeuristic final : public Heuristic {
- public:
-  explicit DtrEqKeepHeuristic(const HeuristicParams& params)
-      : scores_(dtr_eq_heuristic_info().make(params)) {}
-  std::string_view name() const override { return "dtr_eq_keep"; }
-  uint32_t needs() const override { return scores_->needs(); }
-  double score(const Engine& e, StorageId s) override { return scores_->score(e, s); }
-  double score_up_to(const Engine& e, StorageId s, double cutoff) override {
-    return scores_->score_up_to(e, s, cutoff);
-  }
-  bool has_lower_bound() const override { return scores_->has_lower_bound(); }
-  double lower_bound(const Engine& e, StorageId s) override { return scores_->lower_bound(e, s); }
-  double keep_near_large() const override { return kKeepRatio; }
-
- private:
-  static constexpr double kKeepRatio = 8;  // Note [Keeping as a candidate]
-  std::unique_ptr<Heuristic> scores_;      // dtr_eq's
-};
+constexpr int kKeepRatio = 8;  // Note [Keeping as a candidate]
 }  // namespace
 
 HeuristicInfo dtr_eq_keep_heuristic_info() {
   return {"dtr_eq_keep",
           "dtr_eq, keeping a dropped storage to the step's end where a held one at most two ops "
-          "downstream is 8 times its size (as option keep_near_large:8)",
+          "downstream is " +
+              std::to_string(kKeepRatio) +
+              " times its size (as option keep_near_large:" + std::to_string(kKeepRatio) + ")",
           dtr_eq_heuristic_info().needs,
-          [](const HeuristicParams& p) { return std::make_unique<DtrEqKeepHeuristic>(p); }};
+          [](const HeuristicParams& p) { return make_dtr_eq(p, kKeepRatio); }};
 }
 }  // namespace dtr

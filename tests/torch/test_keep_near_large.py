@@ -1,8 +1,8 @@
 """Option keep_near_large and policy dtr_eq_keep (Note [Dropped inputs of large results] in
 eviction/engine.cpp): the engine keeps a storage the program drops, to the end of the
-training step, while a large storage the program holds was made from it. The runs under it must train bit for
-bit as without the library, keep something, and (on resnet18, where the rule was found)
-recompute less than the same budget without it.
+training step, while a large storage the program holds was made from it. The runs under it
+must train bit for bit as without the library, keep something, and (on resnet18, where the
+rule was found) recompute less than the same budget without it.
 """
 import pytest
 

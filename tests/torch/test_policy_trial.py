@@ -1,8 +1,8 @@
-"""policy:auto tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one training step each, then runs the
-one whose steps cost the least on average and goes on measuring it (Note [Policy trial] in
-eviction/heuristics/auto_heuristic.cpp); the library finds the steps by torch.optim's
-record_function scopes (Note [Step marks] in integration/torch/dispatch_hook.cpp).
-docs/pytorch.md, "Policy trial"."""
+"""policy:auto tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one training step each,
+then runs the one whose steps cost the least on average and goes on measuring it (Note
+[Policy trial] in eviction/heuristics/auto_heuristic.cpp); the library finds the steps by
+torch.optim's record_function scopes (Note [Step marks] in
+integration/torch/dispatch_hook.cpp). docs/pytorch.md, "Policy trial"."""
 import json
 import os
 import re
