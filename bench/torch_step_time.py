@@ -12,7 +12,9 @@ one per DTR_CONF fragment, such as `--confs "op_cost:median;op_cost:measured"`; 
 --against, each budget configuration again under another build of the library, so that a
 change is timed side by side with the library before it). Each run's
 first step is dropped (warm-up); a configuration's figure is the median over rounds of the
-run's median step time. Peak RSS is each process's own (wait4), the median over rounds;
+run's median step time; the mean-step ratio divides the medians over rounds of each run's
+mean step after the first (the whole run, a policy trial's steps included) likewise. Peak
+RSS is each process's own (wait4), the median over rounds;
 remat time is the library's measured wall time of a run's remats (dtr.remat_measured_ns),
 the median over rounds; remats/run is the last round's count.
 
@@ -129,12 +131,14 @@ def main():
         rss = {c: [] for c in configs}
         remats = {c: 0 for c in configs}
         remat_s = {c: [] for c in configs}  # measured remat wall time per run
+        means = {c: [] for c in configs}  # each run's mean step after the first
         for r in range(args.rounds):
             for config, kw in configs.items():
                 run = runs.run(script, script_args, threads=args.threads, **kw)
                 if run.returncode != 0:
                     runs.fail(f"{name} {config} failed", run)
                 times[config].append(runs.median(run.step_times()[1:]))
+                means[config].append(sum(run.step_times()[1:]) / len(run.step_times()[1:]))
                 rss[config].append(run.max_rss_kib / 1024)
                 remats[config] = run.report.get("dtr.num_remats", 0)
                 remat_s[config].append(run.report.get("dtr.remat_measured_ns", 0) / 1e9)
@@ -142,12 +146,13 @@ def main():
                   ", ".join(f"{c} {t[-1]:.3f} s" for c, t in times.items()), flush=True)
         med = {c: runs.median(t) for c, t in times.items()}
         rows.append((name, med, budget, remats, {c: runs.median(v) for c, v in rss.items()},
-                     fraction, policy_of, {c: runs.median(v) for c, v in remat_s.items()}))
+                     fraction, policy_of, {c: runs.median(v) for c, v in remat_s.items()},
+                     {c: runs.median(v) for c, v in means.items()}))
     print()
-    print("| model | plain step | dtr, no budget | ratio | dtr, budget | ratio | remats/run |"
-          " remat time/run | peak RSS plain / dtr / dtr budget |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, med, budget, remats, rss, fraction, policy_of, remat_s in rows:
+    print("| model | plain step | dtr, no budget | ratio | dtr, budget | ratio | mean-step ratio |"
+          " remats/run | remat time/run | peak RSS plain / dtr / dtr budget |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, med, budget, remats, rss, fraction, policy_of, remat_s, mean in rows:
         plain = med["plain"]
         keys = list(med)
         for key in keys[2:]:  # one row per budget configuration (policy)
@@ -155,6 +160,7 @@ def main():
             print(f"| {name} | {plain:.3f} s | {med[keys[1]]:.3f} s | {med[keys[1]] / plain:.3f} | "
                   f"{med[key]:.3f} s ({fraction}x: {budget / 2**20:.0f} MiB"
                   f"{', ' + policy if policy else ''}) | {med[key] / plain:.3f} | "
+                  f"{mean[key] / mean['plain']:.3f} | "
                   f"{remats[key]} | {remat_s[key]:.3f} s | {' / '.join(f'{rss[k]:.0f} MiB' for k in keys[:2] + [key])} |")
 
 

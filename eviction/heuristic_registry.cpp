@@ -50,12 +50,20 @@ class FullScores final : public Heuristic {
   double lower_bound(const Engine& e, StorageId s) override { return inner_->lower_bound(e, s); }
   void on_period(const PeriodCost& cost) override { inner_->on_period(cost); }
   void on_remat(const PeriodCost& so_far) override { inner_->on_remat(so_far); }
+  double keep_near_large() const override { return inner_->keep_near_large(); }
   std::string status() const override { return inner_->status(); }
 
  private:
   std::unique_ptr<Heuristic> inner_;
 };
 }  // namespace
+
+TrialMode parse_trial_mode(const std::string& text) {
+  if (text == "replay") return TrialMode::replay;
+  if (text == "live") return TrialMode::live;
+  throw ConfigError("dtr: option trial is '" + text +
+                    "'; valid values: replay, live (DTR_CONF trial:live)");
+}
 
 std::unique_ptr<Heuristic> with_full_scores(std::unique_ptr<Heuristic> inner) {
   return std::make_unique<FullScores>(std::move(inner));

@@ -30,6 +30,7 @@
 #include "dtr/core/chrome_trace.h"
 #include "dtr/eviction/timeline_hooks.h"
 #include "dtr/sim/replay_snapshot.h"
+#include "dtr/sim/trial_replay.h"
 
 namespace dtr {
 
@@ -177,6 +178,7 @@ ReplayOptions ReplayOptions::from_config(const Config& config) {
   o.keep_near_large = config.keep_near_large;
   o.relax_locks = config.relax_locks;
   o.seed = config.seed;
+  o.trial_by_replay = parse_trial_mode(config.trial) == TrialMode::replay;
   o.max_overhead = config.max_overhead;
   o.debug = config.debug;
   o.memory = parse_memory_model(config.allocator);
@@ -307,20 +309,31 @@ class PinsWhenMaterial {
   std::vector<char> needed_;         // is_needed's marks; empty: to be made
 };
 
+// Where run_events is: the event it is running, and what each period so far cost.
+struct Progress {
+  size_t event = 0;
+  std::vector<PeriodCost> periods;
+};
+
 // Runs the events; returns the first failure. `guide` (may be null) follows a plan;
 // `recorder` (may be null) is told each op's name for the timeline.
-Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, TimelineHooks* recorder) {
+Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, TimelineHooks* recorder,
+                  Progress& progress) {
   std::vector<TensorId> tensor_of(trace.names.size(), kNoId);
   std::vector<TensorId> inputs, outputs;
   std::vector<OutputSpec> specs;
   PinsWhenMaterial pins(engine);  // Note [Pins when material]
   Status status;
-  for (const TraceEvent& ev : trace.events) {
+  for (progress.event = 0; progress.event < trace.events.size(); ++progress.event) {
+    const TraceEvent& ev = trace.events[progress.event];
     OpId op = kNoId;  // the op this event recorded, for the guide
     switch (ev.kind) {
       case TraceEventKind::annotate:
         // A training step ended where the host recorded it (policy auto: Note [Policy trial])
-        if (ev.op == "STEP") engine.end_period();
+        if (ev.op == "STEP") {
+          progress.periods.push_back(engine.period_cost());
+          engine.end_period();
+        }
         break;
       case TraceEventKind::constant: {
         TensorId t;
@@ -438,6 +451,20 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   params.seed = options.seed;
   params.dead_lineage_factor = options.dead_lineage_factor;
   params.remake_factor = options.remake_factor;
+  Progress progress;
+  if (options.trial_by_replay) {
+    // Note [Trial by replay]: the candidates replay the trace up to the STEP being run.
+    params.trial_replay = [&trace, &progress, &options,
+                           &result](const std::vector<std::string>& policies) {
+      Trace so_far;
+      so_far.path = trace.path;
+      so_far.version = trace.version;
+      so_far.names = trace.names;
+      so_far.events.assign(trace.events.begin(),
+                           trace.events.begin() + std::ptrdiff_t(progress.event + 1));
+      return replay_last_period(so_far, options, result.budget_bytes, policies);
+    };
+  }
   LogicalClock clock(0);
   // Note [Fake device]
   // ~~~~~~~~~~~~~~~~~~
@@ -527,7 +554,8 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
                                         ? std::nullopt
                                         : std::optional<uint64_t>(result.budget_bytes));
     }
-    result.status = run_events(trace, engine, guide.get(), recorder.get());
+    result.status = run_events(trace, engine, guide.get(), recorder.get(), progress);
+    result.periods = progress.periods;
     result.stats = engine.stats();
     result.policy_status = engine.heuristic().status();
     if (snapshot) {

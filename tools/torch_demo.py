@@ -5,8 +5,8 @@ budget of half that peak, with eviction and rematerialization on (if half does n
 the next fraction in --fractions, and it says so), and once more with its reserved bytes
 (what the allocator holds from the system) also capped, at --reserved-limit times the
 budget (option reserved_limit; compaction moves blocks to keep under it). Prints the peaks,
-the median step times, the evictions and remats, and whether losses and final parameters
-match bit for bit.
+the median step times, the evictions and remats, the policy `auto` chose, and whether losses
+and final parameters match bit for bit.
 
     /usr/bin/python3 tools/torch_demo.py [--fractions 0.5,0.6,0.7] [--reserved-limit 1.15]
         [--steps 4] [script args...]
@@ -79,6 +79,8 @@ def main():
             row("blocks moved", lambda r: str(r.report.get("dtr.num_block_moves", 0)))]
     for cells in rows:
         print(f"  {cells[0]:24s}" + "".join(f" {c:>17s}" for c in cells[1:]))
+    for label, r in runs_shown[1:]:  # what `auto` chose (Note [Trial by replay])
+        print(f"  policy ({label}): {r.report.get('dtr.policy', '?')}")
     same = all(r.state() == free.state() for _, r in runs_shown) and free.losses()
     for label, r in runs_shown[1:]:
         print(f"  losses {' '.join(free.losses())} vs {' '.join(r.losses())} ({label})")

@@ -1,6 +1,7 @@
-// auto_heuristic.cpp: `auto`, which tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one
-// period of the program each and then runs the one whose periods cost the least (Note [Policy
-// trial]).
+// auto_heuristic.cpp: `auto`, which tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep, by
+// replaying the program's first periods under each where its host can (Note [Trial by
+// replay]) or else for one period of the program each, and then runs the one whose periods
+// cost the least (Note [Policy trial]).
 //
 // It scores with one candidate at a time and delegates every call to it, so a search under
 // `auto` is the active candidate's search. The engine provides the union of the
@@ -64,6 +65,28 @@
 // 0.4-0.8 of their peaks (docs/simulator.md, "Thrashing period"), no replay that stayed
 // under overhead 2 changed, and the GRU at 0.7 went from 282 to 2.4 (3.8 with the cut at
 // 8).
+//
+// Note [Trial by replay]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// The live trial pays for its losers: each candidate runs a whole period, so a run pays
+// for up to three periods under candidates it will not keep (resnet18 at 0.55 of its peak:
+// dtr_eq 0.61, dtr_ancestors 0.53 and msps 0.50 of the step's compute in remats, against
+// dtr_eq_keep's 0.28), and a run of fewer than six periods never finishes it. But a period
+// can be tried without being run: the simulator replays a recorded program under any
+// policy, at the cost the policies score (charged op times, the measure of the live
+// trial), in milliseconds (docs/pytorch.md, "Trial by replay"). So where the host can
+// replay (HeuristicParams::trial_replay: the PyTorch host records its first periods as a
+// trace, option trial:replay, the default; the simulator has its trace), `auto` asks at the
+// end of the first period after the warm-up for the program from its start to there,
+// replayed under each candidate at the run's budget, and runs the candidate whose replayed
+// period cost the least from the next period on, without a live trial. Each candidate's
+// replayed period counts as one of its periods, and later live periods join the mean of
+// the one that ran them, as after the live trial, so a choice the live run disagrees with
+// is still undone; a cut (Note [Thrashing period]) moves to the next best the same way. A
+// candidate whose replay ran out of memory or gave up (past kReplayMaxOverhead in
+// sim/trial_replay.cpp) has no period and is never chosen. Where the host cannot replay (no
+// budget when the period ends, nothing recorded) or every replay failed, the live trial
+// goes on from that period.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -82,7 +105,7 @@ HeuristicInfo (*const kCandidates[])() = {dtr_eq_heuristic_info, dtr_ancestors_h
 
 class AutoHeuristic final : public Heuristic {
  public:
-  explicit AutoHeuristic(const HeuristicParams& params) {
+  explicit AutoHeuristic(const HeuristicParams& params) : trial_replay_(params.trial_replay) {
     for (auto info : kCandidates) {
       candidates_.push_back(info().make(params));
       needs_ |= candidates_.back()->needs();
@@ -110,6 +133,7 @@ class AutoHeuristic final : public Heuristic {
       warmed_up_ = true;
       return;
     }
+    if (trial_replay_ && !trial_over() && replay_trial()) return;  // Note [Trial by replay]
     const bool chosen = trial_over();  // before this period
     Measured& m = measured_[active_];
     m.sum += double(cost.remat_compute_ns) / double(cost.model_compute_ns);
@@ -141,6 +165,7 @@ class AutoHeuristic final : public Heuristic {
   // undone by later periods adds "; 1 switch", a candidate left within a period "; 1
   // thrashing period cut short" (Note [Thrashing period]).
   std::string status() const override {
+    if (!replayed_.empty()) return replayed_status();
     std::string trial;
     for (size_t i = 0; i < candidates_.size(); ++i) {
       const Measured& m = measured_[i];
@@ -162,6 +187,45 @@ class AutoHeuristic final : public Heuristic {
     return out;
   }
 
+  // After a trial by replay: "auto: dtr_eq_keep (by replay in 12 ms: dtr_eq 0.610,
+  // dtr_ancestors 0.531, msps oom, dtr_eq_keep 0.283; then dtr_eq_keep 0.290 over 8 steps)".
+  std::string replayed_status() const {
+    double wall = 0;
+    for (const ReplayedPeriod& p : replayed_) wall += p.wall_seconds;
+    char took[64];
+    std::snprintf(took, sizeof took, "%.0f ms", wall * 1e3);
+    std::string out = "auto: " + std::string(active().name()) + " (by replay in " + took + ": ";
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      const ReplayedPeriod& p = replayed_[i];
+      char figure[64];
+      if (p.failure.empty() && p.cost.model_compute_ns > 0)
+        std::snprintf(figure, sizeof figure, "%.3f",
+                      double(p.cost.remat_compute_ns) / double(p.cost.model_compute_ns));
+      else
+        std::snprintf(figure, sizeof figure, "%s",
+                      p.failure.empty() ? "no compute" : p.failure.c_str());
+      out += (i ? ", " : "") + std::string(candidates_[i]->name()) + " " + figure;
+    }
+    std::string live;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      const Measured& m = measured_[i];
+      const uint64_t periods = m.periods - (m.seeded ? 1 : 0);
+      if (periods == 0) continue;
+      char ratio[64];
+      std::snprintf(ratio, sizeof ratio, "%.3f over %llu step%s",
+                    (m.sum - m.seed) / double(periods), (unsigned long long)periods,
+                    periods > 1 ? "s" : "");
+      live += (live.empty() ? "" : ", ") + std::string(candidates_[i]->name()) + " " + ratio;
+    }
+    if (!live.empty()) out += "; then " + live;
+    if (switches_ > 0)
+      out += "; " + std::to_string(switches_) + (switches_ > 1 ? " switches" : " switch");
+    if (cuts_ > 0)
+      out += "; " + std::to_string(cuts_) +
+             (cuts_ > 1 ? " thrashing periods cut short" : " thrashing period cut short");
+    return out + ")";
+  }
+
  private:
   Heuristic& active() const { return *candidates_[active_]; }
   // After the active candidate's period (or cut-short stretch) was recorded: during the
@@ -178,8 +242,38 @@ class AutoHeuristic final : public Heuristic {
     if (trial_was_over && best != active_) ++switches_;
     active_ = best;
   }
-  // The candidates are tried in order, so the trial is over once the last has a period.
-  bool trial_over() const { return measured_.back().periods > 0; }
+  // The candidates are tried in order, so the trial is over once the last has a period, or
+  // once the replays gave them theirs.
+  bool trial_over() const { return !replayed_.empty() || measured_.back().periods > 0; }
+
+  // Note [Trial by replay]: asks the host once; true if its replays chose a candidate, which
+  // is then the active one.
+  bool replay_trial() {
+    const TrialReplay replay = std::move(trial_replay_);
+    trial_replay_ = nullptr;
+    std::vector<std::string> names;
+    for (const auto& c : candidates_) names.emplace_back(c->name());
+    std::vector<ReplayedPeriod> periods = replay(names);
+    if (periods.size() != candidates_.size()) return false;
+    std::vector<Measured> seeded(candidates_.size());
+    bool any = false;
+    for (size_t i = 0; i < periods.size(); ++i) {
+      const ReplayedPeriod& p = periods[i];
+      if (!p.failure.empty() || p.cost.model_compute_ns == 0) continue;
+      Measured& m = seeded[i];
+      m.seed = m.sum = double(p.cost.remat_compute_ns) / double(p.cost.model_compute_ns);
+      m.periods = 1;
+      m.seeded = true;
+      any = true;
+    }
+    if (!any) return false;
+    replayed_ = std::move(periods);
+    measured_ = std::move(seeded);
+    active_ = 0;
+    for (size_t i = 1; i < measured_.size(); ++i)
+      if (measured_[i].mean() < measured_[active_].mean()) active_ = i;
+    return true;
+  }
 
   // Note [Thrashing period]: remats past this multiple of the program's compute, and
   // past kCutMinNs (charged), cut a candidate's period short; each further cut within the
@@ -192,11 +286,15 @@ class AutoHeuristic final : public Heuristic {
   struct Measured {
     double sum = 0;
     uint64_t periods = 0;
+    double seed = 0;  // Note [Trial by replay]: the replayed period in sum and periods
+    bool seeded = false;
     double mean() const {
       return periods ? sum / double(periods) : std::numeric_limits<double>::infinity();
     }
   };
   std::vector<Measured> measured_;
+  TrialReplay trial_replay_;              // Note [Trial by replay]; empty once asked
+  std::vector<ReplayedPeriod> replayed_;  // its replays' periods, by candidate; empty: none
   uint32_t needs_ = 0;
   size_t active_ = 0;
   bool warmed_up_ = false;
@@ -213,7 +311,8 @@ HeuristicInfo auto_heuristic_info() {
   uint32_t needs = 0;
   for (auto info : kCandidates) needs |= info().needs;
   return {"auto",
-          "tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep for one step each, then runs the one "
+          "tries dtr_eq, dtr_ancestors, msps and dtr_eq_keep by replaying the first two steps "
+          "under each (option trial:replay) or for one step each (trial:live), then runs the one "
           "whose steps cost the least on average (steps: the PyTorch host's optimizer steps, "
           "ANNOTATE STEP in its traces; none: dtr_eq); leaves one within a step whose remats pass "
           "4x the program's compute (default)",

@@ -565,8 +565,17 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   EngineMemory memory;
   memory.allocator = &allocator;
   memory.engine_allocates = false;
-  recording_ = std::make_unique<Recording>(config_, allocator, clock_);
-  tracing_ = !config_.trace.empty();
+  // Note [Trial by replay] in eviction/heuristics/auto_heuristic.cpp: the first steps are
+  // recorded for `auto`'s replays where a budget is set from the start.
+  const bool trial = config.policy == "auto" &&
+                     parse_trial_mode(config.trial) == TrialMode::replay && !plan_ &&
+                     allocator.config().budget_bytes != kUnlimitedBytes;
+  recording_ = std::make_unique<Recording>(config_, allocator, clock_, trial);
+  if (trial)
+    params.trial_replay = [this](const std::vector<std::string>& policies) {
+      // Called from end_period (under the lock), after its STEP went into the trace.
+      return recording_->replay_trial(policies, allocator_.config().budget_bytes);
+    };
   budget_changed(allocator.config().budget_bytes);
   EngineHooks* hooks = recording_->engine_hooks(this);
   if (plan_) {  // Note [Warm start in PyTorch]
@@ -756,7 +765,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   // memory would be without lineage (kOpsBetweenDeadScans), and a dead pinned storage is
   // discarded as soon as lineage lets it go (Note [Discards in a trace]). Under a budget
   // the deaths only go into the trace (Note [Tracing under a budget] in collector.cpp).
-  if (tracing_) {
+  if (recording_->tracing()) {
     if (!scan_newest_.load(std::memory_order_relaxed)) {
       trace_deaths();
     } else {
@@ -1352,8 +1361,10 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
       // Note [Packed masks]
       c10::DataPtr mask_bits;
       uint64_t mask_one = 0, remat_ns = Engine::kSameCost;
+      // A DTR_TRACE packs them all (Note [Packed masks]); the trial's trace records the run
+      // as it goes (Note [Trial by replay]).
       if (info.packs_mask && config_.pack_masks && pending.overwrite &&
-          (engine_->stats().num_evictions > 0 || recording_->tracing()))
+          (engine_->stats().num_evictions > 0 || !config_.trace.empty()))
         remat_ns = pack_written_mask(stack[base].toTensor(), min_evictable_bytes(config_),
                                      mask_bits, mask_one);
       if (remat_ns == Engine::kSameCost && median_costs_) {  // Note [Noisy op times]
@@ -1478,8 +1489,8 @@ void Lineage::budget_changed(uint64_t budget_bytes) {
 
 void Lineage::end_period() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  recording_->step();  // first: `auto` may replay the trace up to here (Note [Trial by replay])
   engine_->end_period();
-  recording_->step();
 }
 
 void Lineage::abort_op(PendingOp& pending) {

@@ -209,7 +209,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
 
   // DTR_TRACE: the fallback measures each recorded op's scratch (Note [Measuring
   // workspaces] in cpu_allocator.cpp).
-  bool tracing() const { return tracing_; }
+  bool tracing() const { return recording_->tracing(); }
   // The fallback's side (dispatch_hook.cpp). `stack` holds the op's arguments on top.
   void before_op(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& stack,
                  PendingOp& pending);
@@ -413,7 +413,6 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Storages running ops overwrite without locking them: Note [Moving storages].
   std::vector<const c10::StorageImpl*> unlocked_targets_;
   std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
-  bool tracing_ = false;                  // DTR_TRACE: scan for deaths before every op
   std::atomic<int> raw_composites_{0};    // Note [Composites that read past the dispatcher]
   std::atomic<bool> scan_newest_{false};  // no budget: Note [Temporaries]
   uint64_t ops_recorded_ = 0;

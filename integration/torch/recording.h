@@ -1,15 +1,19 @@
 // recording.h: what a live run leaves behind for later: its trace (`trace`, DTR_TRACE) and
-// its timeline (`timeline`, DTR_TIMELINE). The memory snapshot (`snapshot`) is the
+// its timeline (`timeline`, DTR_TIMELINE); and the trace of its first steps that `auto`
+// replays to choose a policy (Note [Trial by replay] in
+// eviction/heuristics/auto_heuristic.cpp). The memory snapshot (`snapshot`) is the
 // runtime's (runtime.cpp), since it needs no lineage.
 //
 // No torch header: the lineage (lineage.cpp) tells a Recording what the engine was told,
 // under the engine lock, and the Recording writes the files at exit, from the process
 // that loaded the library only (a forked DataLoader worker writes nothing).
 //
-// Cost: nothing is kept unless an option asks for it; each call is then a push_back (the
+// Cost: nothing is kept unless an option asks for it, or `auto` runs under a budget set at
+// start (its trial, until the end of the second step); each call is then a push_back (the
 // timeline's allocated sample reads the allocator's stats: one more lock per op).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,7 +35,8 @@ namespace torch_integration {
 
 class Recording {
  public:
-  Recording(const Config& config, CachingAllocator& allocator, const Clock& clock);
+  // trial: also record a trace, in memory, until replay_trial() (option trial:replay).
+  Recording(const Config& config, CachingAllocator& allocator, const Clock& clock, bool trial);
   ~Recording();
 
   // The hooks to build the engine with: `host` itself, or a TimelineHooks in front of it
@@ -40,7 +45,17 @@ class Recording {
   void bind(const Engine& engine);
 
   bool active() const { return trace_ || timeline_; }
-  bool tracing() const { return trace_ != nullptr; }  // DTR_TRACE
+  // DTR_TRACE, or the trial's trace: the host then scans for deaths before every op (Note
+  // [Recording a trace] in recording.cpp). Read without the lock (one store, at the
+  // trial's end).
+  bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
+
+  // Note [Trial by replay]: the program recorded so far (up to the STEP just recorded),
+  // replayed under each policy at budget_bytes as this host runs (sim/trial_replay.h); empty
+  // where nothing was recorded or there is no budget. Then a trace kept for the trial only
+  // is dropped, and tracing() is false unless DTR_TRACE asks for one.
+  std::vector<ReplayedPeriod> replay_trial(const std::vector<std::string>& policies,
+                                           uint64_t budget_bytes);
 
   // What the engine was told (Note [Recording a trace] in recording.cpp).
   void constant(TensorId t, uint64_t bytes);
@@ -75,7 +90,9 @@ class Recording {
   const Config& config_;
   CachingAllocator& allocator_;
   const Clock& clock_;
-  std::unique_ptr<Trace> trace_;  // DTR_TRACE, else null
+  void drop_trial_trace();            // a trace kept for the trial only
+  std::unique_ptr<Trace> trace_;      // DTR_TRACE or the trial's (until replay_trial), else null
+  std::atomic<bool> tracing_{false};  // trace_ != null
   std::vector<NameId> trace_names_;  // TensorId -> name in trace_
   uint64_t next_name_ = 0;           // trace names are t0, t1, ...: never reused
   std::vector<bool> pinned_when_material_;  // by trace name: pin_when_material named it

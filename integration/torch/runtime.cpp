@@ -73,6 +73,7 @@
 #include "dtr/core/clock.h"
 #include "dtr/core/options.h"
 #include "dtr/core/status.h"
+#include "dtr/eviction/heuristic_registry.h"
 #include "dtr/eviction/op_costs.h"
 #include "dtr/eviction/thrash_watch.h"
 #include "dtr/planner/warm_start.h"
@@ -343,6 +344,7 @@ void load_runtime() {
           "no meaning here: drop it from DTR_CONF / DTR_LAZY_RELEASE");
     parse_op_cost(config.op_cost);                  // a bad value fails now
     parse_thrash_action(config.on_thrash);          // a bad value fails now
+    parse_trial_mode(config.trial);                 // a bad value fails now
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());

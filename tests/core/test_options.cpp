@@ -84,13 +84,13 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 30);
+  REQUIRE(table.size() == 31);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
   CHECK(std::string(table.back().key) == "report");
   CHECK(dtr::valid_option_keys() ==
-        "budget, policy, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
+        "budget, policy, trial, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
         "remake_factor, keep_near_large, lazy_release, relax_locks, seed, max_overhead, on_thrash, "
         "reserved_limit, "
         "compact, allocator, debug, trace, plan, plan_trace, remat, pack_masks, min_evictable, "

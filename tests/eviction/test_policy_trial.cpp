@@ -270,3 +270,113 @@ TEST_CASE("after its trial, auto leaves a thrashing choice for the cheapest othe
   CHECK(p.status().rfind("auto: dtr_eq (", 0) == 0);
   CHECK(p.picks_c());
 }
+
+namespace {
+
+// A host's replays (Note [Trial by replay]) as fixed figures: each candidate's replayed
+// period, by name; counts its calls and keeps the names it was asked for.
+struct FakeReplays {
+  std::vector<std::vector<std::string>> asked;
+  std::vector<ReplayedPeriod> answer;
+  HeuristicParams params() {
+    HeuristicParams p;
+    p.trial_replay = [this](const std::vector<std::string>& policies) {
+      asked.push_back(policies);
+      return answer;
+    };
+    return p;
+  }
+};
+
+ReplayedPeriod replayed(uint64_t model, uint64_t remat) {
+  ReplayedPeriod p;
+  p.cost.model_compute_ns = model;
+  p.cost.remat_compute_ns = remat;
+  return p;
+}
+
+ReplayedPeriod failed(const std::string& why) {
+  ReplayedPeriod p;
+  p.failure = why;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("auto chooses by its host's replays at the end of the first period after the warm-up",
+          "[eviction][trial]") {
+  FakeReplays host;
+  host.answer = {replayed(1000, 500), replayed(1000, 125), replayed(1000, 250),
+                 replayed(1000, 1000)};
+  AncestorsProgram p(builtin_heuristics().make("auto", host.params()));
+  p.period(0, 0);  // warm-up: no replay yet
+  CHECK(host.asked.empty());
+  CHECK(p.status() == "auto: trying dtr_eq (no period yet)");
+  p.period(0, 0);  // nothing computed: not a period, no replay
+  CHECK(host.asked.empty());
+  p.period(1000, 300);  // dtr_eq's live period; the replays choose instead
+  REQUIRE(host.asked.size() == 1);
+  CHECK(host.asked[0] ==
+        std::vector<std::string>{"dtr_eq", "dtr_ancestors", "msps", "dtr_eq_keep"});
+  CHECK(p.status() ==
+        "auto: dtr_ancestors (by replay in 0 ms: dtr_eq 0.500, dtr_ancestors 0.125, msps 0.250, "
+        "dtr_eq_keep 1.000)");
+  CHECK(p.picks_a());
+  CHECK(p.engine.heuristic().keep_near_large() == 0);
+  // Live periods join the mean of the one that ran them, its replayed period included.
+  p.period(1000, 125);  // mean 0.125
+  CHECK(p.status() ==
+        "auto: dtr_ancestors (by replay in 0 ms: dtr_eq 0.500, dtr_ancestors 0.125, msps 0.250, "
+        "dtr_eq_keep 1.000; then dtr_ancestors 0.125 over 1 step)");
+  p.period(1000, 625);  // mean (0.125 + 0.125 + 0.625) / 3 = 0.2917, above msps's 0.25
+  CHECK(p.status() ==
+        "auto: msps (by replay in 0 ms: dtr_eq 0.500, dtr_ancestors 0.125, msps 0.250, "
+        "dtr_eq_keep 1.000; then dtr_ancestors 0.375 over 2 steps; 1 switch)");
+  CHECK(p.picks_a());
+  p.period(1000, 1000);  // a long run asks once only
+  CHECK(host.asked.size() == 1);
+}
+
+TEST_CASE("a candidate whose replay failed is never chosen", "[eviction][trial]") {
+  FakeReplays host;
+  host.answer = {failed("thrash"), replayed(1000, 500), replayed(1000, 250), failed("oom")};
+  AncestorsProgram p(builtin_heuristics().make("auto", host.params()));
+  p.period(0, 0);
+  p.period(1000, 0);
+  CHECK(p.status() ==
+        "auto: msps (by replay in 0 ms: dtr_eq thrash, dtr_ancestors 0.500, msps 0.250, "
+        "dtr_eq_keep oom)");
+  // msps thrashes live: the next best is dtr_ancestors, never the failed ones.
+  p.remats(16 * kMs, 160 * kMs);
+  CHECK(p.status().rfind("auto: dtr_ancestors (", 0) == 0);
+  CHECK(p.status().find("1 thrashing period cut short") != std::string::npos);
+  p.remats(0, 1000 * kMs);  // dtr_ancestors too: back to msps, whose mean is the lesser
+  CHECK(p.status().rfind("auto: msps (", 0) == 0);
+}
+
+TEST_CASE("auto tries its candidates live where its host cannot replay", "[eviction][trial]") {
+  for (const bool none : {true, false}) {
+    FakeReplays host;  // none: an empty answer (no budget, nothing recorded)
+    if (!none) host.answer = {failed("oom"), failed("oom"), failed("thrash"), failed("oom")};
+    AncestorsProgram p(builtin_heuristics().make("auto", host.params()));
+    p.period(0, 0);
+    p.period(1000, 300);  // the replays give nothing: this is dtr_eq's trial period
+    CHECK(host.asked.size() == 1);
+    CHECK(p.status() == "auto: trying dtr_ancestors (dtr_eq 0.300)");
+    p.period(1000, 100);
+    p.period(1000, 200);
+    p.period(1000, 500);
+    CHECK(host.asked.size() == 1);
+    CHECK(p.status() ==
+          "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200, dtr_eq_keep "
+          "0.500)");
+  }
+}
+
+TEST_CASE("option trial takes replay or live", "[eviction][trial][config]") {
+  CHECK(parse_trial_mode("replay") == TrialMode::replay);
+  CHECK(parse_trial_mode("live") == TrialMode::live);
+  CHECK_THROWS_WITH(
+      parse_trial_mode("both"),
+      "dtr: option trial is 'both'; valid values: replay, live (DTR_CONF trial:live)");
+}

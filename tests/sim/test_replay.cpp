@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 #include "dtr/sim/synthetic_trace.h"
+#include "dtr/sim/trial_replay.h"
 #include "sim/dtr_logs.h"
 #include "test_support.h"
 
@@ -760,4 +762,58 @@ TEST_CASE("keep_near_large keeps the small input a large result is remade from",
   CHECK(above.stats.remat_compute_ns == 102 * ms);
   CHECK(capped.stats.num_kept_dropped == 0);  // 1 MiB: over a 16th of 12 MiB
   CHECK(capped.stats.remat_compute_ns == 102 * ms);
+}
+
+// Note [Trial by replay] in eviction/heuristics/auto_heuristic.cpp. A 2-step trace of
+// resnet18 with its ops' scratch (tests/data/planner/resnet18_scratch.trace): the replays
+// auto asks for at the second step's end give each candidate's second period as a replay of
+// that candidate alone does, and auto runs the least of them.
+TEST_CASE("auto's trial by replay: each candidate's replayed period, and the least chosen",
+          "[sim][trial]") {
+  const Trace trace =
+      read_trace(std::string(DTR_TEST_DATA_DIR) + "/planner/resnet18_scratch.trace");
+  const Baseline baseline = compute_baseline(trace);
+  ReplayOptions o;
+  o.memory = ReplayOptions::Memory::none;
+  o.budget = Budget::parse("0.8");
+  o.dead_first = true;
+  o.lazy_release = true;
+  o.max_overhead = 0;
+  const uint64_t budget = o.budget.resolve(baseline.peak_bytes);
+  const std::vector<std::string> names = {"dtr_eq", "dtr_ancestors", "msps", "dtr_eq_keep"};
+  const std::vector<ReplayedPeriod> periods = replay_last_period(trace, o, budget, names);
+  REQUIRE(periods.size() == names.size());
+  size_t least = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    CAPTURE(names[i]);
+    ReplayOptions alone = o;
+    alone.policy = names[i];
+    const ReplayResult r = replay(trace, baseline, alone);
+    REQUIRE(r.status_name == "ok");
+    REQUIRE(r.periods.size() == 2);
+    CHECK(r.policy_status == names[i]);
+    REQUIRE(periods[i].failure.empty());
+    CHECK(periods[i].cost.model_compute_ns == r.periods[1].model_compute_ns);
+    CHECK(periods[i].cost.remat_compute_ns == r.periods[1].remat_compute_ns);
+    CHECK(periods[i].cost.num_remats == r.periods[1].num_remats);
+    const auto ratio = [&](size_t k) {
+      return double(periods[k].cost.remat_compute_ns) / double(periods[k].cost.model_compute_ns);
+    };
+    if (ratio(i) < ratio(least)) least = i;
+  }
+  CHECK(periods[0].cost.num_remats > 0);  // the budget binds
+  o.policy = "auto";
+  const ReplayResult chosen = replay(trace, baseline, o);
+  REQUIRE(chosen.status_name == "ok");
+  CHECK(chosen.policy_status.rfind("auto: " + names[least] + " (by replay in ", 0) == 0);
+  o.trial_by_replay = false;  // option trial:live: the live period was dtr_eq's trial period
+  char dtr_eq_period[32];
+  std::snprintf(
+      dtr_eq_period, sizeof dtr_eq_period, "%.3f",
+      double(periods[0].cost.remat_compute_ns) / double(periods[0].cost.model_compute_ns));
+  CHECK(replay(trace, baseline, o).policy_status ==
+        "auto: trying dtr_ancestors (dtr_eq " + std::string(dtr_eq_period) + ")");
+  // A budget no replay fits under: every candidate's replay says why.
+  for (const ReplayedPeriod& p : replay_last_period(trace, o, baseline.peak_bytes / 10, names))
+    CHECK(p.failure == "oom");
 }

@@ -66,6 +66,12 @@ def test_bad_on_thrash_fails_at_start(lib):
     assert_fails_at_start(proc, "on_thrash", "warn, raise")
 
 
+def test_bad_trial_fails_at_start(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:300M,trial:both"), check=False)
+    assert_fails_at_start(proc, "trial", "replay, live")
+
+
 def test_a_bad_size_fails_at_start(lib):
     """min_evictable takes bytes (Note [Small storages]): no ratio, no "unlimited"."""
     proc = run([PYTHON, "-c", "print('STARTED')"],

@@ -47,6 +47,11 @@ struct ByteSize {
     "(simulator only); 0 = unlimited")                                                             \
   X(policy, std::string, "policy", "DTR_POLICY", "auto",                                           \
     "eviction heuristic, by registry name (see `dtr-sim policies`)")                               \
+  X(trial, std::string, "trial", "DTR_TRIAL", "replay",                                            \
+    "policy auto: how it picks among its candidates. `replay`: at the end of the second training " \
+    "step it replays the steps so far in the simulator under each candidate at the run's budget, " \
+    "and runs the cheapest from the third step on (Note [Trial by replay]); `live`: it runs each " \
+    "candidate for one step and then the cheapest (Note [Policy trial])")                          \
   X(search, std::string, "search", "DTR_SEARCH", "full",                                           \
     "candidate search: `full` scans every evictable storage, `sample` scores a random subset")     \
   X(sample, uint32_t, "sample", "DTR_SAMPLE", "0",                                                 \

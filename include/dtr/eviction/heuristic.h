@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtr {
 
@@ -69,6 +71,20 @@ class Heuristic {
   virtual std::string status() const { return std::string(name()); }
 };
 
+// What one candidate policy cost in a period its host replayed (Note [Trial by replay] in
+// eviction/heuristics/auto_heuristic.cpp).
+struct ReplayedPeriod {
+  std::string failure;  // empty: the replay ran through the period; else why not ("oom", ...)
+  PeriodCost cost;
+  double wall_seconds = 0;  // what the replay took
+};
+// Replays the program from its start to the end of the period that has just ended, under
+// each of the named policies, at the host's budget, and returns what that last period cost
+// under each, in order; an empty vector where the host cannot (no budget, nothing
+// recorded). Called at most once, from Heuristic::on_period.
+using TrialReplay =
+    std::function<std::vector<ReplayedPeriod>(const std::vector<std::string>& policies)>;
+
 struct HeuristicParams {
   uint64_t seed = 0;  // for heuristics with randomness
   // dtr_eq: option dead_lineage_factor (Note [Live storages on dead lineage] in
@@ -77,6 +93,9 @@ struct HeuristicParams {
   // dtr_eq: option remake_factor (Note [Storages remade again and again] in
   // eviction/heuristics/dtr_eq_heuristic.cpp); 0 scores as simrd does.
   double remake_factor = 0;
+  // auto: how to replay its candidates (option trial: replay); empty, the live trial of
+  // Note [Policy trial], one period per candidate.
+  TrialReplay trial_replay;
 };
 
 }  // namespace dtr

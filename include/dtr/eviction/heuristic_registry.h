@@ -40,6 +40,10 @@ class HeuristicRegistry {
 // The registry of built-in heuristics (immutable; built on first use).
 const HeuristicRegistry& builtin_heuristics();
 
+// Option trial (policy auto): `replay` or `live`; throws ConfigError naming the valid values.
+enum class TrialMode : uint8_t { replay, live };
+TrialMode parse_trial_mode(const std::string& text);
+
 // `inner` with every score searched in full (its score_up_to never called): the same
 // choices, at the cost Note [Cutoff scores] in candidate_search.cpp saves; for the A/B of
 // that search in tests/eviction/test_cutoff_scores.cpp and bench/bench_eviction.cpp.

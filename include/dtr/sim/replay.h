@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -47,6 +48,9 @@ struct ReplayOptions {
   double keep_near_large = 0;  // option `keep_near_large`
   bool relax_locks = true;    // option `relax_locks`
   uint64_t seed = 0;
+  // Option trial: `auto` chooses by replaying the trace so far under each candidate at each
+  // period's end (Note [Trial by replay]; sim/trial_replay.h), or by the live trial.
+  bool trial_by_replay = true;
   double max_overhead = 2.0;  // 0: never give up
   uint32_t debug = 0;
   // Memory model (option `allocator`): through the caching allocator over a fake device of
@@ -101,6 +105,9 @@ struct ReplayResult {
   uint64_t baseline_compute_ns = 0;
   uint64_t compute_ns = 0;  // model + remat compute until the end or the failure
   double overhead = 0;      // compute_ns / baseline_compute_ns
+  // What each period cost (Engine::period_cost at each ANNOTATE STEP), in order: the
+  // periods that ended before the end or the failure.
+  std::vector<PeriodCost> periods;
   Status status;
   std::string status_name;  // "ok", "oom", "thrash"
   Stats stats;
