@@ -2,6 +2,10 @@
 #include "dtr/sim/trial_replay.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 namespace dtr {
 namespace {
@@ -30,20 +34,38 @@ std::vector<ReplayedPeriod> replay_last_period(const Trace& trace, ReplayOptions
   options.plan_path.clear();
   options.plan_hints.reset();
   const Baseline baseline = compute_baseline(trace);
-  std::vector<ReplayedPeriod> out;
-  for (const std::string& policy : policies) {
-    options.policy = policy;
-    const ReplayResult r = replay(trace, baseline, options);
-    ReplayedPeriod p;
-    p.wall_seconds = r.wall_seconds;
-    // The last period ended if the replay got past the trace's last STEP; a failure after
-    // it (the trace's end pins what is still referenced) is not the period's.
-    if (periods > 0 && r.periods.size() == periods)
-      p.cost = r.periods.back();
-    else
-      p.failure = r.status.ok() ? "no period" : r.status_name;
-    out.push_back(std::move(p));
-  }
+  std::vector<ReplayedPeriod> out(policies.size());
+  // Each candidate's replay on a thread of its own, as many at once as the machine has
+  // cores: the host's step waits for them (the chunked LSTM LM's two steps, four
+  // candidates: 0.56 s one after another on this machine, against a 0.9 s step).
+  std::atomic<size_t> next{0};
+  std::mutex failed_mutex;
+  std::exception_ptr failed;  // the first exception a replay threw, rethrown here
+  const auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < policies.size();) try {
+        ReplayOptions o = options;
+        o.policy = policies[i];
+        const ReplayResult r = replay(trace, baseline, o);
+        ReplayedPeriod& p = out[i];
+        p.wall_seconds = r.wall_seconds;
+        // The last period ended if the replay got past the trace's last STEP; a failure after
+        // it (the trace's end pins what is still referenced) is not the period's.
+        if (periods > 0 && r.periods.size() == periods)
+          p.cost = r.periods.back();
+        else
+          p.failure = r.status.ok() ? "no period" : r.status_name;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+      }
+  };
+  const unsigned threads = std::min<unsigned>(std::max(1u, std::thread::hardware_concurrency()),
+                                              unsigned(policies.size()));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
   return out;
 }
 

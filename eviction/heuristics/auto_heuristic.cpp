@@ -188,7 +188,8 @@ class AutoHeuristic final : public Heuristic {
   }
 
   // After a trial by replay: "auto: dtr_eq_keep (by replay in 12 ms: dtr_eq 0.610,
-  // dtr_ancestors 0.531, msps oom, dtr_eq_keep 0.283; then dtr_eq_keep 0.290 over 8 steps)".
+  // dtr_ancestors 0.531, msps oom, dtr_eq_keep 0.283; then dtr_eq_keep 0.290 over 8 steps)";
+  // the time is the replays' own, summed (the host may run them side by side).
   std::string replayed_status() const {
     double wall = 0;
     for (const ReplayedPeriod& p : replayed_) wall += p.wall_seconds;

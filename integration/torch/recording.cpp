@@ -189,7 +189,15 @@ std::vector<ReplayedPeriod> Recording::replay_trial(const std::vector<std::strin
     config.allocator = "none";
     config.reserved_limit = Budget{};
     config.lazy_release = true;
-    out = replay_last_period(*trace_, ReplayOptions::from_config(config), budget_bytes, policies);
+    try {
+      out = replay_last_period(*trace_, ReplayOptions::from_config(config), budget_bytes, policies);
+    } catch (const std::exception& e) {  // the training step goes on: the live trial instead
+      std::fprintf(stderr,
+                   "dtr: policy auto could not replay its first steps (%s); it tries "
+                   "its candidates live instead\n",
+                   e.what());
+      out.clear();
+    }
   }
   drop_trial_trace();
   return out;

@@ -76,7 +76,7 @@ class Heuristic {
 struct ReplayedPeriod {
   std::string failure;  // empty: the replay ran through the period; else why not ("oom", ...)
   PeriodCost cost;
-  double wall_seconds = 0;  // what the replay took
+  double wall_seconds = 0;  // what the replay took (replays may run side by side)
 };
 // Replays the program from its start to the end of the period that has just ended, under
 // each of the named policies, at the host's budget, and returns what that last period cost

@@ -18,7 +18,9 @@ namespace dtr {
 // of `policies` at budget_bytes with `options` otherwise (the host's dead_first,
 // keep_near_large, memory model and so on; its timeline, snapshot and plan are not used),
 // and returns what the trace's last period cost under each, in order: a failure ("oom",
-// "thrash", "no period") where the replay stopped before that period ended.
+// "thrash", "no period") where the replay stopped before that period ended. The replays run
+// side by side, on as many threads as the machine has cores (at most one a policy); an
+// exception one throws is rethrown once all have ended.
 std::vector<ReplayedPeriod> replay_last_period(const Trace& trace, ReplayOptions options,
                                                uint64_t budget_bytes,
                                                const std::vector<std::string>& policies);
