@@ -207,8 +207,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   const PlanGuide* guide() const { return guide_.get(); }
   const PlanHints* plan() const { return plan_.get(); }
 
-  // DTR_TRACE: the fallback measures each recorded op's scratch (Note [Measuring
-  // workspaces] in cpu_allocator.cpp).
+  // DTR_TRACE, or the trace `auto`'s trial records (Note [Trial by replay]): the fallback
+  // measures each recorded op's scratch (Note [Measuring workspaces] in cpu_allocator.cpp).
   bool tracing() const { return recording_->tracing(); }
   // The fallback's side (dispatch_hook.cpp). `stack` holds the op's arguments on top.
   void before_op(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& stack,

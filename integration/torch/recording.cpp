@@ -41,8 +41,8 @@ namespace dtr::torch_integration {
 
 namespace {
 // The trial's trace (Note [Trial by replay]) is dropped past this many events, about 125
-// MB of host memory; two steps of the chunked LSTM LM, the longest test script, are about
-// 160 000.
+// MB of host memory; two steps of the chunked LSTM LM, one of the longest test scripts, are
+// about 85 000.
 constexpr size_t kTrialMaxEvents = 500'000;
 }  // namespace
 
