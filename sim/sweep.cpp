@@ -2,17 +2,16 @@
 #include "dtr/sim/sweep.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "dtr/sim/progress_bar.h"
 #include "dtr/sim/svg_plot.h"
+#include "dtr/sim/worker_pool.h"
 
 namespace dtr {
 
@@ -93,25 +92,16 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
       for (double r : spec.ratios) cells.push_back({t, p, r});
 
   std::vector<ReplayResult> results(cells.size());
-  std::atomic<size_t> next{0};
   ProgressBar bar(cells.size(), "sweep");
   if (!spec.progress) bar.finish();
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < cells.size();) {
-      ReplayOptions o = spec.base;
-      o.policy = cells[i].policy;
-      o.budget.kind = Budget::Kind::ratio;
-      o.budget.ratio = cells[i].ratio;
-      results[i] = replay(traces[cells[i].trace], baselines[cells[i].trace], o);
-      if (spec.progress) bar.tick();
-    }
-  };
-  unsigned n_threads = spec.threads ? spec.threads : std::max(1u, std::thread::hardware_concurrency());
-  n_threads = std::min<unsigned>(n_threads, static_cast<unsigned>(cells.size()));
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < n_threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (std::thread& th : pool) th.join();
+  run_on_workers(cells.size(), spec.threads, [&](size_t i) {
+    ReplayOptions o = spec.base;
+    o.policy = cells[i].policy;
+    o.budget.kind = Budget::Kind::ratio;
+    o.budget.ratio = cells[i].ratio;
+    results[i] = replay(traces[cells[i].trace], baselines[cells[i].trace], o);
+    if (spec.progress) bar.tick();
+  });
   bar.finish();
   return results;
 }

@@ -2,10 +2,8 @@
 #include "dtr/sim/trial_replay.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
+
+#include "dtr/sim/worker_pool.h"
 
 namespace dtr {
 namespace {
@@ -38,34 +36,19 @@ std::vector<ReplayedPeriod> replay_last_period(const Trace& trace, ReplayOptions
   // Each candidate's replay on a thread of its own, as many at once as the machine has
   // cores: the host's step waits for them (the chunked LSTM LM's two steps, four
   // candidates: 0.56 s one after another on this machine, against a 0.9 s step).
-  std::atomic<size_t> next{0};
-  std::mutex failed_mutex;
-  std::exception_ptr failed;  // the first exception a replay threw, rethrown here
-  const auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < policies.size();) try {
-        ReplayOptions o = options;
-        o.policy = policies[i];
-        const ReplayResult r = replay(trace, baseline, o);
-        ReplayedPeriod& p = out[i];
-        p.wall_seconds = r.wall_seconds;
-        // The last period ended if the replay got past the trace's last STEP; a failure after
-        // it (the trace's end pins what is still referenced) is not the period's.
-        if (periods > 0 && r.periods.size() == periods)
-          p.cost = r.periods.back();
-        else
-          p.failure = r.status.ok() ? "no period" : r.status_name;
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failed_mutex);
-        if (!failed) failed = std::current_exception();
-      }
-  };
-  const unsigned threads = std::min<unsigned>(std::max(1u, std::thread::hardware_concurrency()),
-                                              unsigned(policies.size()));
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  if (failed) std::rethrow_exception(failed);
+  run_on_workers(policies.size(), 0, [&](size_t i) {
+    ReplayOptions o = options;
+    o.policy = policies[i];
+    const ReplayResult r = replay(trace, baseline, o);
+    ReplayedPeriod& p = out[i];
+    p.wall_seconds = r.wall_seconds;
+    // The last period ended if the replay got past the trace's last STEP; a failure after
+    // it (the trace's end pins what is still referenced) is not the period's.
+    if (periods > 0 && r.periods.size() == periods)
+      p.cost = r.periods.back();
+    else
+      p.failure = r.status.ok() ? "no period" : r.status_name;
+  });
   return out;
 }
 

@@ -92,6 +92,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtr/eviction/engine.h"
@@ -178,11 +179,7 @@ class AutoHeuristic final : public Heuristic {
     std::string out = "auto: ";
     if (!trial_over() && warmed_up_) out += "trying ";
     out += std::string(active().name());
-    if (switches_ > 0)
-      trial += "; " + std::to_string(switches_) + (switches_ > 1 ? " switches" : " switch");
-    if (cuts_ > 0)
-      trial += "; " + std::to_string(cuts_) +
-               (cuts_ > 1 ? " thrashing periods cut short" : " thrashing period cut short");
+    trial += tallies();
     out += trial.empty() ? " (no period yet)" : " (" + trial + ")";
     return out;
   }
@@ -197,14 +194,13 @@ class AutoHeuristic final : public Heuristic {
     std::snprintf(took, sizeof took, "%.0f ms", wall * 1e3);
     std::string out = "auto: " + std::string(active().name()) + " (by replay in " + took + ": ";
     for (size_t i = 0; i < candidates_.size(); ++i) {
-      const ReplayedPeriod& p = replayed_[i];
+      const Measured& m = measured_[i];
       char figure[64];
-      if (p.failure.empty() && p.cost.model_compute_ns > 0)
-        std::snprintf(figure, sizeof figure, "%.3f",
-                      double(p.cost.remat_compute_ns) / double(p.cost.model_compute_ns));
-      else
+      if (m.seeded)  // the replayed period's ratio
+        std::snprintf(figure, sizeof figure, "%.3f", m.seed);
+      else  // why it has none
         std::snprintf(figure, sizeof figure, "%s",
-                      p.failure.empty() ? "no compute" : p.failure.c_str());
+                      replayed_[i].failure.empty() ? "no compute" : replayed_[i].failure.c_str());
       out += (i ? ", " : "") + std::string(candidates_[i]->name()) + " " + figure;
     }
     std::string live;
@@ -219,12 +215,18 @@ class AutoHeuristic final : public Heuristic {
       live += (live.empty() ? "" : ", ") + std::string(candidates_[i]->name()) + " " + ratio;
     }
     if (!live.empty()) out += "; then " + live;
+    return out + tallies() + ")";
+  }
+
+  // "; 1 switch; 2 thrashing periods cut short", or what of it happened; "" for neither.
+  std::string tallies() const {
+    std::string out;
     if (switches_ > 0)
       out += "; " + std::to_string(switches_) + (switches_ > 1 ? " switches" : " switch");
     if (cuts_ > 0)
       out += "; " + std::to_string(cuts_) +
              (cuts_ > 1 ? " thrashing periods cut short" : " thrashing period cut short");
-    return out + ")";
+    return out;
   }
 
  private:
@@ -250,8 +252,7 @@ class AutoHeuristic final : public Heuristic {
   // Note [Trial by replay]: asks the host once; true if its replays chose a candidate, which
   // is then the active one.
   bool replay_trial() {
-    const TrialReplay replay = std::move(trial_replay_);
-    trial_replay_ = nullptr;
+    const TrialReplay replay = std::exchange(trial_replay_, nullptr);
     std::vector<std::string> names;
     for (const auto& c : candidates_) names.emplace_back(c->name());
     std::vector<ReplayedPeriod> periods = replay(names);
