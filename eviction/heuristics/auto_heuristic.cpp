@@ -65,6 +65,14 @@
 // 0.4-0.8 of their peaks (docs/simulator.md, "Thrashing period"), no replay that stayed
 // under overhead 2 changed, and the GRU at 0.7 went from 282 to 2.4 (3.8 with the cut at
 // 8).
+// The remats are the charged ones, or the host's measured time of its remats and of making
+// room (PeriodCost::host_ns: the eviction searches) where that is more. A cascade of small
+// ops is mostly search: on a 2000-layer residual MLP 64 wide at 0.6 of its peak
+// (2026-12-06) msps cascaded live with 1 s of charged remats and 166 s of searching, so
+// the charged cut came late, and dtr_ancestors, which took over amid msps's evictions,
+// cascaded until the runaway stop (Note [Runaway cascades] in eviction/thrash_watch.cpp),
+// 3 minutes into a run that takes 4 s under dtr_eq. By the host's time both are cut within
+// the step and dtr_eq finishes the run in 12 s. The means that choose stay charged.
 //
 // Note [Trial by replay]
 // ~~~~~~~~~~~~~~~~~~~~~~
@@ -144,8 +152,10 @@ class AutoHeuristic final : public Heuristic {
 
   void on_remat(const PeriodCost& so_far) override {  // Note [Thrashing period]
     const PeriodCost from = cut_at_.value_or(PeriodCost{});
-    if (so_far.remat_compute_ns < from.remat_compute_ns + kCutMinNs) return;
-    const uint64_t remat_ns = so_far.remat_compute_ns - from.remat_compute_ns;
+    // Charged remat compute, or the host's wall time where it is more (its searches).
+    const uint64_t remat_ns = std::max(so_far.remat_compute_ns - from.remat_compute_ns,
+                                       so_far.host_ns - std::min(from.host_ns, so_far.host_ns));
+    if (remat_ns < kCutMinNs) return;
     const double ops_ns =
         double(std::max<uint64_t>({so_far.model_compute_ns, last_period_model_ns_, 1}));
     const double ratio = double(remat_ns) / ops_ns;

@@ -222,6 +222,28 @@ TEST_CASE("auto leaves a candidate that thrashes within a period", "[eviction][t
         "1.000; 1 thrashing period cut short)");
 }
 
+// A host that measures its remats and its searches (the PyTorch host) hands auto their wall
+// time too; the cut goes by whichever is more. The 2000-layer residual MLP of
+// tests/torch/test_policy_trial.py cascaded under msps with 1 s of charged remats and 166 s
+// of searching, and auto kept it until the runaway stop.
+TEST_CASE("auto leaves a candidate whose searches thrash, as its host measures them",
+          "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  p.period(100 * kMs, 0);  // warm-up: 100 ms of ops
+  Stats& host = p.engine.stats();
+  // 300 ms in remats, 250 ms of it making room for them, which make_room_ns holds too:
+  // 300 ms of the host's time, 3x, not 5.5x.
+  host.remat_measured_ns += 300 * kMs;
+  host.remat_room_ns += 250 * kMs;
+  host.make_room_ns += 250 * kMs;
+  p.remats(0, 2 * kMs);  // 2 ms charged
+  CHECK(p.engine.period_cost().host_ns == 300 * kMs);
+  CHECK(p.status() == "auto: trying dtr_eq (no period yet)");
+  host.make_room_ns += 150 * kMs;  // making room for the program's own ops: 450 ms, 4.5x
+  p.remats(0, 1 * kMs);
+  CHECK(p.status() == "auto: trying dtr_ancestors (dtr_eq 4.500; 1 thrashing period cut short)");
+}
+
 TEST_CASE("a period's end clears auto's cut, whatever the period computed", "[eviction][trial]") {
   AncestorsProgram p(builtin_heuristics().make("auto", {}));
   p.period(10 * kMs - 1400, 0);  // warm-up: 10 ms of ops with the program's first three

@@ -198,6 +198,11 @@ def test_auto_cuts_a_thrashing_first_step_short(lib):
     assert float(m.group(1)) >= 4, status  # cut past 4 times the program's compute (3 digits)
 
 
+# A 2000-layer residual MLP 64 wide, whose loss grows to 6e10 by the third step.
+DEEP_MLP = ("mlp.py", "--width", "64", "--batch", "48", "--steps", "3", "--residual", "--depth",
+            "2000")
+
+
 def test_dtr_eq_leaves_gradients_made_from_dropped_activations(lib):
     # Note [Live storages on dead lineage] in eviction/heuristics/dtr_eq_heuristic.cpp: on a
     # 2000-layer residual MLP at 0.6 of its peak, dtr_eq (auto's first step) evicted weight
@@ -207,10 +212,20 @@ def test_dtr_eq_leaves_gradients_made_from_dropped_activations(lib):
     # stopped as a runaway); with the host's default of 30, 9 800-10 900 (docs/pytorch.md,
     # "Live storages on dead lineage"). On two threads the op times differ, and dtr_eq did
     # not cascade in 3 runs either way. Named, not through auto: on this model (whose loss
-    # grows to 6e10 by the third step) msps runs away live in its first step, at step 3
-    # where the replays choose it (0.038 against dtr_eq's 0.040) and at step 4 where the
-    # live trial tries it (docs/pytorch.md, "Trial by replay").
-    args = ("mlp.py", "--width", "64", "--batch", "48", "--steps", "3", "--residual",
-            "--depth", "2000")
-    summary = under_budget(lib, args, 0.6, conf=",min_evictable:4K,policy:dtr_eq", threads="1")
+    # grows to 6e10 by the third step) msps and dtr_ancestors cascade live where auto tries
+    # them (the test below).
+    summary = under_budget(lib, DEEP_MLP, 0.6, conf=",min_evictable:4K,policy:dtr_eq",
+                           threads="1")
     assert summary["dtr.num_evictions"] < 12500, summary
+
+
+def test_auto_leaves_candidates_whose_searches_cascade(lib):
+    # Note [Thrashing period] in eviction/heuristics/auto_heuristic.cpp: on the MLP above the
+    # replays chose msps (0.040 against dtr_eq's 0.044), which cascaded live: 1 s of charged
+    # remats, 166 s of searching for what to evict. Cut by charged remats only, auto then
+    # ran dtr_ancestors, which cascaded too, until the runaway stop after 3 minutes. The cut
+    # now goes by the host's measured time of remats and searches where that is more, so
+    # each is left within its step (12 s a run, against 4 s under dtr_eq alone), and dtr_eq
+    # ends the run.
+    summary = under_budget(lib, DEEP_MLP, 0.6, conf=",min_evictable:4K", threads="1")
+    assert summary["dtr.policy"].startswith("auto: dtr_eq ("), summary["dtr.policy"]

@@ -32,11 +32,16 @@ std::string feature_names(uint32_t features);  // "staleness, eq_classes"
 
 // What one period of the program cost (Engine::end_period): the host marks periods, such as
 // the PyTorch host at each optimizer step. Charged costs, not wall time (Note [Remat cost]
-// in engine.cpp), so drift of the machine between periods cancels in the ratio.
+// in engine.cpp), so drift of the machine between periods cancels in the ratio; host_ns
+// alone is wall time.
 struct PeriodCost {
   uint64_t model_compute_ns = 0;  // the ops the program asked for, during the period
   uint64_t remat_compute_ns = 0;  // rematerializations during the period
   uint64_t num_remats = 0;
+  // Wall time, where the host measures it (the PyTorch host; 0 in a replay): its remats and
+  // its making room for the allocator, searches included (Note [Thrashing period] in
+  // eviction/heuristics/auto_heuristic.cpp).
+  uint64_t host_ns = 0;
 };
 
 class Heuristic {
