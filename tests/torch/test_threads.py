@@ -100,8 +100,13 @@ print("no fault", flush=True)
 
 def test_an_evicted_tensor_read_past_the_fallback_dies_with_a_reason(lib):
     # Note [Reads of evicted storages] (dispatch_hook.cpp): the process still dies, as
-    # plain PyTorch would on such a pointer, but says why and what to do.
-    proc = run([PYTHON, "-c", READ_ON_A_RAW_THREAD], clean_env(LD_PRELOAD=lib), check=False)
+    # plain PyTorch would on such a pointer, but says why and what to do. Policy lru, so that
+    # the thread's first read is of an evicted tensor (xs[0], the stalest): under dtr_eq, as
+    # op times fall, xs[0] could stay, and the thread's first sum, allocating, made the thread
+    # record (Note [Threads]) and refill the rest (once in a make test under load: "no
+    # fault").
+    proc = run([PYTHON, "-c", READ_ON_A_RAW_THREAD],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="policy:lru"), check=False)
     assert proc.returncode == -11, (proc.returncode, proc.stdout, proc.stderr)
     assert "no fault" not in proc.stdout
     assert "dtr: fatal: memory at 0x" in proc.stderr, proc.stderr
