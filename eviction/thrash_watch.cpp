@@ -88,7 +88,7 @@ void ThrashWatch::advance(const Stats& now) {
   }
 }
 
-std::optional<std::string> ThrashWatch::check(const Stats& now) {
+std::optional<std::string> ThrashWatch::check(const Stats& now, const Heuristic* policy) {
   advance(now);  // also once fired: runaway() judges over the same span
   if (fired_ || max_overhead_ <= 0.0) return std::nullopt;
   const uint64_t remat_ns = now.remat_measured_ns - from_.remat_ns;
@@ -112,23 +112,33 @@ std::optional<std::string> ThrashWatch::check(const Stats& now) {
                         ". The budget is near the least this program needs at once, so each "
                         "eviction forces another remat" +
                         (mostly_search(remat_ns, room) ? kMostlySearch : "") + ". ";
-  message += advice();
+  message += advice(policy ? policy->thrashed() : std::vector<std::string>{});
   message +=
       "; on_thrash:raise makes this an out-of-memory error, max_overhead:0 turns the "
       "check off (Note [Thrashing in a live run])";
   return message;
 }
 
-std::string ThrashWatch::advice() const {
+std::string ThrashWatch::advice(const std::vector<std::string>& thrashed) const {
+  const auto left = [&](const char* policy) {
+    return std::find(thrashed.begin(), thrashed.end(), policy) != thrashed.end();
+  };
   std::vector<std::string> tries;
-  if (policy_ != "msps")
+  if (policy_ != "msps" && !left("msps"))
     tries.push_back("policy:msps (it scores by bytes freed per second of remat)");
   if (!dead_first_) tries.push_back("dead_first:True (it evicts what remats brought back first)");
   // Note [Storages remade again and again] in eviction/heuristics/dtr_eq_heuristic.cpp
   if ((policy_ == "dtr_eq" || policy_ == "auto") && remake_factor_ == 0)
     tries.push_back(
         "remake_factor:1 (dtr_eq keeps what it has dropped and remade again and again)");
-  std::string advice = "Raise the budget";
+  std::string advice;
+  if (!thrashed.empty()) {  // auto's cut candidates (Note [Thrashing period])
+    advice = policy_ + " has left ";
+    for (size_t i = 0; i < thrashed.size(); ++i)
+      advice += (i == 0 ? "" : i + 1 == thrashed.size() ? " and " : ", ") + thrashed[i];
+    advice += " as thrashing. ";
+  }
+  advice += "Raise the budget";
   for (size_t i = 0; i < tries.size(); ++i) advice += (i == 0 ? ", or try " : " or ") + tries[i];
   return advice;
 }
@@ -187,7 +197,7 @@ std::string ThrashWatch::advice() const {
 // came. A cascade of small ops under a long search is mostly search too. Where making room
 // is over three quarters of the remats' time, both messages add that most of it went to
 // the search for what to evict.
-std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
+std::optional<std::string> ThrashWatch::runaway(const Stats& now, const Heuristic* policy) {
   if (max_overhead_ <= 0.0) return std::nullopt;
   advance(now);
   // Note [Room within remats]: the remats' wall time, making room for them included.
@@ -210,7 +220,8 @@ std::optional<std::string> ThrashWatch::runaway(const Stats& now) {
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
   return std::string("dtr: runaway thrashing: ") + numbers + " (budget " + budget +
          "), so the op was stopped: each remat evicts what a later one needs" +
-         (mostly_search(in_op, room) ? kMostlySearch : "") + ". " + advice() +
+         (mostly_search(in_op, room) ? kMostlySearch : "") + ". " +
+         advice(policy ? policy->thrashed() : std::vector<std::string>{}) +
          ". This stop comes under on_thrash:warn too; max_overhead:0 turns it off with the "
          "warning (Note [Runaway cascades])";
 }

@@ -120,6 +120,7 @@ class AutoHeuristic final : public Heuristic {
       needs_ |= candidates_.back()->needs();
     }
     measured_.resize(candidates_.size());
+    thrashed_.resize(candidates_.size());
   }
   std::string_view name() const override { return "auto"; }
   uint32_t needs() const override { return needs_; }
@@ -168,7 +169,15 @@ class AutoHeuristic final : public Heuristic {
     ++cuts_in_period_;
     cut_at_ = so_far;
     warmed_up_ = true;
+    thrashed_[active_] = true;
     move_on(chosen);
+  }
+
+  std::vector<std::string> thrashed() const override {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < candidates_.size(); ++i)
+      if (thrashed_[i]) out.emplace_back(candidates_[i]->name());
+    return out;
   }
 
   // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
@@ -305,6 +314,7 @@ class AutoHeuristic final : public Heuristic {
     }
   };
   std::vector<Measured> measured_;
+  std::vector<bool> thrashed_;  // by candidate: cut as thrashing (Note [Thrashing period])
   TrialReplay trial_replay_;              // Note [Trial by replay]; empty once asked
   std::vector<ReplayedPeriod> replayed_;  // its replays' periods, by candidate; empty: none
   uint32_t needs_ = 0;

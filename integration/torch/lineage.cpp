@@ -1614,14 +1614,15 @@ bool Lineage::may_recompute(OpId op) {
 
 void Lineage::watch_for_runaway() {
   if (!thrash_error_.empty()) return;
-  std::optional<std::string> runaway = thrash_watch_.runaway(engine_->stats());
+  std::optional<std::string> runaway =
+      thrash_watch_.runaway(engine_->stats(), &engine_->heuristic());
   if (!runaway) return;
   ++engine_->stats().num_thrash_alerts;  // Note [Runaway cascades] in thrash_watch.cpp
   thrash_error_ = std::move(*runaway);   // stop_remats() stops the cascade
 }
 
 void Lineage::watch_for_thrash() {
-  std::optional<std::string> thrash = thrash_watch_.check(engine_->stats());
+  std::optional<std::string> thrash = thrash_watch_.check(engine_->stats(), &engine_->heuristic());
   if (!thrash) return;
   ++engine_->stats().num_thrash_alerts;  // Note [Thrashing in a live run]
   if (thrash_action_ == ThrashAction::raise) {

@@ -376,6 +376,27 @@ TEST_CASE("a candidate whose replay failed is never chosen", "[eviction][trial]"
   CHECK(p.status().rfind("auto: msps (", 0) == 0);
 }
 
+// The candidates auto cut, for the thrash warning's advice (ThrashWatch::check): the
+// 2000-layer residual MLP of tests/torch/test_policy_trial.py, whose replays put msps first,
+// warned under auto and suggested msps, which auto had cut for cascading.
+TEST_CASE("auto tells which candidates it left as thrashing", "[eviction][trial]") {
+  FakeReplays host;
+  host.answer = {replayed(1000, 43), replayed(1000, 41), replayed(1000, 40), replayed(1000, 43)};
+  AncestorsProgram p(builtin_heuristics().make("auto", host.params()));
+  CHECK(p.engine.heuristic().thrashed().empty());
+  p.period(0, 0);      // warm-up, under dtr_eq
+  p.period(1000, 50);  // dtr_eq's live period; the replays choose msps
+  CHECK(p.status().rfind("auto: msps (", 0) == 0);
+  CHECK(p.engine.heuristic().thrashed().empty());
+  p.remats(16 * kMs, 160 * kMs);  // msps thrashes: the next least mean, dtr_ancestors
+  CHECK(p.status().rfind("auto: dtr_ancestors (", 0) == 0);
+  CHECK(p.engine.heuristic().thrashed() == std::vector<std::string>{"msps"});
+  p.remats(0, 1000 * kMs);  // dtr_ancestors too (62.5x, past the 8 of a second cut)
+  CHECK(p.status().rfind("auto: dtr_eq (", 0) == 0);
+  CHECK(p.engine.heuristic().thrashed() == std::vector<std::string>{"dtr_ancestors", "msps"});
+  CHECK(builtin_heuristics().make("dtr_eq", {})->thrashed().empty());
+}
+
 TEST_CASE("auto tries its candidates live where its host cannot replay", "[eviction][trial]") {
   for (const bool none : {true, false}) {
     FakeReplays host;  // none: an empty answer (no budget, nothing recorded)

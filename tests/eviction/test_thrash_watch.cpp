@@ -67,6 +67,44 @@ TEST_CASE("the watch suggests only what the run does not already do", "[eviction
   CHECK(message("msps", true, 0).find("Raise the budget; on_thrash:raise") != std::string::npos);
 }
 
+// A policy that has left others as thrashing (auto's cut candidates) is not told to try
+// them: the 2000-layer residual MLP's warning under auto suggested msps, the candidate auto
+// had cut for cascading.
+TEST_CASE("the watch names the candidates auto left and does not suggest them",
+          "[eviction][thrash]") {
+  struct Left : Heuristic {
+    std::vector<std::string> left;
+    std::string_view name() const override { return "auto"; }
+    uint32_t needs() const override { return 0; }
+    double score(const Engine&, StorageId) override { return 1.0; }
+    std::vector<std::string> thrashed() const override { return left; }
+  } policy;
+  const auto message = [&](std::vector<std::string> left) {
+    policy.left = std::move(left);
+    ThrashWatch watch(2.0, "auto", true, 0);
+    watch.rearm(totals(0, 0), 64ull << 20);
+    return watch.check(totals(kSecond, 5 * kSecond), &policy).value_or("");
+  };
+  std::string m = message({"msps"});
+  CHECK(m.find(". auto has left msps as thrashing. Raise the budget, or try remake_factor:1 "
+               "(dtr_eq keeps") != std::string::npos);
+  CHECK(m.find("policy:msps") == std::string::npos);
+  m = message({"dtr_ancestors", "msps"});
+  CHECK(m.find("auto has left dtr_ancestors and msps as thrashing. Raise") != std::string::npos);
+  m = message({"dtr_eq", "dtr_ancestors", "dtr_eq_keep"});
+  CHECK(m.find("auto has left dtr_eq, dtr_ancestors and dtr_eq_keep as thrashing. Raise the "
+               "budget, or try policy:msps") != std::string::npos);
+  CHECK(message({}).find("has left") == std::string::npos);
+  // The runaway stop's advice is the same.
+  policy.left = {"msps"};
+  ThrashWatch watch(2.0, "auto", true, 0);
+  watch.rearm(totals(0, 0), 64ull << 20);
+  watch.mark_op(totals(kSecond, 0));
+  const std::optional<std::string> runaway = watch.runaway(totals(kSecond, 30 * kSecond), &policy);
+  REQUIRE(runaway);
+  CHECK(runaway->find("auto has left msps as thrashing. Raise the budget") != std::string::npos);
+}
+
 TEST_CASE("the watch ignores less than a second of remats", "[eviction][thrash]") {
   ThrashWatch watch(2.0, "dtr_eq", false, 0);
   watch.rearm(totals(0, 0), 1 << 20);

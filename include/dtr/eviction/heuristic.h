@@ -74,6 +74,9 @@ class Heuristic {
   virtual double keep_near_large() const { return 0.0; }
   // What a report says the policy is: its name, or `auto`'s choice and trial.
   virtual std::string status() const { return std::string(name()); }
+  // Policies this one has seen thrash and left (`auto`'s cut candidates), so that advice
+  // does not suggest them; none for the others.
+  virtual std::vector<std::string> thrashed() const { return {}; }
 };
 
 // What one candidate policy cost in a period its host replayed (Note [Trial by replay] in

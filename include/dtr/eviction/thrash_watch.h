@@ -15,8 +15,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtr/core/stats.h"
+#include "dtr/eviction/heuristic.h"
 
 namespace dtr {
 
@@ -50,8 +52,10 @@ class ThrashWatch {
 
   // After an op: the message, the first time since rearm() that the remats' measured time
   // over the last windows passes (max_overhead - 1) times the program's compute there;
-  // nullopt otherwise.
-  std::optional<std::string> check(const Stats& now);
+  // nullopt otherwise. policy: the run's heuristic, if any; the message names the policies it
+  // has seen thrash and left (Heuristic::thrashed(): `auto`'s cut candidates), and does
+  // not suggest them. The same for runaway().
+  std::optional<std::string> check(const Stats& now, const Heuristic* policy = nullptr);
 
   // Note [Runaway cascades]: an op starts (its inputs are about to be locked); the remats
   // from now on count as this op's.
@@ -62,7 +66,7 @@ class ThrashWatch {
   // check() looks at: since rearm(), at most the last one to two windows),
   // whatever on_thrash says; nullopt otherwise, and always with max_overhead 0. Firing
   // marks again, so a later cascade is judged on its own.
-  std::optional<std::string> runaway(const Stats& now);
+  std::optional<std::string> runaway(const Stats& now, const Heuristic* policy = nullptr);
 
   static constexpr uint64_t kRunawayMinNs = 10'000'000'000;
   static constexpr double kRunawayFactor = 5.0;
@@ -88,7 +92,8 @@ class ThrashWatch {
   Mark op_mark_;  // at mark_op(); its model_ns is not read
 
   void advance(const Stats& now);  // closes the current window once kWindowNs of ops passed
-  std::string advice() const;      // what to try, for both messages
+  // What to try, for both messages.
+  std::string advice(const std::vector<std::string>& thrashed) const;
 };
 
 }  // namespace dtr
