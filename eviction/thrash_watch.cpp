@@ -112,16 +112,18 @@ std::optional<std::string> ThrashWatch::check(const Stats& now, const Heuristic*
                         ". The budget is near the least this program needs at once, so each "
                         "eviction forces another remat" +
                         (mostly_search(remat_ns, room) ? kMostlySearch : "") + ". ";
-  message += advice(policy ? policy->thrashed() : std::vector<std::string>{});
+  message += advice(policy);
   message +=
       "; on_thrash:raise makes this an out-of-memory error, max_overhead:0 turns the "
       "check off (Note [Thrashing in a live run])";
   return message;
 }
 
-std::string ThrashWatch::advice(const std::vector<std::string>& thrashed) const {
-  const auto left = [&](const char* policy) {
-    return std::find(thrashed.begin(), thrashed.end(), policy) != thrashed.end();
+std::string ThrashWatch::advice(const Heuristic* policy) const {
+  const std::vector<std::string> thrashed =
+      policy ? policy->thrashed() : std::vector<std::string>{};
+  const auto left = [&](const char* name) {
+    return std::find(thrashed.begin(), thrashed.end(), name) != thrashed.end();
   };
   std::vector<std::string> tries;
   if (policy_ != "msps" && !left("msps"))
@@ -220,8 +222,7 @@ std::optional<std::string> ThrashWatch::runaway(const Stats& now, const Heuristi
       budget_bytes_ == kUnlimitedBytes ? std::string("no budget") : format_bytes(budget_bytes_);
   return std::string("dtr: runaway thrashing: ") + numbers + " (budget " + budget +
          "), so the op was stopped: each remat evicts what a later one needs" +
-         (mostly_search(in_op, room) ? kMostlySearch : "") + ". " +
-         advice(policy ? policy->thrashed() : std::vector<std::string>{}) +
+         (mostly_search(in_op, room) ? kMostlySearch : "") + ". " + advice(policy) +
          ". This stop comes under on_thrash:warn too; max_overhead:0 turns it off with the "
          "warning (Note [Runaway cascades])";
 }

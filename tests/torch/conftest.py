@@ -9,6 +9,7 @@ ctest reports as skipped, and says why.
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,13 @@ def run(args, env, check=True, timeout=600):
         raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
                              f"stderr:\n{proc.stderr}")
     return proc
+
+
+def left_as_thrashing(warning):
+    """The candidates a thrash or runaway line says `auto` left ("... auto has left msps
+    and dtr_eq as thrashing. ..."; ThrashWatch::advice); [] where it names none."""
+    m = re.search(r"\. auto has left (.*?) as thrashing\. ", warning)
+    return re.split(r", | and ", m.group(1)) if m else []
 
 
 def last_json(proc):

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from conftest import PYTHON, ROOT, Result, clean_env, driver, run
+from conftest import PYTHON, ROOT, Result, clean_env, driver, left_as_thrashing, run
 
 # 6 steps: the warm-up step, one step per candidate, one under the choice.
 ARGS = ("transformer.py", "--steps", "6")
@@ -238,7 +238,5 @@ def test_auto_leaves_candidates_whose_searches_cascade(lib):
     # (it suggested policy:msps after msps had cascaded). Whether the warning comes before
     # or after the first cut is chance.
     for line in summary["stderr"].splitlines():
-        m = re.search(r"\. auto has left (.*) as thrashing\. Raise the budget", line)
-        if m:
-            for left in re.split(r", | and ", m.group(1)):
-                assert f"policy:{left} " not in line, line
+        for left in left_as_thrashing(line):
+            assert f"policy:{left} " not in line, line

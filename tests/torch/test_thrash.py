@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import PYTHON, clean_env, run
+from conftest import PYTHON, clean_env, left_as_thrashing, run
 
 # A chain of 1 MiB matrix products, all kept, read back to front under a budget that holds
 # a few: each read re-makes its matrix from the nearest one still in memory. The remats
@@ -52,8 +52,7 @@ def suggests_msps(warning):
     """The warning suggests policy:msps, or says auto has left it (Note [Thrashing period]:
     its candidates are cut in turn, dtr_eq, dtr_ancestors, then msps, and on a fast enough
     machine all three could be cut before the warning's second of remats)."""
-    m = re.search(r"\. auto has left (.*) as thrashing\. ", warning)
-    if m and "msps" in re.split(r", | and ", m.group(1)):
+    if "msps" in left_as_thrashing(warning):
         return "policy:msps" not in warning
     return "policy:msps" in warning
 

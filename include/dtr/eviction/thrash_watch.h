@@ -92,8 +92,8 @@ class ThrashWatch {
   Mark op_mark_;  // at mark_op(); its model_ns is not read
 
   void advance(const Stats& now);  // closes the current window once kWindowNs of ops passed
-  // What to try, for both messages.
-  std::string advice(const std::vector<std::string>& thrashed) const;
+  // What to try, for both messages; policy as check() takes it.
+  std::string advice(const Heuristic* policy) const;
 };
 
 }  // namespace dtr
