@@ -95,6 +95,20 @@
 // sim/trial_replay.cpp) has no period and is never chosen. Where the host cannot replay (no
 // budget when the period ends, nothing recorded) or every replay failed, the live trial
 // goes on from that period.
+//
+// Note [Trial after a budget change]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What a period cost says what the next costs at the same budget only. A script that sets
+// its budget after some steps (dtr.set_budget) had its trial run without one: every
+// candidate's period cost nothing, dtr_eq was kept on the tie, and once the budget came
+// each candidate's first costly periods were averaged with those zeros, so the choice went
+// round the candidates (resnet18, 128x128, budget 107 MiB set after 4 of 14 steps: 9
+// switches, 1.65 s a step under the budget against 1.57 s with it set from the start). So
+// a change of budget (Engine::budget_changed; not the one set at start) starts the trial
+// again: the measures, the cuts and any replayed choice are dropped, dtr_eq runs the rest
+// of the period as a warm-up, and where the host can replay, the period after it is
+// replayed as at the start (the PyTorch host records a trace from the change on: Note
+// [Trial trace from a budget change] in integration/torch/recording.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -114,7 +128,8 @@ HeuristicInfo (*const kCandidates[])() = {dtr_eq_heuristic_info, dtr_ancestors_h
 
 class AutoHeuristic final : public Heuristic {
  public:
-  explicit AutoHeuristic(const HeuristicParams& params) : trial_replay_(params.trial_replay) {
+  explicit AutoHeuristic(const HeuristicParams& params)
+      : trial_replay_(params.trial_replay), replay_due_(static_cast<bool>(params.trial_replay)) {
     for (auto info : kCandidates) {
       candidates_.push_back(info().make(params));
       needs_ |= candidates_.back()->needs();
@@ -143,7 +158,7 @@ class AutoHeuristic final : public Heuristic {
       warmed_up_ = true;
       return;
     }
-    if (trial_replay_ && !trial_over() && replay_trial()) return;  // Note [Trial by replay]
+    if (replay_due_ && !trial_over() && replay_trial()) return;  // Note [Trial by replay]
     const bool chosen = trial_over();  // before this period
     Measured& m = measured_[active_];
     m.sum += double(cost.remat_compute_ns) / double(cost.model_compute_ns);
@@ -173,6 +188,18 @@ class AutoHeuristic final : public Heuristic {
     move_on(chosen);
   }
 
+  void on_budget_changed() override {  // Note [Trial after a budget change]
+    measured_.assign(candidates_.size(), Measured{});
+    thrashed_.assign(candidates_.size(), false);
+    replayed_.clear();
+    cut_at_.reset();
+    cuts_in_period_ = 0;
+    warmed_up_ = false;
+    active_ = 0;
+    replay_due_ = static_cast<bool>(trial_replay_);
+    ++restarts_;
+  }
+
   std::vector<std::string> thrashed() const override {
     std::vector<std::string> out;
     for (size_t i = 0; i < candidates_.size(); ++i)
@@ -183,7 +210,8 @@ class AutoHeuristic final : public Heuristic {
   // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
   // trying dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)"; a choice
   // undone by later periods adds "; 1 switch", a candidate left within a period "; 1
-  // thrashing period cut short" (Note [Thrashing period]).
+  // thrashing period cut short" (Note [Thrashing period]), a new budget "; trial started
+  // again after 1 budget change" (Note [Trial after a budget change]).
   std::string status() const override {
     if (!replayed_.empty()) return replayed_status();
     std::string trial;
@@ -198,8 +226,7 @@ class AutoHeuristic final : public Heuristic {
     std::string out = "auto: ";
     if (!trial_over() && warmed_up_) out += "trying ";
     out += std::string(active().name());
-    trial += tallies();
-    out += trial.empty() ? " (no period yet)" : " (" + trial + ")";
+    out += " (" + (trial.empty() ? std::string("no period yet") : trial) + tallies() + ")";
     return out;
   }
 
@@ -237,7 +264,8 @@ class AutoHeuristic final : public Heuristic {
     return out + tallies() + ")";
   }
 
-  // "; 1 switch; 2 thrashing periods cut short", or what of it happened; "" for neither.
+  // "; 1 switch; 2 thrashing periods cut short; trial started again after 1 budget change",
+  // or what of it happened; "" for none.
   std::string tallies() const {
     std::string out;
     if (switches_ > 0)
@@ -245,6 +273,9 @@ class AutoHeuristic final : public Heuristic {
     if (cuts_ > 0)
       out += "; " + std::to_string(cuts_) +
              (cuts_ > 1 ? " thrashing periods cut short" : " thrashing period cut short");
+    if (restarts_ > 0)
+      out += "; trial started again after " + std::to_string(restarts_) +
+             (restarts_ > 1 ? " budget changes" : " budget change");
     return out;
   }
 
@@ -271,10 +302,10 @@ class AutoHeuristic final : public Heuristic {
   // Note [Trial by replay]: asks the host once; true if its replays chose a candidate, which
   // is then the active one.
   bool replay_trial() {
-    const TrialReplay replay = std::exchange(trial_replay_, nullptr);
+    replay_due_ = false;
     std::vector<std::string> names;
     for (const auto& c : candidates_) names.emplace_back(c->name());
-    std::vector<ReplayedPeriod> periods = replay(names);
+    std::vector<ReplayedPeriod> periods = trial_replay_(names);
     if (periods.size() != candidates_.size()) return false;
     std::vector<Measured> seeded(candidates_.size());
     bool any = false;
@@ -315,13 +346,15 @@ class AutoHeuristic final : public Heuristic {
   };
   std::vector<Measured> measured_;
   std::vector<bool> thrashed_;  // by candidate: cut as thrashing (Note [Thrashing period])
-  TrialReplay trial_replay_;              // Note [Trial by replay]; empty once asked
+  TrialReplay trial_replay_;    // Note [Trial by replay]
+  bool replay_due_ = false;     // trial_replay_ set and not asked since the (re)start
   std::vector<ReplayedPeriod> replayed_;  // its replays' periods, by candidate; empty: none
   uint32_t needs_ = 0;
   size_t active_ = 0;
   bool warmed_up_ = false;
   uint64_t switches_ = 0;
   uint64_t cuts_ = 0;
+  uint64_t restarts_ = 0;              // Note [Trial after a budget change]
   unsigned cuts_in_period_ = 0;        // each doubles the ratio the next cut in the period needs
   uint64_t last_period_model_ns_ = 0;  // the model compute of the last period with any
   std::optional<PeriodCost> cut_at_;   // the period so far when the active candidate took over

@@ -566,12 +566,14 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
   memory.allocator = &allocator;
   memory.engine_allocates = false;
   // Note [Trial by replay] in eviction/heuristics/auto_heuristic.cpp: the first steps are
-  // recorded for `auto`'s replays where a budget is set from the start.
-  const bool trial = config.policy == "auto" &&
-                     parse_trial_mode(config.trial) == TrialMode::replay && !plan_ &&
-                     allocator.config().budget_bytes != kUnlimitedBytes;
-  recording_ = std::make_unique<Recording>(config_, allocator, clock_, trial);
-  if (trial)
+  // recorded for `auto`'s replays where a budget is set from the start, or from a change
+  // of budget on (Note [Trial trace from a budget change] in recording.cpp).
+  trial_by_replay_ =
+      config.policy == "auto" && parse_trial_mode(config.trial) == TrialMode::replay && !plan_;
+  budget_bytes_ = allocator.config().budget_bytes;
+  recording_ = std::make_unique<Recording>(config_, allocator, clock_,
+                                           trial_by_replay_ && budget_bytes_ != kUnlimitedBytes);
+  if (trial_by_replay_)
     params.trial_replay = [this](const std::vector<std::string>& policies) {
       // Called from end_period (under the lock), after its STEP went into the trace.
       return recording_->replay_trial(policies, allocator_.config().budget_bytes);
@@ -1485,6 +1487,26 @@ void Lineage::budget_changed(uint64_t budget_bytes) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   thrash_watch_.rearm(engine_ ? engine_->stats() : Stats{}, budget_bytes);
   thrash_error_.clear();  // a raise still due was for the old budget
+  if (!engine_ || budget_bytes == budget_bytes_) return;
+  budget_bytes_ = budget_bytes;
+  engine_->budget_changed();  // Note [Trial after a budget change] in auto_heuristic.cpp
+  if (trial_by_replay_ && budget_bytes != kUnlimitedBytes) recording_->start_trial(held_storages());
+}
+
+// Note [Trial trace from a budget change] in recording.cpp: the material storages the
+// program holds, each as the tensors it holds.
+std::vector<std::vector<TensorId>> Lineage::held_storages() const {
+  std::vector<std::vector<TensorId>> held;
+  const size_t n = std::min<size_t>(storages_.size(), engine_->num_storages());
+  for (StorageId s = 0; s < n; ++s) {
+    const StorageRec& rec = storages_[s];
+    if (rec.dead || rec.discarded || rec.death_traced || !engine_->is_material(s)) continue;
+    std::vector<TensorId> tensors;
+    for (TensorId t : engine_->storage_tensors(s))
+      if (engine_->external_refs(t) > 0) tensors.push_back(t);
+    if (!tensors.empty()) held.push_back(std::move(tensors));
+  }
+  return held;
 }
 
 void Lineage::end_period() {

@@ -237,8 +237,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // need; called every so many ops and before evicting for the allocator.
   void collect(bool full);
   // At start and after dtr.set_budget: Note [Temporaries] (the newest storages are scanned
-  // after every op when there is no budget), and the thrash watch counts from now.
+  // after every op when there is no budget), and the thrash watch counts from now; a
+  // change of budget starts `auto`'s trial again (Note [Trial after a budget change]).
   void budget_changed(uint64_t budget_bytes);
+  std::vector<std::vector<TensorId>> held_storages() const;
   // A training step ended (Note [Step marks] in dispatch_hook.cpp): Engine::end_period,
   // and a STEP annotation in the trace.
   void end_period();
@@ -413,6 +415,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Storages running ops overwrite without locking them: Note [Moving storages].
   std::vector<const c10::StorageImpl*> unlocked_targets_;
   std::unique_ptr<Recording> recording_;  // trace and timeline (recording.h)
+  bool trial_by_replay_ = false;          // `auto` with option trial:replay, no plan
+  uint64_t budget_bytes_ = kUnlimitedBytes;  // as budget_changed() last saw it
   std::atomic<int> raw_composites_{0};    // Note [Composites that read past the dispatcher]
   std::atomic<bool> scan_newest_{false};  // no budget: Note [Temporaries]
   uint64_t ops_recorded_ = 0;

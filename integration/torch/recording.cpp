@@ -19,6 +19,20 @@
 // ran, is its CALL's WORKSPACE (Note [Measuring workspaces] in cpu_allocator.cpp). Not in
 // the trace: the memory of unrecorded ops and tensors made with recording off.
 //
+// Note [Trial trace from a budget change]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A budget set after the start (dtr.set_budget) starts `auto`'s trial again (Note [Trial
+// after a budget change] in eviction/heuristics/auto_heuristic.cpp), and its replays need
+// a trace; without DTR_TRACE none is kept by then. So one starts at the change
+// (start_trial), as a trace of a program whose memory already holds what the program holds
+// now: after START, a CONSTANT for each material storage the program holds (what the
+// collector has found dead, and storages only lineage keeps, are not declared), COPYs for
+// its other held tensors. Its lineage is not in the trace, so a replay cannot remake what
+// came before; a storage that was evicted then is declared as a CONSTANT where a CALL first
+// reads it, and a RELEASE, PIN or DISCARD of a tensor the trace never named is left out (it
+// was not declared). At a step's end, where scripts set budgets, the program holds its
+// parameters and optimizer state, which are pinned anyway.
+//
 // Note [Live timeline]
 // ~~~~~~~~~~~~~~~~~~~~
 // DTR_TIMELINE=path writes, at exit, a Chrome trace (core/chrome_trace.h) on the steady
@@ -79,11 +93,36 @@ EngineHooks* Recording::engine_hooks(EngineHooks* host) {
 }
 
 void Recording::bind(const Engine& engine) {
+  engine_ = &engine;
   if (timeline_hooks_) timeline_hooks_->bind(engine);
 }
 
 void Recording::sample_allocated() {
   timeline_->allocated(clock_.now(), allocator_.stats().allocated_bytes.all.current);
+}
+
+void Recording::start_trial(const std::vector<std::vector<TensorId>>& held) {
+  if (trace_) return;  // DTR_TRACE's, or the trial's since the start: it goes on
+  trace_ = std::make_unique<Trace>();
+  trace_->version = kTraceFormatVersion;
+  TraceEvent start;
+  start.op = "START";
+  trace_->events.push_back(std::move(start));
+  for (const std::vector<TensorId>& tensors : held) {
+    constant(tensors[0], engine_->storage_size(engine_->storage_of(tensors[0])));
+    for (size_t i = 1; i < tensors.size(); ++i) {
+      TraceEvent e;
+      e.kind = TraceEventKind::copy;
+      e.src = trace_name(tensors[0]);
+      e.dst = trace_name(tensors[i]);
+      trace_->events.push_back(std::move(e));
+    }
+  }
+  tracing_.store(true, std::memory_order_relaxed);
+}
+
+bool Recording::named(TensorId t) const {
+  return t < trace_names_.size() && trace_names_[t] != UINT32_MAX;
 }
 
 NameId Recording::trace_name(TensorId t) {
@@ -94,6 +133,7 @@ NameId Recording::trace_name(TensorId t) {
 }
 
 void Recording::trace_simple(TraceEventKind kind, TensorId t) {
+  if (!named(t)) return;  // Note [Trial trace from a budget change]: not declared
   TraceEvent e;
   e.kind = kind;
   e.dst = trace_name(t);
@@ -118,7 +158,11 @@ void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& 
     e.time_ns = compute_ns;
     e.remat_time_ns = remat_ns;  // Engine::kSameCost is TraceEvent::kSameTime
     e.workspace_bytes = workspace_bytes;
-    for (TensorId in : inputs) e.args.push_back(trace_name(in));
+    for (TensorId in : inputs) {
+      // Note [Trial trace from a budget change]: evicted when the trace started.
+      if (!named(in)) constant(in, engine_->storage_size(engine_->storage_of(in)));
+      e.args.push_back(trace_name(in));
+    }
     for (size_t i = 0; i < outputs.size(); ++i)
       e.results.push_back(TraceResult{trace_name(outputs[i]), specs[i].size_bytes, specs[i].alias});
     trace_->events.push_back(std::move(e));
@@ -147,6 +191,7 @@ void Recording::pin(TensorId t) {
 
 void Recording::pin_when_material(TensorId t) {
   if (!trace_) return;
+  if (!named(t)) return;
   trace_simple(TraceEventKind::pin_when_material, t);
   const NameId name = trace_names_[t];
   if (pinned_when_material_.size() <= name) pinned_when_material_.resize(name + 1, false);

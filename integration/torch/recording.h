@@ -8,8 +8,8 @@
 // under the engine lock, and the Recording writes the files at exit, from the process
 // that loaded the library only (a forked DataLoader worker writes nothing).
 //
-// Cost: nothing is kept unless an option asks for it, or `auto` runs under a budget set at
-// start (its trial, until the end of the second step); each call is then a push_back (the
+// Cost: nothing is kept unless an option asks for it, or `auto` runs under a budget (its
+// trial, from the start or from a budget change, until the end of the second step); each call is then a push_back (the
 // timeline's allocated sample reads the allocator's stats: one more lock per op).
 #pragma once
 
@@ -57,6 +57,10 @@ class Recording {
   std::vector<ReplayedPeriod> replay_trial(const std::vector<std::string>& policies,
                                            uint64_t budget_bytes);
 
+  // Note [Trial trace from a budget change]: starts the trial's trace now, unless one is
+  // kept already; `held`: the program's material storages, each as the tensors it holds.
+  void start_trial(const std::vector<std::vector<TensorId>>& held);
+
   // What the engine was told (Note [Recording a trace] in recording.cpp).
   void constant(TensorId t, uint64_t bytes);
   // remat_ns: Engine::kSameCost, or what a remat of it costs (Note [Remat cost]);
@@ -83,6 +87,7 @@ class Recording {
   void write_files();
 
  private:
+  bool named(TensorId t) const;  // the trace has a name for t
   NameId trace_name(TensorId t);
   void trace_simple(TraceEventKind kind, TensorId t);
   void sample_allocated();
@@ -90,6 +95,7 @@ class Recording {
   const Config& config_;
   CachingAllocator& allocator_;
   const Clock& clock_;
+  const Engine* engine_ = nullptr;    // bind()
   void drop_trial_trace();            // a trace kept for the trial only
   std::unique_ptr<Trace> trace_;      // DTR_TRACE or the trial's (until replay_trial), else null
   std::atomic<bool> tracing_{false};  // trace_ != null

@@ -167,7 +167,10 @@ def set_budget(budget):
     """Sets the hard budget on live CPU tensor bytes: an int (bytes) or a string as the
     `budget` option takes it ("300M", "4G"); 0, None or "unlimited" remove it. Raises
     DtrError when more than the new budget is allocated now. The thrash check (option
-    max_overhead, docs/pytorch.md "Thrashing") counts from here and may fire again."""
+    max_overhead, docs/pytorch.md "Thrashing") counts from here and may fire again, and
+    policy `auto` tries its candidates again at the new budget (by replay of the step
+    after this one: docs/pytorch.md "Trial after a budget change"). Best called between
+    steps."""
     if budget is None:
         text = "unlimited"
     elif isinstance(budget, bool):

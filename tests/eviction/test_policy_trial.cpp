@@ -423,3 +423,59 @@ TEST_CASE("option trial takes replay or live", "[eviction][trial][config]") {
       parse_trial_mode("both"),
       "dtr: option trial is 'both'; valid values: replay, live (DTR_CONF trial:live)");
 }
+
+// Note [Trial after a budget change]: a script that set its budget after some steps had
+// its trial run without one, every candidate at 0, and then went round the candidates as
+// the costly periods were averaged with those zeros.
+TEST_CASE("a budget change starts auto's live trial again", "[eviction][trial]") {
+  AncestorsProgram p(builtin_heuristics().make("auto", {}));
+  p.period(0, 0);                                 // warm-up
+  for (int i = 0; i < 4; ++i) p.period(1000, 0);  // the trial without a budget: all 0
+  CHECK(p.status() ==
+        "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000, dtr_eq_keep 0.000)");
+  p.remats(16 * kMs, 160 * kMs);  // dtr_eq thrashes: cut
+  CHECK(p.engine.heuristic().thrashed() == std::vector<std::string>{"dtr_eq"});
+  p.engine.budget_changed();
+  // The cut left dtr_eq, the trial's choice: a switch.
+  CHECK(p.status() ==
+        "auto: dtr_eq (no period yet; 1 switch; 1 thrashing period cut short; "
+        "trial started again after 1 budget change)");
+  CHECK(p.engine.heuristic().thrashed().empty());
+  CHECK(p.picks_c());   // dtr_eq again
+  p.period(1000, 900);  // the rest of the period: a warm-up, not measured
+  p.period(1000, 300);  // dtr_eq's trial period
+  CHECK(p.status() ==
+        "auto: trying dtr_ancestors (dtr_eq 0.300; 1 switch; 1 thrashing period "
+        "cut short; trial started again after 1 budget change)");
+  CHECK(p.picks_a());
+  p.period(1000, 100);
+  p.period(1000, 200);
+  p.period(1000, 500);
+  CHECK(p.status() ==
+        "auto: dtr_ancestors (dtr_eq 0.300, dtr_ancestors 0.100, msps 0.200, dtr_eq_keep 0.500; "
+        "1 switch; 1 thrashing period cut short; trial started again after 1 budget change)");
+}
+
+TEST_CASE("a budget change asks auto's host for replays again", "[eviction][trial]") {
+  FakeReplays host;
+  host.answer = {replayed(1000, 500), replayed(1000, 125), replayed(1000, 250),
+                 replayed(1000, 1000)};
+  AncestorsProgram p(builtin_heuristics().make("auto", host.params()));
+  p.period(0, 0);
+  p.period(1000, 0);  // the replays choose dtr_ancestors
+  REQUIRE(host.asked.size() == 1);
+  CHECK(p.status().rfind("auto: dtr_ancestors (by replay", 0) == 0);
+  host.answer = {replayed(1000, 100), replayed(1000, 400), replayed(1000, 250), failed("oom")};
+  p.engine.budget_changed();
+  CHECK(p.status() == "auto: dtr_eq (no period yet; trial started again after 1 budget change)");
+  p.period(1000, 700);  // warm-up: no replay yet
+  CHECK(host.asked.size() == 1);
+  p.period(1000, 100);
+  REQUIRE(host.asked.size() == 2);
+  CHECK(p.status() ==
+        "auto: dtr_eq (by replay in 0 ms: dtr_eq 0.100, dtr_ancestors 0.400, msps 0.250, "
+        "dtr_eq_keep oom; trial started again after 1 budget change)");
+  CHECK(p.picks_c());
+  p.period(1000, 100);  // once per budget
+  CHECK(host.asked.size() == 2);
+}

@@ -10,7 +10,8 @@ import os
 import re
 from pathlib import Path
 
-from conftest import PYTHON, ROOT, Result, clean_env, driver, left_as_thrashing, run
+from conftest import (PYTHON, ROOT, TRAINING_PRELUDE, Result, clean_env, driver, last_json,
+                      left_as_thrashing, run, stats_of)
 
 # 6 steps: the warm-up step, one step per candidate, one under the choice.
 ARGS = ("transformer.py", "--steps", "6")
@@ -240,3 +241,55 @@ def test_auto_leaves_candidates_whose_searches_cascade(lib):
     for line in summary["stderr"].splitlines():
         for left in left_as_thrashing(line):
             assert f"policy:{left} " not in line, line
+
+
+# Note [Trial after a budget change]: two steps without a budget, then dtr.set_budget; the
+# peak is read from the budget on.
+LATE_BUDGET = TRAINING_PRELUDE + r"""
+model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(256, 256), nn.ReLU())],
+                      nn.Linear(256, 10))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(7):
+    if step == 2:
+        apply_budget()
+        if dtr is not None and dtr.is_enabled():
+            dtr.reset_peak_stats()
+    x = torch.randn(4096, 256)
+    y = torch.randint(0, 10, (4096,))
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
+
+def test_a_budget_set_late_is_tried_by_replay_from_there(lib):
+    # Before, the trial ran in the two steps without a budget, each candidate at 0, and the
+    # run went round the candidates once the budget came. Now the budget's first step is a
+    # warm-up, the next is replayed under each candidate (a trace from the change on: Note
+    # [Trial trace from a budget change]) and the rest run under the least.
+    plain = last_json(run([PYTHON, "-c", LATE_BUDGET, "0", "0"], clean_env()))
+    peak = stats_of(LATE_BUDGET, lib, 0, 0, conf="remat:False")["peak"]
+    budget = int(0.6 * peak)
+    proc = run([PYTHON, "-c", LATE_BUDGET, "0.6", str(peak)],
+               clean_env(LD_PRELOAD=lib, DTR_REPORT="1"))
+    under, summary = last_json(proc), report(proc)
+    assert (under["losses"], under["params"]) == (plain["losses"], plain["params"]), under
+    assert under["evictions"] > 0 and under["peak"] <= budget, under
+    status = summary["dtr.policy"]
+    assert status.endswith("; trial started again after 1 budget change)"), status
+    m = REPLAYED.match(status.replace("; trial started again after 1 budget change", ""))
+    assert m, status
+    names = ["dtr_eq", "dtr_ancestors", "msps", "dtr_eq_keep"]
+    ratios = [float(m.group(k)) for k in range(2, 6)]
+    assert any(r > 0 for r in ratios), status  # the replays did rematerialize
+    # The last three steps ran under the candidates, the first of them under the replays'
+    # least (to 3 digits, a near-tie may print equal); a stretch cut short counts as a step.
+    live = status.split("; then ", 1)[1]
+    steps = sum(int(n) for n in re.findall(r" over (\d+) steps?", live))
+    cut = re.search(r"; (\d+) thrashing periods? cut short", live)
+    assert steps == 3 + (int(cut.group(1)) if cut else 0), status
+    least = [n for n, r in zip(names, ratios) if r == min(ratios)]
+    assert any(re.search(rf"(^|, ){n} \d", live) for n in least), status

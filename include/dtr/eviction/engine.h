@@ -185,6 +185,9 @@ class Engine {
   // replay: at ANNOTATE STEP): tells the heuristic what the period cost
   // (Heuristic::on_period), counted from the previous call or the engine's start.
   void end_period();
+  // The host's budget changed (not at start): tells the heuristic
+  // (Heuristic::on_budget_changed).
+  void budget_changed() { heuristic_->on_budget_changed(); }
   // What the current period has cost so far (from the last end_period() or the start).
   PeriodCost period_cost() const;
   // Evicts `s` now because the host says so (a warm-start plan: eviction/plan_guide.h), not

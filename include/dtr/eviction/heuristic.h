@@ -68,6 +68,10 @@ class Heuristic {
   // Optional: a remat ran; `so_far` is what the current period has cost up to now
   // (Engine::period_cost). `auto` listens, to leave a candidate that thrashes.
   virtual void on_remat(const PeriodCost& so_far) {}
+  // Optional: the host's budget changed (the PyTorch host's dtr.set_budget), so what the
+  // periods cost before says little of what they cost now. `auto` starts its trial again
+  // (Note [Trial after a budget change] in eviction/heuristics/auto_heuristic.cpp).
+  virtual void on_budget_changed() {}
   // Optional: the ratio by which the engine keeps storages the program drops near larger
   // held ones (Note [Dropped inputs of large results] in engine.cpp) while this policy
   // scores; 0, none. Option keep_near_large, where set above 0, takes precedence.
