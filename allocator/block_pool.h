@@ -28,6 +28,7 @@ struct Block {
   bool evictable = false;
   bool unmovable = false;  // CachingAllocator::set_unmovable: Note [Compaction]
   uint64_t owner = 0;
+  uint64_t number = 0;    // while allocated: CachingAllocator::allocation_number
   Block* prev = nullptr;  // neighbours in the same segment, address order
   Block* next = nullptr;
   Segment* segment = nullptr;  // null: a small-path block from Backend::allocate_small

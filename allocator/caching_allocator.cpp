@@ -195,6 +195,7 @@
 #include "dtr/allocator/caching_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -440,6 +441,13 @@ class CachingAllocator::Impl {
     if (block) block->evictable = evictable;
     return block != nullptr;
   }
+
+  uint64_t allocation_number(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Block* block = find_allocated_locked(ptr);
+    return block ? block->number : 0;
+  }
+  uint64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
 
   bool set_unmovable(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -818,6 +826,7 @@ class CachingAllocator::Impl {
   }
 
   Block* mark_allocated_locked(Block* block, size_t requested, uint64_t owner) {
+    block->number = allocations_.fetch_add(1, std::memory_order_relaxed) + 1;
     block->allocated = true;
     block->requested_size = requested;
     block->owner = owner;
@@ -861,6 +870,7 @@ class CachingAllocator::Impl {
     to->allocated = true;
     to->requested_size = from->requested_size;
     to->owner = from->owner;
+    to->number = from->number;
     to->evictable = from->evictable;
     allocated_.erase(from->ptr);
     allocated_.emplace(to->ptr, to);
@@ -1074,6 +1084,7 @@ class CachingAllocator::Impl {
   AllocatorStats stats_;
   uint64_t next_segment_id_ = 1;
   uint64_t num_frees_ = 0;  // progress marker for step (2) of the chain
+  std::atomic<uint64_t> allocations_{0};  // Block::number of the latest allocation
 };
 
 CachingAllocator::CachingAllocator(AllocatorConfig config, std::unique_ptr<Backend> backend,
@@ -1091,6 +1102,10 @@ AllocResult CachingAllocator::allocate(size_t bytes, uint64_t owner) {
 void CachingAllocator::free(void* ptr) { impl_->free(ptr); }
 bool CachingAllocator::set_owner(void* ptr, uint64_t owner) { return impl_->set_owner(ptr, owner); }
 bool CachingAllocator::set_unmovable(void* ptr) { return impl_->set_unmovable(ptr); }
+uint64_t CachingAllocator::allocation_number(void* ptr) const {
+  return impl_->allocation_number(ptr);
+}
+uint64_t CachingAllocator::allocations() const { return impl_->allocations(); }
 
 bool CachingAllocator::set_evictable(void* ptr, bool evictable) {
   return impl_->set_evictable(ptr, evictable);

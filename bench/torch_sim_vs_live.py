@@ -9,12 +9,21 @@ of deaths (Note [Dead storages in the replay] below), and the host's own default
 
     /usr/bin/python3 bench/torch_sim_vs_live.py [--fractions 0.7,0.6] -- script.py args...
 
+With --memory-curve it first compares, without a budget, the live allocated bytes after
+each recorded op (DTR_TIMELINE) with the replay's (dtr-sim run --timeline), op by op:
+the mean and largest gap as a fraction of the live peak, and the mean over each half of
+the run (the first step is where a trace that declared memory late fell short: Note
+[Constants where they were allocated] in integration/torch/recording.cpp). --library
+runs another build of the library (the replays use --sim).
+
 With --reserved-limits 1.05,1.1,1.5 (factors of each budget) a second table compares, for
 each limit, compaction on and off, whether the live run under that `reserved_limit` trains
 and whether dtr-sim's replay under `--reserved-limit` does, with the blocks each moved
 (docs/simulator.md, "Reserved limit and compaction").
 """
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +58,9 @@ def main():
     parser.add_argument("--reserved-limits", default="",
                         help="factors of the budget: also compare runs under reserved_limit")
     parser.add_argument("--sim", default=str(ROOT / "build" / "bin" / "dtr-sim"))
+    parser.add_argument("--memory-curve", action="store_true",
+                        help="also compare the live and replayed bytes op by op, no budget")
+    parser.add_argument("--library", default=None, help="another build of libdtr_torch.so")
     parser.add_argument("script", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     script = args.script[1:] if args.script[:1] == ["--"] else args.script
@@ -57,10 +69,15 @@ def main():
         path = ROOT / "tests" / "torch" / "scripts" / script[0]
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "run.trace"
-        free = runs.run(path, script[1:], conf="remat:False")
-        traced = runs.run(path, script[1:], conf=f"trace:{trace}")
+        library = args.library or True
+        free = runs.run(path, script[1:], conf="remat:False", library=library)
+        timeline = Path(tmp) / "live.json"
+        curve = f",timeline:{timeline}" if args.memory_curve else ""
+        traced = runs.run(path, script[1:], conf=f"trace:{trace}{curve}", library=library)
         if free.returncode or traced.returncode or not trace.exists():
             runs.fail("the baseline or the traced run failed", traced)
+        if args.memory_curve:
+            print_memory_curve(args.sim, trace, timeline, Path(tmp) / "replay.json")
         # The replay's own baseline: with the ops' scratch in the trace (WORKSPACE, Note [Op
         # workspace] in eviction/engine.cpp) it meets the live one within block rounding.
         unlimited = runs.simulate(args.sim, trace, POLICY, 0)
@@ -74,7 +91,8 @@ def main():
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for fraction in map(float, args.fractions.split(",")):
             live = runs.run(path, script[1:],
-                            conf=f"budget:{int(free.peak_bytes * fraction)},policy:{POLICY}")
+                            conf=f"budget:{int(free.peak_bytes * fraction)},policy:{POLICY}",
+                            library=library)
             sim = runs.simulate(args.sim, trace, POLICY, free.peak_bytes * fraction)
             host = runs.simulate(args.sim, trace, POLICY, free.peak_bytes * fraction,
                                  conf=HOST_MODEL)
@@ -93,6 +111,44 @@ def main():
                   f"{host['overhead']:.3f}, {host['status']} |")
         if args.reserved_limits:
             compare_reserved_limits(args, path, script[1:], trace, free.peak_bytes)
+
+
+def allocated_after_ops(path, program_ops_only):
+    """The allocated bytes after each op span of a Chrome trace (a live DTR_TIMELINE or
+    dtr-sim's --timeline), in order; the replay's CONSTANT spans are left out."""
+    data = json.loads(Path(path).read_text())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    spans = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") != "remat" and
+                    not (program_ops_only and e["name"] == "constant")), key=lambda e: e["ts"])
+    counter = sorted((e["ts"], e["args"]["bytes"]) for e in events
+                     if e.get("ph") == "C" and e["name"] == "allocated")
+    out, j = [], 0
+    for span in spans:
+        end = span["ts"] + span.get("dur", 0)
+        while j < len(counter) - 1 and counter[j][0] < end - 1e-6:
+            j += 1
+        out.append(counter[j][1])
+    return out
+
+
+def print_memory_curve(sim, trace, live_timeline, replay_timeline):
+    proc = subprocess.run([str(sim), "run", "--trace", str(trace), "--policy", POLICY,
+                           "--budget", "0", "--allocator", "none", "--timeline",
+                           str(replay_timeline)], capture_output=True, text=True)
+    if proc.returncode:
+        runs.fail(f"dtr-sim --timeline failed on {trace}: {proc.stderr}")
+    live = allocated_after_ops(live_timeline, False)
+    replay = allocated_after_ops(replay_timeline, True)
+    n = min(len(live), len(replay))
+    if n < 2 or len(live) != len(replay):
+        print(f"memory curve: {len(live)} live ops against {len(replay)} replayed; not compared")
+        return
+    peak = max(live)
+    gaps = [abs(live[i] - replay[i]) / peak for i in range(n)]
+    half = n // 2
+    print(f"memory curve, no budget ({n} ops): mean gap {sum(gaps) / n:.4f} of the live peak "
+          f"(first half {sum(gaps[:half]) / half:.4f}, second {sum(gaps[half:]) / (n - half):.4f}),"
+          f" largest {max(gaps):.4f}")
 
 
 def outcome(live):

@@ -674,7 +674,12 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   if (was_exposed) exposed_unknown_.erase(known);
   storages_[s].exposed = was_exposed || is_external(*impl);
   any_exposed_ = any_exposed_ || storages_[s].exposed;
-  recording_->constant(id, t.storage().nbytes());
+  // Note [Constants where they were allocated] in recording.cpp
+  const uint64_t allocation =
+      recording_->tracing() && is_ours(*impl)
+          ? allocator_.allocation_number(torch_compat::storage_address(*impl))
+          : 0;
+  recording_->constant(id, t.storage().nbytes(), allocation);
   // Note [Warm start in PyTorch]: the op's inputs are not locked yet.
   if (guide_) guide_->end_op(*engine_, engine_->op_of(id));
   return id;

@@ -4,7 +4,8 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // DTR_TRACE=path writes, at exit, what the engine was told, in our trace format: each
 // engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
-// new version: a result aliasing the written input), a constant a CONSTANT, a death a
+// new version: a result aliasing the written input), a constant a CONSTANT (where its
+// memory was allocated: Note [Constants where they were allocated]), a death a
 // RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
 // the optimizer step) a PIN, a pin made only where the storage is material (Note [Dead
 // constants] in lineage.cpp) a PIN with WHEN_MATERIAL (format v3), and a storage the
@@ -18,6 +19,23 @@
 // in collector.cpp). A recorded op's scratch, which it allocated and freed again while it
 // ran, is its CALL's WORKSPACE (Note [Measuring workspaces] in cpu_allocator.cpp). Not in
 // the trace: the memory of unrecorded ops and tensors made with recording off.
+//
+// Note [Constants where they were allocated]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine learns of a storage it did not make (a parameter filled by an opaque init op,
+// a dropout mask, a batch drawn by randn) when an op first reads it, and the CONSTANT came
+// there: a replay counted none of a model's parameters until its forward pass read them
+// (33 MB less than the live run held at the start of the 2000-layer MLP), nor a dropout
+// mask until the backward pass read it. Memory held it from its allocation on. So where
+// our allocator made it, the CONSTANT goes where the allocation came: each CALL notes how
+// many allocations the allocator had handed out when it was recorded
+// (CachingAllocator::allocations), and a constant whose block's number
+// (allocation_number) is no more than a CALL's count goes just before the first such CALL
+// (after the START and the declarations of a trace begun mid-run, at the latest when the
+// CALL that reads it is recorded). The placed constants wait beside the trace and join it,
+// in order, before a replay or a write reads it. Memory from elsewhere (numpy, a
+// DataLoader worker's shared memory, tensors made before the library was loaded) is
+// declared where it is first read, as before.
 //
 // Note [Trial trace from a budget change]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -44,6 +62,7 @@
 // recompute]) have no span, but their memory shows in the allocated counter.
 #include "integration/torch/recording.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -140,18 +159,48 @@ void Recording::trace_simple(TraceEventKind kind, TensorId t) {
   trace_->events.push_back(std::move(e));
 }
 
-void Recording::constant(TensorId t, uint64_t bytes) {
+void Recording::constant(TensorId t, uint64_t bytes, uint64_t allocation) {
   if (!trace_) return;
   TraceEvent e;
   e.kind = TraceEventKind::constant;
   e.results.push_back(TraceResult{trace_name(t), bytes, -1});
-  trace_->events.push_back(std::move(e));
+  // Note [Constants where they were allocated]
+  const auto call =
+      std::lower_bound(calls_.begin(), calls_.end(), allocation,
+                       [](const CallMark& m, uint64_t number) { return m.allocations < number; });
+  if (allocation == 0 || call == calls_.end())
+    trace_->events.push_back(std::move(e));
+  else
+    placed_.push_back({call->event, std::move(e)});
+}
+
+// Note [Constants where they were allocated]: the placed constants join the trace.
+void Recording::place_constants() {
+  if (placed_.empty()) return;
+  std::stable_sort(placed_.begin(), placed_.end(),
+                   [](const Placed& a, const Placed& b) { return a.before < b.before; });
+  std::vector<TraceEvent> events;
+  events.reserve(trace_->events.size() + placed_.size());
+  size_t next = 0;
+  for (size_t i = 0; i < trace_->events.size(); ++i) {
+    for (; next < placed_.size() && placed_[next].before == i; ++next)
+      events.push_back(std::move(placed_[next].event));
+    events.push_back(std::move(trace_->events[i]));
+  }
+  trace_->events = std::move(events);
+  next = 0;  // each CALL moves down by the constants placed at or before it
+  for (CallMark& m : calls_) {
+    while (next < placed_.size() && placed_[next].before <= m.event) ++next;
+    m.event += next;
+  }
+  placed_.clear();
 }
 
 void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
                    const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
                    uint64_t compute_ns, uint64_t remat_ns, uint64_t workspace_bytes) {
   if (trace_) {
+    calls_.push_back({allocator_.allocations(), trace_->events.size()});
     TraceEvent e;
     e.kind = TraceEventKind::call;
     e.op = std::string(name);
@@ -234,6 +283,7 @@ std::vector<ReplayedPeriod> Recording::replay_trial(const std::vector<std::strin
     config.allocator = "none";
     config.reserved_limit = Budget{};
     config.lazy_release = true;
+    place_constants();
     try {
       out = replay_last_period(*trace_, ReplayOptions::from_config(config), budget_bytes, policies);
     } catch (const std::exception& e) {  // the training step goes on: the live trial instead
@@ -252,12 +302,15 @@ void Recording::drop_trial_trace() {
   if (!config_.trace.empty()) return;  // DTR_TRACE's
   tracing_.store(false, std::memory_order_relaxed);
   trace_.reset();
+  decltype(calls_)().swap(calls_);
+  decltype(placed_)().swap(placed_);
   decltype(trace_names_)().swap(trace_names_);
   decltype(pinned_when_material_)().swap(pinned_when_material_);
 }
 
 void Recording::write_files() {
   if (trace_ && !config_.trace.empty()) {
+    place_constants();
     try {
       write_trace(*trace_, config_.trace);
       std::fprintf(stderr, "dtr: wrote trace %s (%zu events)\n", config_.trace.c_str(),

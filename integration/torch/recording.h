@@ -62,7 +62,9 @@ class Recording {
   void start_trial(const std::vector<std::vector<TensorId>>& held);
 
   // What the engine was told (Note [Recording a trace] in recording.cpp).
-  void constant(TensorId t, uint64_t bytes);
+  // allocation: CachingAllocator::allocation_number of its block, 0 if not ours (Note
+  // [Constants where they were allocated] in recording.cpp).
+  void constant(TensorId t, uint64_t bytes, uint64_t allocation = 0);
   // remat_ns: Engine::kSameCost, or what a remat of it costs (Note [Remat cost]);
   // workspace_bytes: the scratch it held while it ran (Note [Op workspace]).
   void op(std::string_view name, OpId id, const std::vector<TensorId>& inputs,
@@ -97,8 +99,21 @@ class Recording {
   const Clock& clock_;
   const Engine* engine_ = nullptr;    // bind()
   void drop_trial_trace();            // a trace kept for the trial only
+  void place_constants();             // Note [Constants where they were allocated]
   std::unique_ptr<Trace> trace_;      // DTR_TRACE or the trial's (until replay_trial), else null
   std::atomic<bool> tracing_{false};  // trace_ != null
+  // Note [Constants where they were allocated]: each CALL in trace_, with the allocator's
+  // count when it was recorded; the constants placed before a CALL, not yet in trace_.
+  struct CallMark {
+    uint64_t allocations;
+    size_t event;  // its index in trace_->events
+  };
+  std::vector<CallMark> calls_;
+  struct Placed {
+    size_t before;  // the index in trace_->events it goes before
+    TraceEvent event;
+  };
+  std::vector<Placed> placed_;
   std::vector<NameId> trace_names_;  // TensorId -> name in trace_
   uint64_t next_name_ = 0;           // trace names are t0, t1, ...: never reused
   std::vector<bool> pinned_when_material_;  // by trace name: pin_when_material named it

@@ -99,6 +99,8 @@ TEST_CASE("compaction moves a block that keeps a segment and gives the segment b
   std::memset(b, 0x5a, 2 * kMiB);
   static_cast<unsigned char*>(b)[12345] = 0x17;
   mover.movable_owners = {2, 3};
+  const uint64_t b_number = allocator.allocation_number(b);
+  REQUIRE(b_number > 0);
   const AllocatorStats before = allocator.stats();
   REQUIRE(before.reserved_bytes.all.current == 36 * kMiB);
 
@@ -115,6 +117,7 @@ TEST_CASE("compaction moves a block that keeps a segment and gives the segment b
   CHECK(moved[0] == 0x5a);
   CHECK(moved[12345] == 0x17);
   CHECK(moved[2 * kMiB - 1] == 0x5a);
+  CHECK(allocator.allocation_number(m.to) == b_number);  // the block keeps its number
   const AllocatorStats s = allocator.stats();
   CHECK(s.num_block_moves == 1);
   CHECK(s.moved_bytes == 2 * kMiB);

@@ -62,6 +62,31 @@ TEST_CASE("allocator rounds sizes to 512 B", "[allocator]") {
   CHECK(allocator.stats().allocated_bytes.all.current == 0);
 }
 
+// Note [Constants where they were allocated] in integration/torch/recording.cpp: a trace
+// places a storage it learns of late where its block was allocated.
+TEST_CASE("allocator numbers its allocations in order", "[allocator]") {
+  for (const bool small_path : {false, true}) {
+    AllocatorConfig config = debug_config();
+    config.use_backend_small_path = small_path;
+    CachingAllocator allocator(config, std::make_unique<FakeBackend>());
+    CHECK(allocator.allocations() == 0);
+    void* a = allocator.allocate(1000).ptr;
+    void* b = allocator.allocate(3 * kMiB).ptr;
+    CHECK(allocator.allocations() == 2);
+    CHECK(allocator.allocation_number(a) == 1);
+    CHECK(allocator.allocation_number(b) == 2);
+    allocator.free(a);
+    CHECK(allocator.allocation_number(a) == 0);  // not a live block
+    void* c = allocator.allocate(1000).ptr;      // a's block again, a new allocation
+    CHECK(c == a);
+    CHECK(allocator.allocation_number(c) == 3);
+    CHECK(allocator.allocation_number(static_cast<char*>(b) + 512) == 0);  // inside, not at
+    CHECK(allocator.allocations() == 3);
+    allocator.free(b);
+    allocator.free(c);
+  }
+}
+
 TEST_CASE("allocator segment sizes: 2 MiB small, 20 MiB mid, exact large", "[allocator]") {
   CHECK(segment_size_for(512) == 2 * kMiB);
   CHECK(segment_size_for(kMiB) == 2 * kMiB);  // 1 MiB is still small (PyTorch's <=)

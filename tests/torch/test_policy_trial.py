@@ -195,7 +195,11 @@ def test_auto_cuts_a_thrashing_first_step_short(lib):
     summary = under_budget(lib, ("gru_packed.py", "--steps", "3", "--optimizer", "sgd"), 0.7,
                            conf=",dead_lineage_factor:1,trial:live")
     status = summary["dtr.policy"]
-    m = re.match(rf"^auto: .*\(dtr_eq {MEAN}, .*; 1 thrashing period cut short\)$", status)
+    # dtr_eq is cut; dtr_ancestors, taking over amid its evictions, may be cut too in the
+    # same step, past twice the ratio: so in 4 of 4 runs of this whole file on 2026-12-06
+    # (two with the library as it was before that day's change), while this test alone
+    # passed 4 of 4 times with one cut.
+    m = re.match(rf"^auto: .*\(dtr_eq {MEAN}, .*; (\d+) thrashing periods? cut short\)$", status)
     assert m, status
     assert float(m.group(1)) >= 4, status  # cut past 4 times the program's compute (3 digits)
 

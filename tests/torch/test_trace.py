@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import Result, clean_env, driver, run, trains_bit_identically, ROOT
+from conftest import PYTHON, Result, clean_env, driver, run, trains_bit_identically, ROOT
 
 ARGS = ("mlp.py", "--steps", "2", "--batch", "512", "--depth", "6", "--width", "256")
 
@@ -156,3 +156,48 @@ def test_tracing_under_a_budget_leaves_the_run_as_untraced(lib, tmp_path):
     sim = json.loads(run([str(dtr_sim()), "run", "--trace", str(trace), "--budget", "1.0",
                           "--json", "--allocator", "none"], clean_env()).stdout)
     assert sim["status"] == "ok", sim
+
+
+PLACED = r"""
+import numpy as np
+import torch
+w = torch.empty(1024, 1024)       # 4 MiB, made by an opaque op and filled by another
+torch.nn.init.uniform_(w)
+with torch.no_grad():
+    a = torch.rand(512, 512)      # 1 MiB, seeded: opaque; first read after the mm below
+n = torch.from_numpy(np.full((256, 256), 2.0, dtype=np.float32))  # 256 KiB, numpy's
+x = torch.full((8, 1024), 0.5)
+y = x @ w
+z = (y.sum() + a.sum() + n.sum()).item()
+"""
+
+
+def test_a_constant_is_declared_where_it_was_allocated(lib, tmp_path):
+    """Note [Constants where they were allocated] (recording.cpp): the engine learns of w
+    and a only when an op reads them, but memory held them from their allocation on, so
+    their CONSTANTs come before x's full and the mm, not at the mm (w) or after it (a).
+    Before, a replay of a model's first step counted none of its parameters until the
+    forward pass read them. n's memory is numpy's, not our allocator's: it stays where it
+    is first read."""
+    trace = tmp_path / "placed.trace"
+    run([PYTHON, "-c", PLACED], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+    events = [json.loads(l) for l in trace.read_text().splitlines()[1:]]
+    sizes, order = {}, []
+    for e in events:
+        if e["INSTRUCTION"] == "MEMORY":
+            sizes[e["NAME"]] = int(e["MEMORY"])
+        elif e["INSTRUCTION"] in ("CONSTANT", "CALL"):
+            order.append(e)
+    mm = next(i for i, e in enumerate(order)
+              if e["INSTRUCTION"] == "CALL" and e["NAME"] == "aten::mm")
+    constants = [(i, sizes[e["NAME"]]) for i, e in enumerate(order) if e["INSTRUCTION"] == "CONSTANT"]
+    first_call = next(i for i, e in enumerate(order) if e["INSTRUCTION"] == "CALL")  # x's full
+    before = [size for i, size in constants if i < first_call]
+    after = [size for i, size in constants if i > mm]
+    assert sorted(before) == [1 << 20, 4 << 20], (constants, first_call, mm)
+    assert after == [256 << 10], (constants, mm)
+    # The trace replays (no budget), holding w and a from the start.
+    full = json.loads(run([str(dtr_sim()), "run", "--trace", str(trace), "--budget", "0",
+                           "--json", "--allocator", "none"], clean_env()).stdout)
+    assert full["status"] == "ok", full
+    assert full["baseline_peak_bytes"] >= (4 << 20) + (1 << 20) + (256 << 10), full

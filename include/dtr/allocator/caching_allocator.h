@@ -228,6 +228,13 @@ class CachingAllocator {
   // The live block's address was handed out (numpy, another thread): compact() never moves
   // it. Until it is freed. False (nothing changed) when `ptr` is not a live block.
   bool set_unmovable(void* ptr);
+  // Allocations are numbered 1, 2, ... in the order they were handed out: the number of
+  // the live block at `ptr` (kept when compact() moves it), or 0 when `ptr` is not one; and
+  // the number of the latest (0 before the first), read without the mutex. A trace places
+  // a storage it learns of late where it was allocated (Note [Constants where they were
+  // allocated] in integration/torch/recording.cpp).
+  uint64_t allocation_number(void* ptr) const;
+  uint64_t allocations() const;
 
   // Note [Compaction]: moves every live block out of the segments that hold the fewest
   // live bytes, all of them movable, into free blocks of other segments (or, under a
