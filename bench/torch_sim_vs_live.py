@@ -13,8 +13,9 @@ With --memory-curve it first compares, without a budget, the live allocated byte
 each recorded op (DTR_TIMELINE) with the replay's (dtr-sim run --timeline), op by op:
 the mean and largest gap as a fraction of the live peak, and the mean over each half of
 the run (the first step is where a trace that declared memory late fell short: Note
-[Constants where they were allocated] in integration/torch/recording.cpp). --library
-runs another build of the library (the replays use --sim).
+[Constants where they were allocated] in integration/torch/recording.cpp; the trace is
+recorded with trace_constants:allocated). --library runs another build of the library
+(the replays use --sim; a build without that option ignores it).
 
 With --reserved-limits 1.05,1.1,1.5 (factors of each budget) a second table compares, for
 each limit, compaction on and off, whether the live run under that `reserved_limit` trains
@@ -73,7 +74,10 @@ def main():
         free = runs.run(path, script[1:], conf="remat:False", library=library)
         timeline = Path(tmp) / "live.json"
         curve = f",timeline:{timeline}" if args.memory_curve else ""
-        traced = runs.run(path, script[1:], conf=f"trace:{trace}{curve}", library=library)
+        # Constants where they were allocated: the replay holds memory as the live run did
+        # (Note [Constants where they were allocated] in integration/torch/recording.cpp).
+        traced = runs.run(path, script[1:], conf=f"trace:{trace},trace_constants:allocated{curve}",
+                          library=library)
         if free.returncode or traced.returncode or not trace.exists():
             runs.fail("the baseline or the traced run failed", traced)
         if args.memory_curve:

@@ -599,6 +599,13 @@ class TraceParser {
     TraceEvent& event = add_event(TraceEventKind::constant);
     event.line = constant_line;
     event.results.push_back(result);
+    // Note [Plans number constants at first read] in core/constant_placement.cpp
+    const auto early = object.find("EARLY");
+    if (early != object.end()) {
+      if (!early->is_boolean())
+        fail("CONSTANT's EARLY must be true or false, not " + early->dump());
+      event.early = early->get<bool>();
+    }
   }
 
   void read_copy(const json& object, TraceEventKind kind) {

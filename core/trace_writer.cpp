@@ -110,7 +110,10 @@ class TraceWriter {
                std::to_string(event.results.size()) + " results; a constant has exactly one");
         }
         const std::string& tensor = name(index, event.results[0].name);
-        emit({{"INSTRUCTION", "CONSTANT"}, {"NAME", tensor}});
+        if (event.early)  // Note [Plans number constants at first read]
+          emit({{"INSTRUCTION", "CONSTANT"}, {"NAME", tensor}, {"EARLY", true}});
+        else
+          emit({{"INSTRUCTION", "CONSTANT"}, {"NAME", tensor}});
         emit_memory(tensor, event.results[0].size_bytes);
         return;
       }

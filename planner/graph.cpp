@@ -342,6 +342,13 @@ void add_cost(GraphNode& node, const TraceEvent& ev) {
 }  // namespace
 
 Graph graph_from_trace(const Trace& trace) {
+  // Note [Plans number constants at first read] in core/constant_placement.cpp
+  if (has_early_constants(trace))
+    throw PlanError("trace '" + trace.path +
+                    "' declares constants where their memory was "
+                    "allocated (recorded with trace_constants:allocated), so its storages are "
+                    "not made in the order the run makes them and no plan made from it could "
+                    "be followed; record it again with the default, trace_constants:read");
   Graph g;
   std::vector<uint32_t> storage_of(trace.names.size(), kNone);
   std::vector<uint32_t> refs;                  // per node: names referring to it

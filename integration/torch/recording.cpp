@@ -35,7 +35,10 @@
 // CALL that reads it is recorded). The placed constants wait beside the trace and join it,
 // in order, before a replay or a write reads it. Memory from elsewhere (numpy, a
 // DataLoader worker's shared memory, tensors made before the library was loaded) is
-// declared where it is first read, as before.
+// declared where it is first read, as before. `auto`'s own trace (Note [Trial by replay])
+// places them always; a DTR_TRACE file only with option trace_constants:allocated, since
+// a plan cannot be made from such a trace (Note [Plans number constants at first read] in
+// core/constant_placement.cpp): the placed ones say EARLY.
 //
 // Note [Trial trace from a budget change]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -79,9 +82,19 @@ namespace {
 constexpr size_t kTrialMaxEvents = 500'000;
 }  // namespace
 
+bool constants_where_allocated(const Config& config) {
+  if (config.trace_constants == "read") return false;
+  if (config.trace_constants == "allocated") return true;
+  throw ConfigError("dtr: option trace_constants is '" + config.trace_constants +
+                    "'; valid values: read, allocated (DTR_CONF trace_constants:allocated)");
+}
+
 Recording::Recording(const Config& config, CachingAllocator& allocator, const Clock& clock,
                      bool trial)
-    : config_(config), allocator_(allocator), clock_(clock) {
+    : config_(config),
+      allocator_(allocator),
+      clock_(clock),
+      constants_where_allocated_(config.trace.empty() || constants_where_allocated(config)) {
   if (!config.trace.empty() || trial) {
     trace_ = std::make_unique<Trace>();
     trace_->version = kTraceFormatVersion;
@@ -168,10 +181,12 @@ void Recording::constant(TensorId t, uint64_t bytes, uint64_t allocation) {
   const auto call =
       std::lower_bound(calls_.begin(), calls_.end(), allocation,
                        [](const CallMark& m, uint64_t number) { return m.allocations < number; });
-  if (allocation == 0 || call == calls_.end())
+  if (allocation == 0 || call == calls_.end() || !constants_where_allocated_)
     trace_->events.push_back(std::move(e));
-  else
+  else {
+    e.early = true;  // Note [Plans number constants at first read]
     placed_.push_back({call->event, std::move(e)});
+  }
 }
 
 // Note [Constants where they were allocated]: the placed constants join the trace.

@@ -33,6 +33,9 @@ class CachingAllocator;
 
 namespace torch_integration {
 
+// Option trace_constants: true for `allocated`; throws ConfigError for a bad value.
+bool constants_where_allocated(const Config& config);
+
 class Recording {
  public:
   // trial: also record a trace, in memory, until replay_trial() (option trial:replay).
@@ -98,6 +101,9 @@ class Recording {
   CachingAllocator& allocator_;
   const Clock& clock_;
   const Engine* engine_ = nullptr;    // bind()
+  // Note [Constants where they were allocated]: placed (the trial's own trace, or
+  // trace_constants:allocated), or declared where first read.
+  const bool constants_where_allocated_;
   void drop_trial_trace();            // a trace kept for the trial only
   void place_constants();             // Note [Constants where they were allocated]
   std::unique_ptr<Trace> trace_;      // DTR_TRACE or the trial's (until replay_trial), else null

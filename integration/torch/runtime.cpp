@@ -80,6 +80,7 @@
 #include "integration/torch/cpu_allocator.h"
 #include "integration/torch/lineage.h"
 #include "integration/torch/process_kind.h"
+#include "integration/torch/recording.h"
 
 namespace dtr::torch_integration {
 
@@ -345,6 +346,7 @@ void load_runtime() {
     parse_op_cost(config.op_cost);                  // a bad value fails now
     parse_thrash_action(config.on_thrash);          // a bad value fails now
     parse_trial_mode(config.trial);                 // a bad value fails now
+    constants_where_allocated(config);              // a bad value fails now
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
   } catch (const ConfigError& e) {
     fail_at_start(e.what());

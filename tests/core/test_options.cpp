@@ -84,7 +84,7 @@ std::string read_text(const std::string& path) {
 
 TEST_CASE("option table lists every option in order", "[core][options]") {
   const auto& table = dtr::option_table();
-  REQUIRE(table.size() == 31);
+  REQUIRE(table.size() == 32);
   CHECK(std::string(table[0].key) == "budget");
   CHECK(std::string(table[0].env) == "DTR_BUDGET");
   CHECK(std::string(table[1].key) == "policy");
@@ -93,7 +93,8 @@ TEST_CASE("option table lists every option in order", "[core][options]") {
         "budget, policy, trial, search, sample, dead_first, dead_first_ratio, dead_lineage_factor, "
         "remake_factor, keep_near_large, lazy_release, relax_locks, seed, max_overhead, on_thrash, "
         "reserved_limit, "
-        "compact, allocator, debug, trace, plan, plan_trace, remat, pack_masks, min_evictable, "
+        "compact, allocator, debug, trace, trace_constants, plan, plan_trace, remat, pack_masks, "
+        "min_evictable, "
         "op_cost, snapshot, snapshot_format, snapshot_entries, timeline, report");
   for (const auto& option : table) {
     CHECK(std::string(option.env) != "");

@@ -203,6 +203,36 @@ TEST_CASE("trace: reads our versioned format", "[core][trace]") {
   CHECK(trace.events[3].results.at(0).alias == -1);
 }
 
+// Note [Plans number constants at first read] in core/constant_placement.cpp
+TEST_CASE("trace: a CONSTANT declared where it was allocated says EARLY, and round-trips",
+          "[core][trace]") {
+  std::istringstream in(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\",\"EARLY\":true}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"w\",\"MEMORY\":\"64\"}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"32\"}\n");
+  dtr::Trace trace = dtr::read_trace(in, "early");
+  REQUIRE(trace.events.size() == 2);
+  CHECK(trace.events[0].early);
+  CHECK_FALSE(trace.events[1].early);
+  CHECK(dtr::has_early_constants(trace));
+  std::ostringstream out;
+  dtr::write_trace(trace, out);
+  std::istringstream again(out.str());
+  const dtr::Trace back = dtr::read_trace(again, "early again");
+  REQUIRE(back.events.size() == 2);
+  CHECK(back.events[0].early);
+  CHECK_FALSE(back.events[1].early);
+  trace.events[0].early = false;
+  CHECK_FALSE(dtr::has_early_constants(trace));
+  std::istringstream bad(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\",\"EARLY\":1}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"w\",\"MEMORY\":\"64\"}\n");
+  CHECK_THROWS_WITH(dtr::read_trace(bad, "bad"), Catch::Contains("EARLY must be true or false"));
+}
+
 TEST_CASE("trace: a header-only trace has no events", "[core][trace]") {
   std::istringstream in("{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":1}\n");
   dtr::Trace trace = dtr::read_trace(in, "header-only");

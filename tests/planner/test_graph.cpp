@@ -58,6 +58,23 @@ TEST_CASE("graphs of the DTR logs keep the trace's compute and fit under its pea
   }
 }
 
+// Note [Plans number constants at first read] in core/constant_placement.cpp
+TEST_CASE("no graph is made from a trace that declares constants where they were allocated",
+          "[planner][graph]") {
+  std::istringstream in(
+      "{\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}\n"
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\",\"EARLY\":true}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"w\",\"MEMORY\":\"64\"}\n"
+      "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"w\"],\"RESULT\":[\"y\"],"
+      "\"TIME\":5}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"64\"}\n"
+      "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":-1}\n");
+  dtr::Trace trace = dtr::read_trace(in, "early.trace");
+  CHECK_THROWS_WITH(dtr::graph_from_trace(trace), Catch::Contains("trace_constants:read"));
+  trace.events[0].early = false;
+  CHECK(dtr::graph_from_trace(trace).nodes.size() == 2);
+}
+
 TEST_CASE("the text graph format round-trips", "[planner][graph]") {
   const dtr::Graph g = dtr::read_graph_text(test_data("planner/small.graph"));
   REQUIRE(g.size() == 7);

@@ -72,6 +72,12 @@ def test_bad_trial_fails_at_start(lib):
     assert_fails_at_start(proc, "trial", "replay, live")
 
 
+def test_bad_trace_constants_fails_at_start(lib):
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="trace_constants:early"), check=False)
+    assert_fails_at_start(proc, "trace_constants", "read, allocated")
+
+
 def test_a_bad_size_fails_at_start(lib):
     """min_evictable takes bytes (Note [Small storages]): no ratio, no "unlimited"."""
     proc = run([PYTHON, "-c", "print('STARTED')"],

@@ -173,14 +173,16 @@ z = (y.sum() + a.sum() + n.sum()).item()
 
 
 def test_a_constant_is_declared_where_it_was_allocated(lib, tmp_path):
-    """Note [Constants where they were allocated] (recording.cpp): the engine learns of w
+    """Note [Constants where they were allocated] (recording.cpp), with option
+    trace_constants:allocated: the engine learns of w
     and a only when an op reads them, but memory held them from their allocation on, so
     their CONSTANTs come before x's full and the mm, not at the mm (w) or after it (a).
     Before, a replay of a model's first step counted none of its parameters until the
     forward pass read them. n's memory is numpy's, not our allocator's: it stays where it
     is first read."""
     trace = tmp_path / "placed.trace"
-    run([PYTHON, "-c", PLACED], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+    run([PYTHON, "-c", PLACED],
+        clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace},trace_constants:allocated"))
     events = [json.loads(l) for l in trace.read_text().splitlines()[1:]]
     sizes, order = {}, []
     for e in events:
@@ -201,3 +203,16 @@ def test_a_constant_is_declared_where_it_was_allocated(lib, tmp_path):
                            "--json", "--allocator", "none"], clean_env()).stdout)
     assert full["status"] == "ok", full
     assert full["baseline_peak_bytes"] >= (4 << 20) + (1 << 20) + (256 << 10), full
+    # Placed constants say so (EARLY), and no plan can be made from such a trace: its
+    # storages are not made in the live run's order (Note [Plans number constants at first
+    # read]); the default trace declares them where first read, plans and all.
+    assert sum(1 for e in events if e.get("EARLY")) == 2, events
+    tool = Path(os.environ.get("DTR_PLAN_TOOL", ROOT / "build" / "bin" / "dtr-plan"))
+    refused = run([str(tool), "--trace", str(trace), "--budget", "0.9", "--method", "chen"],
+                  clean_env(), check=False)
+    assert refused.returncode != 0 and "trace_constants:read" in refused.stderr, refused.stderr
+    default = tmp_path / "default.trace"
+    run([PYTHON, "-c", PLACED], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{default}"))
+    lines = [json.loads(l) for l in default.read_text().splitlines()[1:]]
+    kinds = [e["INSTRUCTION"] for e in lines if e["INSTRUCTION"] in ("CONSTANT", "CALL")]
+    assert kinds[0] == "CALL" and not any(e.get("EARLY") for e in lines), kinds

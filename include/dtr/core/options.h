@@ -125,6 +125,11 @@ struct ByteSize {
   X(debug, uint32_t, "debug", "DTR_DEBUG", "0",                                                    \
     "0..3; at 3 the engine checks all its invariants after every operation (slow)")                \
   X(trace, std::string, "trace", "DTR_TRACE", "", "record the run to this trace file")             \
+  X(trace_constants, std::string, "trace_constants", "DTR_TRACE_CONSTANTS", "read",                \
+    "PyTorch, with `trace`: where the trace declares a storage the run did not make (a "           \
+    "parameter, a batch): `read`, where an op first reads it, as the run registers it (plans "     \
+    "need this); `allocated`, where its memory was allocated, so a replay holds it as the run "    \
+    "did (Note [Constants where they were allocated])")                                            \
   X(plan, std::string, "plan", "DTR_PLAN", "",                                                     \
     "warm start: follow this static plan (`dtr-plan --out`) made for the trace being run: drop "   \
     "what it recomputes, keep its checkpoints, fall back to the policy where the run departs "     \

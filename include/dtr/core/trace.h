@@ -65,6 +65,10 @@ struct TraceEvent {
   // CALL: bytes the op held while it ran beyond its results (WORKSPACE: scratch it allocated
   // and freed before returning, as a convolution's columns); 0: none recorded.
   uint64_t workspace_bytes = 0;
+  // CONSTANT: declared where its memory was allocated, before the op that first reads it
+  // (EARLY: true; Note [Constants where they were allocated] in
+  // integration/torch/recording.cpp, Note [Plans number constants at first read]).
+  bool early = false;
   uint32_t line = 0;                // 1-based line of the event's first line in its file
 };
 
@@ -96,6 +100,11 @@ class TraceError : public std::runtime_error {
 };
 
 constexpr uint32_t kTraceFormatVersion = 4;
+
+// Whether `trace` declares a constant where its memory was allocated (EARLY), which a
+// plan cannot be made from (Note [Plans number constants at first read] in
+// core/constant_placement.cpp).
+bool has_early_constants(const Trace& trace);
 
 // Reads either format (detected from the first line). Events before the first
 // `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has none.
