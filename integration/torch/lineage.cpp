@@ -676,7 +676,7 @@ TensorId Lineage::register_constant(const at::Tensor& t) {
   any_exposed_ = any_exposed_ || storages_[s].exposed;
   // Note [Constants where they were allocated] in recording.cpp
   const uint64_t allocation =
-      recording_->tracing() && is_ours(*impl)
+      recording_->places_constants() && is_ours(*impl)
           ? allocator_.allocation_number(torch_compat::storage_address(*impl))
           : 0;
   recording_->constant(id, t.storage().nbytes(), allocation);

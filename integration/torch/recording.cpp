@@ -4,8 +4,9 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // DTR_TRACE=path writes, at exit, what the engine was told, in our trace format: each
 // engine tensor is one name (t<id>), a recorded op a CALL (an in-place op recorded as a
-// new version: a result aliasing the written input), a constant a CONSTANT (where its
-// memory was allocated: Note [Constants where they were allocated]), a death a
+// new version: a result aliasing the written input), a constant a CONSTANT (where an op
+// first read it, or with trace_constants:allocated where its memory was allocated: Note
+// [Constants where they were allocated]), a death a
 // RELEASE per reference, a pin (raw access, a mutated persistent buffer, a gradient at
 // the optimizer step) a PIN, a pin made only where the storage is material (Note [Dead
 // constants] in lineage.cpp) a PIN with WHEN_MATERIAL (format v3), and a storage the
@@ -23,10 +24,10 @@
 // Note [Constants where they were allocated]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The engine learns of a storage it did not make (a parameter filled by an opaque init op,
-// a dropout mask, a batch drawn by randn) when an op first reads it, and the CONSTANT came
+// a batch drawn by randn under no_grad) when an op first reads it, and the CONSTANT came
 // there: a replay counted none of a model's parameters until its forward pass read them
-// (33 MB less than the live run held at the start of the 2000-layer MLP), nor a dropout
-// mask until the backward pass read it. Memory held it from its allocation on. So where
+// (33 MB less than the live run held at the start of the 2000-layer MLP). Memory held it
+// from its allocation on. So where
 // our allocator made it, the CONSTANT goes where the allocation came: each CALL notes how
 // many allocations the allocator had handed out when it was recorded
 // (CachingAllocator::allocations), and a constant whose block's number
@@ -215,7 +216,8 @@ void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& 
                    const std::vector<OutputSpec>& specs, const std::vector<TensorId>& outputs,
                    uint64_t compute_ns, uint64_t remat_ns, uint64_t workspace_bytes) {
   if (trace_) {
-    calls_.push_back({allocator_.allocations(), trace_->events.size()});
+    if (constants_where_allocated_)  // Note [Constants where they were allocated]
+      calls_.push_back({allocator_.allocations(), trace_->events.size()});
     TraceEvent e;
     e.kind = TraceEventKind::call;
     e.op = std::string(name);

@@ -52,6 +52,9 @@ class Recording {
   // [Recording a trace] in recording.cpp). Read without the lock (one store, at the
   // trial's end).
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
+  // Whether a constant() is placed where it was allocated (Note [Constants where they were
+  // allocated] in recording.cpp): the caller then passes its allocation number.
+  bool places_constants() const { return tracing() && constants_where_allocated_; }
 
   // Note [Trial by replay]: the program recorded so far (up to the STEP just recorded),
   // replayed under each policy at budget_bytes as this host runs (sim/trial_replay.h); empty
