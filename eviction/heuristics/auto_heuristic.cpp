@@ -197,6 +197,7 @@ class AutoHeuristic final : public Heuristic {
     warmed_up_ = false;
     active_ = 0;
     replay_due_ = static_cast<bool>(trial_replay_);
+    replay_failures_.clear();
     ++restarts_;
   }
 
@@ -208,7 +209,8 @@ class AutoHeuristic final : public Heuristic {
   }
 
   // "auto: msps (dtr_eq 0.131, dtr_ancestors 0.104, msps 0.098 over 12 steps)", "auto:
-  // trying dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)"; a choice
+  // trying dtr_ancestors (dtr_eq 0.131)", or "auto: dtr_eq (no period yet)"; where every
+  // replay failed, "; every replay failed: dtr_eq oom, ..." after the figures; a choice
   // undone by later periods adds "; 1 switch", a candidate left within a period "; 1
   // thrashing period cut short" (Note [Thrashing period]), a new budget "; trial started
   // again after 1 budget change" (Note [Trial after a budget change]).
@@ -226,7 +228,9 @@ class AutoHeuristic final : public Heuristic {
     std::string out = "auto: ";
     if (!trial_over() && warmed_up_) out += "trying ";
     out += std::string(active().name());
-    out += " (" + (trial.empty() ? std::string("no period yet") : trial) + tallies() + ")";
+    const std::string failed =
+        replay_failures_.empty() ? "" : "; every replay failed: " + replay_failures_;
+    out += " (" + (trial.empty() ? std::string("no period yet") : trial) + failed + tallies() + ")";
     return out;
   }
 
@@ -318,7 +322,13 @@ class AutoHeuristic final : public Heuristic {
       m.seeded = true;
       any = true;
     }
-    if (!any) return false;
+    if (!any) {  // the live trial, saying why (Note [Trial by replay])
+      replay_failures_.clear();
+      for (size_t i = 0; i < periods.size(); ++i)
+        replay_failures_ += (i ? ", " : "") + std::string(candidates_[i]->name()) + " " +
+                            (periods[i].failure.empty() ? "no compute" : periods[i].failure);
+      return false;
+    }
     replayed_ = std::move(periods);
     measured_ = std::move(seeded);
     active_ = 0;
@@ -349,6 +359,7 @@ class AutoHeuristic final : public Heuristic {
   TrialReplay trial_replay_;    // Note [Trial by replay]
   bool replay_due_ = false;     // trial_replay_ set and not asked since the (re)start
   std::vector<ReplayedPeriod> replayed_;  // its replays' periods, by candidate; empty: none
+  std::string replay_failures_;  // every replay failed: "dtr_eq oom, ..." (the live trial's)
   uint32_t needs_ = 0;
   size_t active_ = 0;
   bool warmed_up_ = false;

@@ -235,7 +235,15 @@ void Recording::op(std::string_view name, OpId id, const std::vector<TensorId>& 
     // Note [Trial by replay]: a program whose second step is long in coming (no optimizer
     // steps at all, or very long ones) is not recorded without end; `auto` then tries its
     // candidates live, if periods come.
-    if (trace_->events.size() > kTrialMaxEvents) drop_trial_trace();
+    if (trace_->events.size() > kTrialMaxEvents && config_.trace.empty()) {
+      std::fprintf(stderr,
+                   "dtr: policy auto recorded %zu trace events without two training steps and "
+                   "stopped recording them for its trial by replay; if steps come, it tries its "
+                   "candidates live, one step each (option trial:live does so without this "
+                   "note)\n",
+                   kTrialMaxEvents);
+      drop_trial_trace();
+    }
   }
   if (timeline_) {
     // Note [Live timeline]: the op ran just before it was recorded.

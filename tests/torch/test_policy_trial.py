@@ -297,3 +297,16 @@ def test_a_budget_set_late_is_tried_by_replay_from_there(lib):
     assert steps == 3 + (int(cut.group(1)) if cut else 0), status
     least = [n for n, r in zip(names, ratios) if r == min(ratios)]
     assert any(re.search(rf"(^|, ){n} \d", live) for n in least), status
+
+
+def test_a_long_run_without_steps_says_it_stopped_recording_for_the_trial(lib):
+    # Note [Trial by replay]: auto records the run for its replays until two training steps
+    # have ended, but at most 500 000 trace events; past them it drops the trace, and says
+    # so once (before, it fell back to the live trial without a word).
+    code = ("import torch\nx = torch.ones(4)\nfor i in range(300000):\n    x = x + 1\n"
+            "print(float(x[0]))")
+    proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:64M"))
+    assert proc.stdout.strip() == "300001.0"
+    assert proc.stderr.count("stopped recording them for its trial by replay") == 1, proc.stderr
+    live = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:64M,trial:live"))
+    assert "trial by replay" not in live.stderr, live.stderr
