@@ -15,7 +15,7 @@ the mean and largest gap as a fraction of the live peak, and the mean over each 
 the run (the first step is where a trace that declared memory late fell short: Note
 [Constants where they were allocated] in integration/torch/recording.cpp; the trace is
 recorded with trace_constants:allocated). --library runs another build of the library
-(the replays use --sim; a build without that option ignores it).
+(the replays use --sim; a build older than that option stops at start on it).
 
 With --reserved-limits 1.05,1.1,1.5 (factors of each budget) a second table compares, for
 each limit, compaction on and off, whether the live run under that `reserved_limit` trains
@@ -143,9 +143,9 @@ def print_memory_curve(sim, trace, live_timeline, replay_timeline):
         runs.fail(f"dtr-sim --timeline failed on {trace}: {proc.stderr}")
     live = allocated_after_ops(live_timeline, False)
     replay = allocated_after_ops(replay_timeline, True)
-    n = min(len(live), len(replay))
-    if n < 2 or len(live) != len(replay):
-        print(f"memory curve: {len(live)} live ops against {len(replay)} replayed; not compared")
+    n = len(live)
+    if n < 2 or n != len(replay):
+        print(f"memory curve: {n} live ops against {len(replay)} replayed; not compared")
         return
     peak = max(live)
     gaps = [abs(live[i] - replay[i]) / peak for i in range(n)]

@@ -178,13 +178,13 @@ void Recording::constant(TensorId t, uint64_t bytes, uint64_t allocation) {
   TraceEvent e;
   e.kind = TraceEventKind::constant;
   e.results.push_back(TraceResult{trace_name(t), bytes, -1});
-  // Note [Constants where they were allocated]
+  // Note [Constants where they were allocated]: calls_ is empty unless it places them.
   const auto call =
       std::lower_bound(calls_.begin(), calls_.end(), allocation,
                        [](const CallMark& m, uint64_t number) { return m.allocations < number; });
-  if (allocation == 0 || call == calls_.end() || !constants_where_allocated_)
+  if (allocation == 0 || call == calls_.end()) {
     trace_->events.push_back(std::move(e));
-  else {
+  } else {
     e.early = true;  // Note [Plans number constants at first read]
     placed_.push_back({call->event, std::move(e)});
   }

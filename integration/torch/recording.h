@@ -9,8 +9,9 @@
 // that loaded the library only (a forked DataLoader worker writes nothing).
 //
 // Cost: nothing is kept unless an option asks for it, or `auto` runs under a budget (its
-// trial, from the start or from a budget change, until the end of the second step); each call is then a push_back (the
-// timeline's allocated sample reads the allocator's stats: one more lock per op).
+// trial, from the start or from a budget change, until the end of the second step); each
+// call is then a push_back (the timeline's allocated sample reads the allocator's stats:
+// one more lock per op).
 #pragma once
 
 #include <atomic>
