@@ -514,6 +514,7 @@ void Engine::unlock_tensors(const std::vector<TensorId>& ts) {
 void Engine::discard(StorageId s) {
   StorageRec& rec = storages_[s];
   rec.discarded = true;
+  ++lineage_changes_;  // Note [Collecting dropped pins]
   if (rec.pinned) {
     rec.pinned = false;
     stats_.pinned_current -= rec.size_bytes;
@@ -525,6 +526,65 @@ void Engine::discard(StorageId s) {
   else
     try_retire(s);
   if (config_.debug >= 3) check_invariants();
+}
+
+// Note [Collecting dropped pins]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pinned storage the program drops stays until the host discards it: an old parameter
+// value, a seeded-random output, a result under min_evictable, a constant. The torch host
+// finds with its collector when no lineage needs one any more, batched, and at the latest
+// when nothing else can be evicted (Note [Collects when making room] in
+// integration/torch/lineage.cpp); its trace writes each such discard as a DISCARD. A
+// replay follows those DISCARDs, which came where the traced run's collects came, under
+// its own memory; under a smaller budget the live run collects sooner, and a replay that
+// waited for the DISCARD ran out of memory where the live run would have collected. The
+// case that showed it: a 6-op trace (a matrix product, sums read by .item()) replayed at
+// exactly its baseline peak evicted the product's input and output, and pinning what the
+// program held at the end needed 8 B more than the budget, the two 4 B sums the program
+// had dropped, pinned as results under min_evictable and never discarded (the run ended
+// before a collect). So with EngineConfig::collect_pins (the simulator sets it), when
+// nothing is left to evict and before remat locks are relaxed, the engine does what the
+// host's last-resort collect does: it marks what lineage needs, from every unpinned
+// storage the program holds, every storage being materialized and the host's roots
+// (set_collect_roots), through walk_needed_parents, and discards each pinned, material
+// storage the program no longer holds that no running op locks and nothing marked. It
+// runs again only after a last release, a pin or a discard since one that freed nothing.
+// dtr.full_collects counts the collects that freed something.
+uint64_t Engine::collect_pins() {
+  if (!config_.collect_pins || fruitless_collect_at_ == lineage_changes_) return 0;
+  std::vector<char> mark(storages_.size(), 0);
+  std::vector<StorageId> stack;
+  auto root = [&](StorageId s) {
+    if (!mark[s]) mark[s] = 1, stack.push_back(s);
+  };
+  for (StorageId s = 0; s < storages_.size(); ++s) {
+    const StorageRec& rec = storages_[s];
+    if (rec.ext_refs > 0 && !rec.pinned && !rec.retired) root(s);
+  }
+  for (const Frame& frame : frames_) root(tensors_[frame.tensor].storage);
+  if (collect_roots_) {
+    std::vector<StorageId> extra;
+    collect_roots_(extra);
+    for (StorageId s : extra) root(s);
+  }
+  walk_needed_parents(stack, [&](StorageId s) {
+    if (mark[s]) return false;
+    mark[s] = 1;
+    return true;
+  });
+  uint64_t freed = 0;
+  for (StorageId s = 0; s < mark.size(); ++s) {
+    const StorageRec& rec = storages_[s];
+    // A pin holds one lock (pin()); more are a running op's.
+    if (mark[s] || !rec.pinned || !rec.material || rec.ext_refs > 0 || rec.locks != 1) continue;
+    freed += memory_.engine_allocates ? round_block_size(rec.size_bytes) : rec.size_bytes;
+    discard(s);
+  }
+  if (freed > 0)
+    ++stats_.full_collects;
+  else
+    fruitless_collect_at_ = lineage_changes_;
+  return freed;
 }
 
 // Note [Children of discarded storages]
@@ -736,6 +796,7 @@ void Engine::release_ref(TensorId t, bool may_keep) {
   DTR_CHECK(trec.ext_refs > 0 && srec.ext_refs > 0, "release of a tensor with no references");
   --trec.ext_refs;
   --srec.ext_refs;
+  if (srec.ext_refs == 0) ++lineage_changes_;  // Note [Collecting dropped pins]
   // Note [Dropped inputs of large results]: the engine holds the reference the program let go.
   // The ratio is asked for only at a last release (a virtual call under a policy).
   if (may_keep && srec.ext_refs == 0 && !srec.pinned && !srec.discarded) {
@@ -781,6 +842,7 @@ Status Engine::pin(TensorId t) {
   StorageRec& srec = storages_[tensors_[t].storage];
   if (!srec.pinned) {
     lock(tensors_[t].storage);
+    ++lineage_changes_;  // Note [Collecting dropped pins]
     srec.pinned = true;
     srec.lazily_released = false;  // Note [Lazy release]: freed only by a discard now
     stats_.pinned_current += srec.size_bytes;
@@ -856,7 +918,12 @@ Status Engine::make_room(uint64_t bytes) {
   if (memory_.allocator) return Status::success();  // Note [Budget owner]
   if (live_bytes_ + bytes > config_.budget_bytes) evict_lazily_released();
   while (live_bytes_ + bytes > config_.budget_bytes) {
-    if (bytes > config_.budget_bytes || (pool_.empty() && !relax_remat_locks())) {
+    if (bytes > config_.budget_bytes) {
+      ++stats_.num_ooms;
+      return Status::out_of_memory(oom_info(bytes));
+    }
+    // Note [Collecting dropped pins], then Note [Relaxed remat locks].
+    if (pool_.empty() && collect_pins() == 0 && !relax_remat_locks()) {
       ++stats_.num_ooms;
       return Status::out_of_memory(oom_info(bytes));
     }
@@ -889,7 +956,11 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
     stats_.fragmentation_free_bytes += budget - allocated;
   uint64_t freed = evict_lazily_released();  // Note [Lazy release]
   if (freed > 0 && (contiguous || freed >= bytes_needed)) return freed;
-  if (pool_.empty() && !relax_remat_locks()) return freed;  // Note [Relaxed remat locks]
+  if (pool_.empty()) {  // Note [Collecting dropped pins], then Note [Relaxed remat locks]
+    freed += collect_pins();
+    if (freed > 0 && (contiguous || freed >= bytes_needed)) return freed;
+    if (!relax_remat_locks()) return freed;
+  }
 
   auto evict_one = [&](StorageId s) {
     if (s == kNoId) return;
@@ -912,8 +983,13 @@ uint64_t Engine::free_for_allocator(uint64_t bytes_needed, bool contiguous) {
   } else if (contiguous) {
     evict_one(next_victim());
   } else {
-    while (freed < bytes_needed && (!pool_.empty() || relax_remat_locks()))
+    while (freed < bytes_needed) {
+      if (pool_.empty()) {  // as above
+        freed += collect_pins();
+        if (freed >= bytes_needed || !relax_remat_locks()) break;
+      }
       evict_one(next_victim());
+    }
   }
   if (config_.debug >= 3) check_invariants();
   return freed;

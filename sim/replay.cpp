@@ -234,6 +234,12 @@ class PinsWhenMaterial {
     }
   }
 
+  // The storages a waiting pin may need, for the engine's collect (Note [Collecting
+  // dropped pins] in eviction/engine.cpp): the waiting ones themselves; the walk adds the rest.
+  void roots(std::vector<StorageId>& out) const {
+    out.insert(out.end(), waiting_.begin(), waiting_.end());
+  }
+
   // DISCARD of `s`: done now, or later if a waiting pin may need it.
   void discard(StorageId s) {
     const auto it = std::find(waiting_.begin(), waiting_.end(), s);
@@ -323,6 +329,11 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
   std::vector<TensorId> inputs, outputs;
   std::vector<OutputSpec> specs;
   PinsWhenMaterial pins(engine);  // Note [Pins when material]
+  engine.set_collect_roots([&pins](std::vector<StorageId>& out) { pins.roots(out); });
+  struct ForgetRoots {
+    Engine& engine;
+    ~ForgetRoots() { engine.set_collect_roots({}); }
+  } forget_roots{engine};
   Status status;
   for (progress.event = 0; progress.event < trace.events.size(); ++progress.event) {
     const TraceEvent& ev = trace.events[progress.event];
@@ -397,8 +408,13 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
       case TraceEventKind::pin_when_material: pins.pin(tensor_of[ev.dst]); break;
       case TraceEventKind::discard:
         // A live host found nothing can read the storage again (trace format v2): freed
-        // even if pinned, as Lineage::collect does.
-        if (tensor_of[ev.dst] != kNoId) pins.discard(engine.storage_of(tensor_of[ev.dst]));
+        // even if pinned, as Lineage::collect does; unless the engine's own collect came
+        // first (Note [Collecting dropped pins] in eviction/engine.cpp), which may have
+        // retired the tensor too.
+        if (tensor_of[ev.dst] != kNoId) {
+          const StorageId s = engine.storage_of(tensor_of[ev.dst]);
+          if (s != kNoId && !engine.is_discarded(s)) pins.discard(s);
+        }
         break;
     }
     if (!status.ok()) return status;
@@ -443,6 +459,8 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.relax_locks = options.relax_locks;
   config.seed = options.seed;
   config.debug = options.debug;
+  config.collect_pins =
+      true;  // the torch host's last-resort collect: Note [Collecting dropped pins]
   if (options.max_overhead > 0) {
     const double limit = double(baseline.compute_ns) * (options.max_overhead - 1.0);
     config.max_remat_ns = limit < 1.0 ? 1 : static_cast<uint64_t>(limit);

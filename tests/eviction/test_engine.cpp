@@ -502,6 +502,63 @@ TEST_CASE("pinned storages are never evicted; an infeasible budget is a typed OO
   CHECK(f.engine->is_valid(&why));
 }
 
+TEST_CASE("collect_pins discards dropped pins no lineage needs, only when nothing is left",
+          "[eviction][collect]") {
+  // Note [Collecting dropped pins]. k (600 B) is pinned and dropped; s (4 B) is made from
+  // k and pinned (a result under min_evictable), so no remat can read k; h (300 B) is
+  // made from nothing and held. An op of 500 B on h then needs room that only k has.
+  auto engine_with = [](bool collect, LogicalClock& clock) {
+    EngineConfig config;
+    config.budget_bytes = 1000;
+    config.collect_pins = collect;
+    config.debug = 3;
+    return std::make_unique<Engine>(config, builtin_heuristics().make("dtr_eq", {}), clock);
+  };
+  auto call = [](Engine& e, std::vector<TensorId> in, uint64_t bytes) {
+    std::vector<TensorId> out;
+    const Status status = e.call(1, in, {{bytes, -1}}, out);
+    return std::make_pair(status, out.empty() ? kNoId : out[0]);
+  };
+  for (const bool collect : {false, true}) {
+    LogicalClock clock{1};
+    auto e = engine_with(collect, clock);
+    TensorId k;
+    REQUIRE(e->constant(600, k).ok());
+    const TensorId sum = call(*e, {k}, 4).second;
+    REQUIRE(e->pin(sum).ok());
+    e->release(k);
+    const TensorId h = call(*e, {}, 300).second;
+    const auto [status, out] = call(*e, {h}, 500);
+    if (!collect) {  // the torch host's engine: its own collector decides
+      CHECK(status.code == StatusCode::oom);
+      CHECK(e->stats().full_collects == 0);
+      continue;
+    }
+    REQUIRE(status.ok());
+    CHECK(e->is_discarded(e->storage_of(k)));
+    CHECK(e->is_defined(sum));
+    CHECK(e->live_bytes() == 804);
+    CHECK(e->stats().full_collects == 1);
+    CHECK(e->stats().num_evictions == 0);
+  }
+  SECTION("a dropped pin a held storage can be remade from stays") {
+    LogicalClock clock{1};
+    auto e = engine_with(true, clock);
+    TensorId k;
+    REQUIRE(e->constant(600, k).ok());
+    const TensorId child = call(*e, {k}, 4).second;  // held, unpinned: may be evicted
+    e->release(k);
+    const TensorId h = call(*e, {}, 300).second;
+    const auto [status, out] = call(*e, {h}, 500);
+    CHECK(status.code == StatusCode::oom);
+    CHECK(!e->is_discarded(e->storage_of(k)));
+    CHECK(!e->is_defined(child));  // evicted first, which did not make room enough
+    CHECK(e->stats().full_collects == 0);
+    std::string why;
+    CHECK(e->is_valid(&why));
+  }
+}
+
 TEST_CASE("thrashing past the remat limit is reported", "[eviction]") {
   LogicalClock clock{1};
   EngineConfig config;

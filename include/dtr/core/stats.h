@@ -50,7 +50,8 @@ namespace dtr {
     "out (Note [Host work in op times])")                                                          \
   X(full_collects, "dtr.full_collects",                                                            \
     "torch host: full collects of dead lineage (Note [Collecting dead lineage]; under a budget, "  \
-    "Note [Collects when making room])")                                                           \
+    "Note [Collects when making room]); a replay: collects of dropped pins that freed memory "     \
+    "(Note [Collecting dropped pins])")                                                            \
   X(num_thrash_alerts, "dtr.num_thrash_alerts",                                                    \
     "torch host: times remats passed option max_overhead (Note [Thrashing in a live run])")        \
   X(num_packed_masks, "dtr.num_packed_masks",                                                      \

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -80,6 +81,10 @@ struct EngineConfig {
   // limit refuses a segment: move material storages no op holds before evicting (Note
   // [Compaction in the engine] in engine.cpp). The simulator's reserved_limit sets it.
   bool compact = false;
+  // For a host with no collector of its own (the simulator): when nothing is left to
+  // evict, discard the pinned storages the program dropped and no lineage needs (Note
+  // [Collecting dropped pins] in engine.cpp). The torch host collects them itself.
+  bool collect_pins = false;
 };
 
 // What an op produces: one entry per output.
@@ -217,6 +222,14 @@ class Engine {
   // Lets new ops, tensors and storages take the ids of retired ones (Note [Retiring]). The
   // host calls it when it holds none of those ids any more.
   void reuse_retired();
+  // With EngineConfig::collect_pins: storages the host needs beyond those the program
+  // holds (the replay's pins that wait for a storage to be material), asked at each
+  // collect; an empty function for none. Note [Collecting dropped pins].
+  void set_collect_roots(std::function<void(std::vector<StorageId>&)> roots) {
+    collect_roots_ = std::move(roots);
+  }
+  // Whether discard() was called for `s` (or it was retired since).
+  bool is_discarded(StorageId s) const { return storages_[s].discarded || storages_[s].retired; }
 
   // Block owners in the allocator: storage s <-> s + 1 (0 is "no owner").
   static uint64_t owner_of(StorageId s) { return uint64_t{s} + 1; }
@@ -402,6 +415,7 @@ class Engine {
   void dead_pool_insert(StorageId s);
   void dead_pool_remove(StorageId s);
   uint64_t evict_lazily_released();
+  uint64_t collect_pins();  // Note [Collecting dropped pins]: bytes freed
   void try_retire(StorageId s);
   bool retirable(OpId op) const;
   void retire_op(OpId op);
@@ -494,6 +508,11 @@ class Engine {
   std::vector<void*> transient_blocks_;
   size_t materialize_base_ = 0;  // frames_ of the innermost run_materialize start here
   uint32_t relaxations_left_ = 0;  // Note [Relaxed remat locks], per outermost call
+  // Note [Collecting dropped pins]: last releases, pins and discards so far, and their
+  // count at the last collect that freed nothing (it need not run again until it moves).
+  uint64_t lineage_changes_ = 0;
+  uint64_t fruitless_collect_at_ = UINT64_MAX;
+  std::function<void(std::vector<StorageId>&)> collect_roots_;
   std::mt19937_64 rng_;
   std::vector<std::pair<double, StorageId>> search_scratch_;
   Stats stats_;
