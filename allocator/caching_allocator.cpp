@@ -255,6 +255,10 @@ std::string AllocatorOom::message() const {
              "ops allocate for themselves, such as a convolution's workspace)";
   }
   out += "; largest free block " + format_bytes(largest_free_block_bytes) + "). ";
+  // Note [Segments larger than the device] in core/status.cpp
+  if (const std::string why = segment_above_limit(segment_bytes, reserved_limit_bytes);
+      !why.empty() && requested_bytes <= reserved_limit_bytes)
+    return out + why;
   if (requested_bytes > budget_bytes || requested_bytes > reserved_limit_bytes) {
     out += "The request alone exceeds the budget or the reserved limit: raise it above " +
            format_bytes(requested_bytes) + ".";
@@ -404,6 +408,7 @@ class CachingAllocator::Impl {
     oom.allocated_bytes = stats_.allocated_bytes.all.current;
     oom.reserved_bytes = stats_.reserved_bytes.all.current;
     oom.largest_free_block_bytes = largest_free_block_locked();
+    if (!(is_small_request(need) && small_path_)) oom.segment_bytes = fresh_segment_locked(need);
     EvictionCallback* callback = callback_;
     lock.unlock();
     if (callback) {

@@ -1342,6 +1342,7 @@ Status Engine::allocate_outputs(TensorId t) {
     info.reserved_limit_bytes = r.oom.reserved_limit_bytes;
     info.reserved_bytes = r.oom.reserved_bytes;
     info.largest_free_block_bytes = r.oom.largest_free_block_bytes;
+    info.segment_bytes = r.oom.segment_bytes;
     status = Status::out_of_memory(info);
   };
   for (size_t i = 0; i < op.outputs.size() && status.ok(); ++i) {

@@ -10,6 +10,7 @@
 #include "allocator_helpers.h"
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/allocator/fake_backend.h"
+#include "dtr/core/status.h"
 
 using namespace dtr;
 using namespace dtr::test;
@@ -223,6 +224,42 @@ TEST_CASE("allocator oom: where the budget has room, the message names the reser
   CHECK(message.find("Try: raise the reserved limit") != std::string::npos);
   CHECK(message.find("raise the budget") == std::string::npos);
   allocator.free(live);
+}
+
+TEST_CASE("allocator oom: a segment larger than the device is named, with the ways out",
+          "[allocator]") {
+  // Note [Segments larger than the device] in core/status.cpp: a 4 MiB request takes a
+  // 20 MiB segment (PyTorch's sizes), which a device of 5 MiB never holds.
+  Evictor evictor;
+  AllocatorConfig config = budget_config(5 * kMiB);
+  config.reserved_limit_bytes = 5 * kMiB;
+  CachingAllocator allocator(config, std::make_unique<FakeBackend>(), &evictor);
+  evictor.attach(&allocator);
+  AllocResult r = allocator.allocate(4 * kMiB);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.oom.segment_bytes == 20 * kMiB);
+  const std::string message = r.oom.message();
+  CHECK(message.find("the fresh segment it takes, 20.00 MiB") != std::string::npos);
+  CHECK(message.find("larger than the device's 5.00 MiB") != std::string::npos);
+  CHECK(message.find("raise the budget") == std::string::npos);
+  // The engine's status says the same (the simulator's replays).
+  OomInfo info;
+  info.requested_bytes = 4 * kMiB;
+  info.budget_bytes = info.reserved_limit_bytes = 5 * kMiB;
+  info.segment_bytes = r.oom.segment_bytes;
+  const std::string status = Status::out_of_memory(info).message();
+  CHECK(status.find("does not fit the device of 5.00 MiB") != std::string::npos);
+  CHECK(status.find("at least 20.00 MiB") != std::string::npos);
+  CHECK(status.find("Raise the budget above the pinned bytes") == std::string::npos);
+  // Exact segments (a reserved limit of the host's own) take the request's size: it fits.
+  config.exact_segments = true;
+  CachingAllocator exact(config, std::make_unique<FakeBackend>(), &evictor);
+  AllocResult fits = exact.allocate(4 * kMiB);
+  REQUIRE(fits.ok());
+  exact.free(fits.ptr);
+  // A segment within the device says nothing of it.
+  CHECK(segment_above_limit(4 * kMiB, 5 * kMiB).empty());
+  CHECK(segment_above_limit(20 * kMiB, UINT64_MAX).empty());
 }
 
 TEST_CASE("allocator oom: requests that can never fit fail at once", "[allocator]") {

@@ -91,6 +91,10 @@ struct AllocatorOom {
   bool has_callback = false;              // the three above came from an EvictionCallback
   std::string owner_advice;               // from EvictionCallback::oom_advice
   uint64_t largest_free_block_bytes = 0;  // largest cached free block
+  // The fresh segment the request takes where no cached block fits it (0: it takes none,
+  // as on the small path). Above the reserved limit, no eviction can make room: Note
+  // [Segments larger than the device].
+  uint64_t segment_bytes = 0;
 
   // Allocated bytes the callback's owner does not account for (an op's own buffers, such
   // as a convolution's workspace; tensors it does not track); 0 without a callback.

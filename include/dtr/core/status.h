@@ -26,6 +26,7 @@ struct OomInfo {
   uint64_t reserved_limit_bytes = 0;
   uint64_t reserved_bytes = 0;
   uint64_t largest_free_block_bytes = 0;
+  uint64_t segment_bytes = 0;  // the fresh segment the request takes (0: none or unknown)
 };
 
 struct Status {
@@ -46,5 +47,10 @@ struct Status {
 
 // Human-readable byte count ("1.50 GiB").
 std::string format_bytes(uint64_t bytes);
+
+// Where a request's fresh segment is larger than the device (its reserved limit), the
+// sentences that say so and what to try; else empty. Note [Segments larger than the
+// device] in core/status.cpp.
+std::string segment_above_limit(uint64_t segment_bytes, uint64_t reserved_limit_bytes);
 
 }  // namespace dtr
