@@ -68,7 +68,7 @@ TEST_CASE("allocator numbers its allocations in order", "[allocator]") {
   for (const bool small_path : {false, true}) {
     AllocatorConfig config = debug_config();
     config.use_backend_small_path = small_path;
-    CachingAllocator allocator(config, std::make_unique<FakeBackend>());
+    CachingAllocator allocator(config, std::make_unique<FakeBackend>(UINT64_MAX, small_path));
     CHECK(allocator.allocations() == 0);
     void* a = allocator.allocate(1000).ptr;
     void* b = allocator.allocate(3 * kMiB).ptr;
@@ -77,13 +77,41 @@ TEST_CASE("allocator numbers its allocations in order", "[allocator]") {
     CHECK(allocator.allocation_number(b) == 2);
     allocator.free(a);
     CHECK(allocator.allocation_number(a) == 0);  // not a live block
-    void* c = allocator.allocate(1000).ptr;      // a's block again, a new allocation
-    CHECK(c == a);
+    void* c = allocator.allocate(1000).ptr;      // a new allocation; a's block again in a segment
+    if (!small_path) CHECK(c == a);              // the fake small path never reuses an address
     CHECK(allocator.allocation_number(c) == 3);
     CHECK(allocator.allocation_number(static_cast<char*>(b) + 512) == 0);  // inside, not at
     CHECK(allocator.allocations() == 3);
     allocator.free(b);
     allocator.free(c);
+  }
+}
+
+TEST_CASE("the fake backend serves small blocks of their own where asked, as the host does",
+          "[allocator]") {
+  // Note [Host device] in sim/replay.cpp: the simulator's model of the PyTorch CPU host.
+  for (const bool serve_small : {false, true}) {
+    INFO(serve_small);
+    CachingAllocator allocator(debug_config(),
+                               std::make_unique<FakeBackend>(UINT64_MAX, serve_small));
+    void* a = allocator.allocate(1000).ptr;
+    void* b = allocator.allocate(64 * 1024).ptr;
+    REQUIRE(a);
+    REQUIRE(b);
+    const AllocatorStats stats = allocator.stats();
+    if (serve_small) {  // exact rounded sizes, no segment
+      CHECK(stats.reserved_bytes.small_pool.current == 1024 + 64 * 1024);
+      CHECK(stats.segment.all.current == 0);
+      CHECK(reinterpret_cast<uint64_t>(a) >= kFakeSmallBaseAddress);
+      CHECK(reinterpret_cast<uint64_t>(a) < kFakeBaseAddress);
+    } else {  // one 2 MiB small segment, PyTorch's
+      CHECK(stats.reserved_bytes.small_pool.current == 2 * kMiB);
+      CHECK(stats.segment.all.current == 1);
+    }
+    allocator.free(a);
+    allocator.free(b);
+    allocator.empty_cache();
+    CHECK(allocator.stats().reserved_bytes.all.current == 0);
   }
 }
 
