@@ -240,8 +240,11 @@ class PinsWhenMaterial {
     out.insert(out.end(), waiting_.begin(), waiting_.end());
   }
 
-  // DISCARD of `s`: done now, or later if a waiting pin may need it.
+  // DISCARD of `s`: done now, or later if a waiting pin may need it; nothing where the
+  // engine's own collect discarded it first (Note [Collecting dropped pins] in
+  // eviction/engine.cpp).
   void discard(StorageId s) {
+    if (engine_.is_discarded(s)) return;
     const auto it = std::find(waiting_.begin(), waiting_.end(), s);
     if (it != waiting_.end()) {  // the storage itself is dropped: nothing to pin
       waiting_.erase(it);
@@ -408,13 +411,10 @@ Status run_events(const Trace& trace, Engine& engine, PlanGuide* guide, Timeline
       case TraceEventKind::pin_when_material: pins.pin(tensor_of[ev.dst]); break;
       case TraceEventKind::discard:
         // A live host found nothing can read the storage again (trace format v2): freed
-        // even if pinned, as Lineage::collect does; unless the engine's own collect came
-        // first (Note [Collecting dropped pins] in eviction/engine.cpp), which may have
-        // retired the tensor too.
-        if (tensor_of[ev.dst] != kNoId) {
-          const StorageId s = engine.storage_of(tensor_of[ev.dst]);
-          if (s != kNoId && !engine.is_discarded(s)) pins.discard(s);
-        }
+        // even if pinned, as Lineage::collect does. The engine's own collect may have
+        // retired the tensor first (Note [Collecting dropped pins] in eviction/engine.cpp).
+        if (tensor_of[ev.dst] != kNoId && engine.storage_of(tensor_of[ev.dst]) != kNoId)
+          pins.discard(engine.storage_of(tensor_of[ev.dst]));
         break;
     }
     if (!status.ok()) return status;
