@@ -96,6 +96,26 @@
 // budget when the period ends, nothing recorded) or every replay failed, the live trial
 // goes on from that period.
 //
+// Note [Switch floor]
+// ~~~~~~~~~~~~~~~~~~~
+// After the trial, `auto` leaves the candidate running (dtr_eq after a trial by replay,
+// which ran the warm-up; the choice since, after that) only for one whose mean is lower by
+// more than kSwitchFloor, a hundredth of the program's compute. Below that a switch saves
+// under 1% of a step, while the replays cannot tell such candidates apart (they leave out
+// the searches' time and op times' noise) and a candidate can behave live as its replay
+// did not: on a 2000-layer residual MLP at 0.6 of its peak (docs/pytorch.md, "Cut by the
+// host's time") the replays put the four within 0.003 of one another (0.037-0.040), and
+// msps, chosen by a thousandth, then cascaded live. Without the floor, in 4 of 5 runs of
+// it (3 steps) the replays or the first live step took `auto` off dtr_eq, and in one of
+// them msps's live step cost 4.05 times the compute and was cut; with it, 2 runs of 2
+// stayed on dtr_eq. (Those runs took 9.5-10.3 s either way against 5.1-5.2 s under
+// policy:dtr_eq: recording the steps for the replays is most of that.) Replays of `auto`
+// on 6-step traces of ten test
+// scripts at 0.4-0.7 of their peaks (40 cells, 2026-12-06): the transformer at 0.6 went
+// 1.0959 -> 1.0487, three cells moved by under 0.0003, the rest not at all; a floor of
+// 0.02 or 0.05 cost resnet18 at 0.6-0.7 and adam_foreach at 0.6 up to 0.005. The choice
+// at the end of a live trial (trial:live) has no incumbent and takes the least mean.
+//
 // Note [Trial after a budget change]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // What a period cost says what the next costs at the same budget only. A script that sets
@@ -296,6 +316,9 @@ class AutoHeuristic final : public Heuristic {
     size_t best = 0;
     for (size_t i = 1; i < measured_.size(); ++i)
       if (measured_[i].mean() < measured_[best].mean()) best = i;
+    // Note [Switch floor]
+    if (trial_was_over && measured_[active_].mean() - measured_[best].mean() <= kSwitchFloor)
+      best = active_;
     if (trial_was_over && best != active_) ++switches_;
     active_ = best;
   }
@@ -334,6 +357,9 @@ class AutoHeuristic final : public Heuristic {
     active_ = 0;
     for (size_t i = 1; i < measured_.size(); ++i)
       if (measured_[i].mean() < measured_[active_].mean()) active_ = i;
+    // Note [Switch floor]: dtr_eq ran the warm-up; another must beat it by the floor.
+    if (measured_[0].periods > 0 && measured_[0].mean() - measured_[active_].mean() <= kSwitchFloor)
+      active_ = 0;
     return true;
   }
 
@@ -342,6 +368,9 @@ class AutoHeuristic final : public Heuristic {
   // same period needs twice the ratio.
   static constexpr double kCutRatio = 4.0;
   static constexpr uint64_t kCutMinNs = 100'000'000;
+  // Note [Switch floor]: remat compute, as a fraction of the program's, that a candidate
+  // must save against the one running before `auto` switches to it after the trial.
+  static constexpr double kSwitchFloor = 0.01;
 
   std::vector<std::unique_ptr<Heuristic>> candidates_;
   // Each candidate's periods: the sum of their ratios of remat to model compute.

@@ -54,6 +54,21 @@ def under_budget(lib, args, fraction, conf="", threads=None):
     return summary
 
 
+def replayed_choices(ratios):
+    """The candidates a trial by replay may run after its replays, given their ratios as
+    printed (3 digits): the least, unless it saves dtr_eq no more than a hundredth of the
+    compute (Note [Switch floor] in eviction/heuristics/auto_heuristic.cpp), then dtr_eq;
+    within the rounding of that hundredth, either."""
+    least = min(ratios.values())
+    lowest = {n for n, r in ratios.items() if r == least}
+    saved = ratios["dtr_eq"] - least
+    if saved > 0.0105:
+        return lowest
+    if saved < 0.0095:
+        return {"dtr_eq"}
+    return lowest | {"dtr_eq"}
+
+
 def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
     summary = under_budget(lib, ARGS, 0.5, conf=",trial:live")
     assert summary["dtr.num_evictions"] > 0, summary
@@ -80,9 +95,10 @@ def test_auto_chooses_by_replay_and_trains_bit_identically(lib):
     ratios = {"dtr_eq": float(m.group(2)), "dtr_ancestors": float(m.group(3)),
               "msps": float(m.group(4)), "dtr_eq_keep": float(m.group(5))}
     assert any(r > 0 for r in ratios.values()), ratios  # the replays did rematerialize
-    # The third step ran under the replays' least (to 3 digits: a near-tie may print equal).
+    # The third step ran under the replays' least (to 3 digits: a near-tie may print equal),
+    # or dtr_eq where that saves it no more than the floor (Note [Switch floor]).
     assert m.group(6) is not None, summary["dtr.policy"]
-    assert ratios[m.group(6)] == min(ratios.values()), summary["dtr.policy"]
+    assert m.group(6) in replayed_choices(ratios), summary["dtr.policy"]
     assert " over 1 step" in summary["dtr.policy"], summary["dtr.policy"]
 
 
@@ -295,8 +311,8 @@ def test_a_budget_set_late_is_tried_by_replay_from_there(lib):
     steps = sum(int(n) for n in re.findall(r" over (\d+) steps?", live))
     cut = re.search(r"; (\d+) thrashing periods? cut short", live)
     assert steps == 3 + (int(cut.group(1)) if cut else 0), status
-    least = [n for n, r in zip(names, ratios) if r == min(ratios)]
-    assert any(re.search(rf"(^|, ){n} \d", live) for n in least), status
+    chosen = replayed_choices(dict(zip(names, ratios)))
+    assert any(re.search(rf"(^|, ){n} \d", live) for n in chosen), status
 
 
 def test_a_long_run_without_steps_says_it_stopped_recording_for_the_trial(lib):
