@@ -107,10 +107,13 @@
 // host's time") the replays put the four within 0.003 of one another (0.037-0.040), and
 // msps, chosen by a thousandth, then cascaded live. Without the floor, in 4 of 5 runs of
 // it (3 steps) the replays or the first live step took `auto` off dtr_eq, and in one of
-// them msps's live step cost 4.05 times the compute and was cut; with it, 2 runs of 2
-// stayed on dtr_eq. (Those runs took 9.5-10.3 s either way against 5.1-5.2 s under
-// policy:dtr_eq: recording the steps for the replays is most of that.) Replays of `auto`
-// on 6-step traces of ten test
+// them msps's live step cost 4.05 times the compute and was cut; with it, 2 runs of 3
+// stayed on dtr_eq, and in the third dtr_eq's own step cascaded (cut at 4.0) and msps
+// took over: that model cascades live under dtr_eq too, in about half the runs (Note
+// [Live storages on dead lineage] in dtr_eq_heuristic.cpp). So the floor removes a coin
+// toss, not the cascade. (Those runs took 9.5-10.8 s either way against 5.1-5.4 s under
+// policy:dtr_eq: recording the steps for the replays is most of that, docs/open-items.md.)
+// Replays of `auto` on 6-step traces of ten test
 // scripts at 0.4-0.7 of their peaks (40 cells, 2026-12-06): the transformer at 0.6 went
 // 1.0959 -> 1.0487, three cells moved by under 0.0003, the rest not at all; a floor of
 // 0.02 or 0.05 cost resnet18 at 0.6-0.7 and adam_foreach at 0.6 up to 0.005. The choice
