@@ -95,8 +95,10 @@ bool Lineage::found_dead(StorageId s) const {
 // deaths it finds into the trace and marks them; the collector releases them at the usual
 // times and writes nothing more for them. The trace says when the program let go, the run
 // is the one it would be untraced.
-void Lineage::trace_deaths() {
-  for (StorageId s : alive_) {
+void Lineage::trace_deaths(size_t newest) {
+  if (newest >= alive_.size()) trace_scan_ops_ = ops_recorded_;
+  for (size_t i = alive_.size() - std::min(newest, alive_.size()); i < alive_.size(); ++i) {
+    const StorageId s = alive_[i];
     StorageRec& rec = storages_[s];
     if (rec.dead || rec.death_traced || !found_dead(s)) continue;
     rec.death_traced = true;
@@ -104,6 +106,30 @@ void Lineage::trace_deaths() {
       for (uint32_t k = engine_->external_refs(t); k > 0; --k) recording_->release(t);
   }
 }
+
+// Note [Deaths in the trial's trace]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// trace_deaths before every op checks every storage the program holds: a cost of what it
+// holds per op. On a 2000-layer residual MLP 64 wide at 0.6 of its peak
+// (tests/torch/scripts/mlp.py --residual, min_evictable:4K; thousands of storages held, 68
+// thousand ops in 3 steps) a traced run took 11.2-12.0 s against 5.1-5.4 s untraced
+// (found_dead 39% of the samples; prefetching the records did not help), and `auto`,
+// which records its first two steps for its replays (Note [Trial by replay]), took
+// 9.5-10.8 s against 4.9 s with trial:live. A trace the user asked for (DTR_TRACE) keeps
+// every death where it happened. The trial's own trace, which only compares the
+// candidates with one another, checks the newest kNewestScanned storages before each op,
+// as the scans without a budget do (Note [Temporaries] in lineage.cpp), and all of them
+// once the ops since the last full check have earned it (Note [Scan credit]), so an older
+// storage's death may go into it up to alive_.size() / kScannedPerOp ops late
+// (Lineage::trace_scan_earned in lineage.cpp). bench/torch_trial_cost.py on that MLP, 3
+// interleaved rounds each: `auto` 2.171 times policy:dtr_eq's wall time with every death
+// checked, 1.421-1.498 with this (trial:live 0.92-0.95; the rest is the replays, 2.5 s of
+// their own). The replays' figures, resnet18 at 0.5x (batch 32; four runs, against three
+// with every death checked): dtr_eq 0.807-0.810 against 0.806-0.809, dtr_ancestors
+// 0.770-0.832 against 0.767-0.770, dtr_eq_keep 0.688-0.697 against 0.693-0.732, msps
+// 0.843-0.844 in all four against 0.757-0.834 (a little higher: the deaths it finds late),
+// the same choice every time; the transformer at 74 MiB and the LSTM LM at 0.6 of its peak
+// chose as before (two runs and one).
 
 void Lineage::drop_lineage(OpId op) {
   OpRec& r = ops_[op];

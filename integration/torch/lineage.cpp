@@ -774,7 +774,9 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   // the deaths only go into the trace (Note [Tracing under a budget] in collector.cpp).
   if (recording_->tracing()) {
     if (!scan_newest_.load(std::memory_order_relaxed)) {
-      trace_deaths();
+      // Note [Deaths in the trial's trace] in collector.cpp
+      const bool every = !config_.trace.empty() || trace_scan_earned();
+      trace_deaths(every ? SIZE_MAX : kNewestScanned);
     } else {
       scan_for_dead();
       if (pinned_dead_bytes_ >= kSmallPinnedBytes ||
@@ -1856,6 +1858,13 @@ constexpr size_t kScannedPerOp = 256;
 bool Lineage::dead_scan_earned() const {
   return dead_scan_ops_ != ops_recorded_ &&
          alive_.size() <= kScannedPerOp * (ops_recorded_ - dead_scan_ops_);
+}
+
+// Whether the ops since trace_deaths last checked all of alive_ paid for another: Note
+// [Deaths in the trial's trace] in collector.cpp.
+bool Lineage::trace_scan_earned() const {
+  return trace_scan_ops_ != ops_recorded_ &&
+         alive_.size() <= kScannedPerOp * (ops_recorded_ - trace_scan_ops_);
 }
 
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {

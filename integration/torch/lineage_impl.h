@@ -344,7 +344,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void discard_storage(StorageId s);  // Note [Collecting dead lineage]
   void forget_storage(StorageId s);   // Note [Grown storages] in lineage.cpp
   bool found_dead(StorageId s) const;
-  void trace_deaths();
+  // Of the newest `newest` storages of alive_ (all by default): Note [Deaths in the
+  // trial's trace] in collector.cpp.
+  void trace_deaths(size_t newest = SIZE_MAX);
+  bool trace_scan_earned() const;  // Note [Deaths in the trial's trace]
   void drop_lineage(OpId op);
   void set_block_owner(StorageId s);
   void reuse_retired_ids();
@@ -360,6 +363,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   MemoryHistory* history_;  // null unless a snapshot is recorded
   c10::DeleterFnPtr our_deleter_ = nullptr;  // the CPU allocator hook's
   uint64_t dead_scan_ops_ = UINT64_MAX;      // ops recorded at the last dead scan
+  uint64_t trace_scan_ops_ = UINT64_MAX;     // the same, of trace_deaths' last full scan
   uint64_t full_collect_ops_ = UINT64_MAX;   // ... and at the last full collect
   uint64_t deaths_ = 0;                      // storages found dead so far
   uint64_t full_collect_deaths_ = UINT64_MAX;
