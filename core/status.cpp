@@ -37,11 +37,12 @@ std::string format_bytes(uint64_t bytes) {
 // Note [Segments larger than the device]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Where no cached block fits a request it takes a fresh segment, and a request between 1
-// and 10 MiB takes 20 MiB (segment_size_for in allocator/caching_allocator.cpp). On a device smaller than that segment (the
-// simulator's fake device holds exactly the budget: a 6-op trace of 5.31 MiB replayed at its
-// peak asked for 4 MiB) no eviction can ever make room, yet the message said to raise the
-// budget above the pinned bytes plus the request, which it already was. So the message
-// names the segment and the ways out: a device at least that large, or exact segments.
+// and 10 MiB takes 20 MiB (segment_size_for in allocator/caching_allocator.cpp). On a
+// device smaller than that segment (the simulator's fake device holds exactly the budget:
+// a 6-op trace of 5.31 MiB replayed at its peak asked for 4 MiB) no eviction can ever make
+// room, yet the message said to raise the budget above the pinned bytes plus the request,
+// which it already was. So the message names the segment and the ways out: a device at
+// least that large, or exact segments.
 std::string segment_above_limit(uint64_t segment_bytes, uint64_t reserved_limit_bytes) {
   if (segment_bytes == 0 || reserved_limit_bytes == 0 || reserved_limit_bytes == UINT64_MAX ||
       segment_bytes <= reserved_limit_bytes)

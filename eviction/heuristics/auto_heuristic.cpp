@@ -112,12 +112,13 @@
 // took over: that model cascades live under dtr_eq too, in about half the runs (Note
 // [Live storages on dead lineage] in dtr_eq_heuristic.cpp). So the floor removes a coin
 // toss, not the cascade. (Those runs took 9.5-10.8 s either way against 5.1-5.4 s under
-// policy:dtr_eq: recording the steps for the replays is most of that, docs/open-items.md.)
-// Replays of `auto` on 6-step traces of ten test
-// scripts at 0.4-0.7 of their peaks (40 cells, 2026-12-06): the transformer at 0.6 went
-// 1.0959 -> 1.0487, three cells moved by under 0.0003, the rest not at all; a floor of
-// 0.02 or 0.05 cost resnet18 at 0.6-0.7 and adam_foreach at 0.6 up to 0.005. The choice
-// at the end of a live trial (trial:live) has no incumbent and takes the least mean.
+// policy:dtr_eq: recording the steps for the replays was most of that, Note [Deaths in
+// the trial's trace] in integration/torch/collector.cpp.) Replays of `auto` on 6-step
+// traces of ten test scripts at 0.4-0.7 of their peaks (40 cells, 2026-12-06): the
+// transformer at 0.6 went 1.0959 -> 1.0487, three cells moved by under 0.0003, the rest
+// not at all; a floor of 0.02 or 0.05 cost resnet18 at 0.6-0.7 and adam_foreach at 0.6 up
+// to 0.005. The choice at the end of a live trial (trial:live) has no incumbent and takes
+// the least mean.
 //
 // Note [Trial after a budget change]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
