@@ -58,13 +58,13 @@ def replayed_choices(ratios):
     """The candidates a trial by replay may run after its replays, given their ratios as
     printed (3 digits): the least, unless it saves dtr_eq no more than a hundredth of the
     compute (Note [Switch floor] in eviction/heuristics/auto_heuristic.cpp), then dtr_eq;
-    within the rounding of that hundredth, either."""
+    within the rounding of that hundredth (each figure off by up to 0.0005), either."""
     least = min(ratios.values())
     lowest = {n for n, r in ratios.items() if r == least}
     saved = ratios["dtr_eq"] - least
-    if saved > 0.0105:
+    if saved > 0.011:
         return lowest
-    if saved < 0.0095:
+    if saved < 0.009:
         return {"dtr_eq"}
     return lowest | {"dtr_eq"}
 
