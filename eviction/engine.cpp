@@ -559,7 +559,7 @@ uint64_t Engine::collect_pins() {
   };
   for (StorageId s = 0; s < storages_.size(); ++s) {
     const StorageRec& rec = storages_[s];
-    if (rec.ext_refs > 0 && !rec.pinned && !rec.retired) root(s);
+    if (rec.ext_refs > 0 && !rec.pinned) root(s);  // a retired record holds none
   }
   for (const Frame& frame : frames_) root(tensors_[frame.tensor].storage);
   if (collect_roots_) {

@@ -459,8 +459,8 @@ ReplayResult replay(const Trace& trace, const Baseline& baseline, const ReplayOp
   config.relax_locks = options.relax_locks;
   config.seed = options.seed;
   config.debug = options.debug;
-  config.collect_pins =
-      true;  // the torch host's last-resort collect: Note [Collecting dropped pins]
+  // The torch host's last-resort collect: Note [Collecting dropped pins].
+  config.collect_pins = true;
   if (options.max_overhead > 0) {
     const double limit = double(baseline.compute_ns) * (options.max_overhead - 1.0);
     config.max_remat_ns = limit < 1.0 ? 1 : static_cast<uint64_t>(limit);

@@ -121,7 +121,7 @@ void Lineage::trace_deaths(size_t newest) {
 // as the scans without a budget do (Note [Temporaries] in lineage.cpp), and all of them
 // once the ops since the last full check have earned it (Note [Scan credit]), so an older
 // storage's death may go into it up to alive_.size() / kScannedPerOp ops late
-// (Lineage::trace_scan_earned in lineage.cpp). bench/torch_trial_cost.py on that MLP, 3
+// (Lineage::scan_earned in lineage.cpp). bench/torch_trial_cost.py on that MLP, 3
 // interleaved rounds each: `auto` 2.171 times policy:dtr_eq's wall time with every death
 // checked, 1.421-1.498 with this (trial:live 0.92-0.95; the rest is the replays, 2.5 s of
 // their own). The replays' figures, resnet18 at 0.5x (batch 32; four runs, against three

@@ -775,7 +775,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   if (recording_->tracing()) {
     if (!scan_newest_.load(std::memory_order_relaxed)) {
       // Note [Deaths in the trial's trace] in collector.cpp
-      const bool every = !config_.trace.empty() || trace_scan_earned();
+      const bool every = !config_.trace.empty() || scan_earned(trace_scan_ops_);
       trace_deaths(every ? SIZE_MAX : kNewestScanned);
     } else {
       scan_for_dead();
@@ -1854,17 +1854,13 @@ constexpr size_t kScannedPerOp = 256;
 // request that can evict nothing gets the full collect (which scans all) before it
 // gives up.
 
-// Whether ops ran since the last scan of all of alive_ and paid for one: Note [Scan credit].
-bool Lineage::dead_scan_earned() const {
-  return dead_scan_ops_ != ops_recorded_ &&
-         alive_.size() <= kScannedPerOp * (ops_recorded_ - dead_scan_ops_);
-}
-
-// Whether the ops since trace_deaths last checked all of alive_ paid for another: Note
-// [Deaths in the trial's trace] in collector.cpp.
-bool Lineage::trace_scan_earned() const {
-  return trace_scan_ops_ != ops_recorded_ &&
-         alive_.size() <= kScannedPerOp * (ops_recorded_ - trace_scan_ops_);
+// Whether ops ran since a scan of all of alive_ at `last_full_scan` (ops recorded then) and
+// paid for another: Note [Scan credit]. The collector's scans count from dead_scan_ops_,
+// the trial trace's from trace_scan_ops_ (Note [Deaths in the trial's trace] in
+// collector.cpp).
+bool Lineage::scan_earned(uint64_t last_full_scan) const {
+  return last_full_scan != ops_recorded_ &&
+         alive_.size() <= kScannedPerOp * (ops_recorded_ - last_full_scan);
 }
 
 uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
@@ -1873,7 +1869,7 @@ uint64_t Lineage::make_room(uint64_t bytes_needed, bool contiguous_request) {
   RoomTimer timed(engine_->stats(), clock_);  // Note [Host work in op times]
   evicted_bytes_in_call_ = 0;
   if (dead_scan_ops_ != ops_recorded_)  // Note [Scan credit]
-    scan_for_dead(dead_scan_earned() ? SIZE_MAX : kNewestScanned);
+    scan_for_dead(scan_earned(dead_scan_ops_) ? SIZE_MAX : kNewestScanned);
   // Note [Collects when making room]
   const bool collected = full_collect_due();
   if (collected) collect(/*full=*/true);
@@ -1985,7 +1981,7 @@ uint64_t Lineage::before_new_peak(uint64_t /*bytes_requested*/) {
   RoomTimer timed(engine_->stats(), clock_);  // Note [Host work in op times]
   evicted_bytes_in_call_ = 0;
   // Else no op ran since the last, or not enough for its cost: Note [Scan credit].
-  if (dead_scan_earned()) scan_for_dead();
+  if (scan_earned(dead_scan_ops_)) scan_for_dead();
   // Note [Dead pinned storages at a new peak]
   const bool died = deaths_ != full_collect_deaths_;
   const uint64_t dead_pinned = pinned_dead_bytes_ + (died ? pinned_dead_kept_bytes_ : 0);

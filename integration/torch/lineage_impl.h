@@ -347,7 +347,6 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // Of the newest `newest` storages of alive_ (all by default): Note [Deaths in the
   // trial's trace] in collector.cpp.
   void trace_deaths(size_t newest = SIZE_MAX);
-  bool trace_scan_earned() const;  // Note [Deaths in the trial's trace]
   void drop_lineage(OpId op);
   void set_block_owner(StorageId s);
   void reuse_retired_ids();
@@ -355,7 +354,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool full_collect_stale() const;
   bool full_collect_due() const;  // Note [Collects when making room]
   bool full_collect_earned(size_t per_op) const;
-  bool dead_scan_earned() const;  // Note [Scan credit]
+  bool scan_earned(uint64_t last_full_scan) const;  // Note [Scan credit]
   Status pin_tensor(TensorId t);
 
   const Config config_;
