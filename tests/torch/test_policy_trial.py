@@ -78,11 +78,16 @@ def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
     ratios = {"dtr_eq": float(m.group(2)), "dtr_ancestors": float(m.group(3)),
               "msps": float(m.group(4)), "dtr_eq_keep": float(m.group(5))}
     assert any(r > 0 for r in ratios.values()), ratios  # the steps did rematerialize
-    # The least mean (printed to 3 digits, so a near-tie may print equal to an earlier
-    # candidate's; the unit tests check that exact ties keep the earlier one).
-    assert ratios[chosen] == min(ratios.values()), ratios
-    # The sixth step ran under the trial's choice and joined its mean.
+    # The trial's least mean ran the sixth step, which joined its mean. That step can leave
+    # it above another candidate's, and auto leaves it only for one lower by more than a
+    # hundredth of the compute (Note [Switch floor] in auto_heuristic.cpp): on 2026-12-06 it
+    # read dtr_eq 0.071 over 2 steps against dtr_eq_keep's 0.070. So the choice is within
+    # that hundredth of the least (each printed figure is off by up to 0.0005); the unit
+    # tests check the choice at the trial's end exactly.
+    assert ratios[chosen] - min(ratios.values()) <= 0.011, ratios
     assert summary["dtr.policy"].count(" over 2 steps") == 1, summary["dtr.policy"]
+    assert re.search(rf"[(, ]{chosen} \d+\.\d{{3}} over 2 steps", summary["dtr.policy"]), \
+        summary["dtr.policy"]
 
 
 def test_auto_chooses_by_replay_and_trains_bit_identically(lib):

@@ -240,12 +240,21 @@ def test_a_runaway_cascade_is_stopped_under_the_default_warn(lib):
     # candidates and finished, once in three make tests. max_overhead:1, the stop at 10 times
     # the ops (10 s at least) rather than 20: under dtr_eq at the default, a cascade spread
     # over many ops finished once in 7 runs by hand (160 000 remats), and the test failed once
-    # in 8; at 1, 4 runs of 4 were stopped.
-    proc = run([PYTHON, "-c", RUNAWAY],
-               clean_env(LD_PRELOAD=lib,
-                         DTR_CONF="budget:106633216,policy:dtr_eq,max_overhead:1",
-                         OMP_NUM_THREADS="1"), timeout=600)
-    oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
+    # in 8; at 1, 4 runs of 4 were stopped. On 2026-12-06 (seventy-first session) one run
+    # beside the suite's other tests did not cascade at all (1.0 s of remats, FINISHED with
+    # a thrash warning), while 3 runs of 3 alone were stopped: whether it cascades follows
+    # the op times measured, so a run that finished is run once more, and one of the two must
+    # be stopped.
+    for _ in range(2):
+        proc = run([PYTHON, "-c", RUNAWAY],
+                   clean_env(LD_PRELOAD=lib,
+                             DTR_CONF="budget:106633216,policy:dtr_eq,max_overhead:1",
+                             OMP_NUM_THREADS="1"), timeout=600)
+        assert proc.stdout.strip().endswith("FINISHED") or "OOM " in proc.stdout, \
+            proc.stdout + proc.stderr
+        oom = next((l for l in proc.stdout.splitlines() if l.startswith("OOM ")), None)
+        if oom is not None:
+            break
     assert oom is not None, proc.stdout + proc.stderr
     assert "dtr: runaway thrashing: the remats for one op's inputs have run " in oom, oom
     assert re.search(r"have run [\d.]+ s \([\d.]+ s of it making room for them", oom), oom
