@@ -26,8 +26,9 @@
 // So a live storage whose op read an unpinned storage the program holds no more
 // (Engine::on_dead_lineage) costs `dead_lineage_factor` times its score: it goes after
 // other storages unless they cost that much more. Dead storages are not marked (nothing
-// outside waits for them), nor are pinned inputs (never recomputed); the mark is read at
-// each score, not kept, as it changes with every release.
+// outside waits for them), nor are pinned inputs (never recomputed); the engine keeps a
+// count per storage up to date as the program drops storages (Note [Dropped parent count]
+// in eviction/engine.cpp), so reading the mark costs one load.
 // A factor, not a last place, and dtr_eq's alone: the rule also marks storages that are
 // right to evict early, and the LSTMs lost by it (which of theirs it marks was not looked
 // into). In replays of sixteen traces at 0.4-0.7 of their peaks as the PyTorch host runs

@@ -354,6 +354,7 @@ class Engine {
     bool discarded = false;  // Engine::discard: Note [Children of discarded storages]
     bool retired = false;    // Note [Retiring]
     bool lazily_released = false;   // dead, material, in lazy_released_: Note [Lazy release]
+    uint32_t dropped_parents = 0;   // edges from dropped parents: Note [Dropped parent count]
     uint32_t remakes = 0;           // times a remat made it material again in remake_period
     uint32_t remake_period = 0;     // the period (end_period) remakes counts in
     void* memory = nullptr;         // the allocator block, when the engine allocates
@@ -418,6 +419,9 @@ class Engine {
   uint64_t collect_pins();  // Note [Collecting dropped pins]: bytes freed
   void try_retire(StorageId s);
   bool retirable(OpId op) const;
+  // Note [Dropped parent count]: adds delta to the count of each child edge of ps.
+  void count_child_edges(StorageId ps, int delta);
+  bool dropped(StorageId s) const { return storages_[s].ext_refs == 0 && !storages_[s].pinned; }
   void retire_op(OpId op);
   void retire_storage(StorageId s);
   void compact_eq_nodes();
