@@ -78,16 +78,21 @@ def test_auto_tries_each_candidate_and_keeps_the_cheapest_bit_identical(lib):
     ratios = {"dtr_eq": float(m.group(2)), "dtr_ancestors": float(m.group(3)),
               "msps": float(m.group(4)), "dtr_eq_keep": float(m.group(5))}
     assert any(r > 0 for r in ratios.values()), ratios  # the steps did rematerialize
-    # The trial's least mean ran the sixth step, which joined its mean. That step can leave
-    # it above another candidate's, and auto leaves it only for one lower by more than a
-    # hundredth of the compute (Note [Switch floor] in auto_heuristic.cpp): on 2026-12-06 it
-    # read dtr_eq 0.071 over 2 steps against dtr_eq_keep's 0.070. So the choice is within
-    # that hundredth of the least (each printed figure is off by up to 0.0005); the unit
-    # tests check the choice at the trial's end exactly.
-    assert ratios[chosen] - min(ratios.values()) <= 0.011, ratios
-    assert summary["dtr.policy"].count(" over 2 steps") == 1, summary["dtr.policy"]
-    assert re.search(rf"[(, ]{chosen} \d+\.\d{{3}} over 2 steps", summary["dtr.policy"]), \
-        summary["dtr.policy"]
+    # The trial's least mean ran the sixth step, which joined its mean ("over 2 steps"). That
+    # step can leave it above another candidate's, and auto leaves it only for one lower by
+    # more than a hundredth of the compute (Note [Switch floor] in auto_heuristic.cpp). Both
+    # came on 2026-12-06 under the suite's load: dtr_eq kept at 0.071 over 2 steps against
+    # dtr_eq_keep's 0.070, and dtr_eq left at 0.126 over 2 steps for dtr_ancestors' 0.074 ("1
+    # switch"). Each printed figure is off by up to 0.0005; the unit tests check the choice at
+    # the trial's end exactly.
+    status = summary["dtr.policy"]
+    assert status.count(" over 2 steps") == 1, status
+    ran = re.search(r"[(, ](\w+) \d+\.\d{3} over 2 steps", status).group(1)
+    if status.endswith("; 1 switch)"):
+        assert chosen != ran and ratios[chosen] == min(ratios.values()), status
+        assert ratios[ran] - ratios[chosen] >= 0.009, status
+    else:
+        assert chosen == ran and ratios[chosen] - min(ratios.values()) <= 0.011, status
 
 
 def test_auto_chooses_by_replay_and_trains_bit_identically(lib):
@@ -122,8 +127,15 @@ def test_the_live_trial_replays_what_dtr_sim_replays(lib, tmp_path):
                              "--policy", "auto", "--allocator", "none", "--json"],
                             clean_env(DTR_CONF="lazy_release:True,dead_first:True,"
                                                 "dead_lineage_factor:30")).stdout)
-    figures = lambda status: re.sub(r"by replay in \d+ ms", "", status).split("; then")[0]
-    assert figures(replay["policy_status"]) == figures(live), (replay["policy_status"], live)
+    # The replayed figures and the choice they made (the first "then"); what the live steps
+    # after it measured, and a switch they led to, differ (on 2026-12-06 live msps took 0.181
+    # in its first step and auto left it for dtr_ancestors, where the replay's own msps step
+    # took 0.095).
+    sim_m, live_m = REPLAYED.match(replay["policy_status"]), REPLAYED.match(live)
+    assert sim_m, replay["policy_status"]
+    assert sim_m.groups()[1:5] == live_m.groups()[1:5], (replay["policy_status"], live)
+    if sim_m.group(6) and live_m.group(6):
+        assert sim_m.group(6) == live_m.group(6), (replay["policy_status"], live)
 
 
 def test_a_trace_marks_the_steps_and_a_replay_tries_the_candidates(lib, tmp_path):
@@ -264,9 +276,14 @@ def test_auto_leaves_candidates_whose_searches_cascade(lib):
     # of 3 at depth 2000), and how many evictions the cuts take varies with the machine's load
     # (15 000-18 000 alone, 59 000 once in a make test), so the test asks that the run
     # trains, bit for bit, by replay: before, the runaway stop ended it.
+    # Where dtr_eq cascades in the first step, before the replays (under the suite's load on
+    # 2026-12-06: "auto: trying msps (dtr_eq 4.914, dtr_ancestors 4.160; 2 thrashing periods
+    # cut short)"), the cut moves on live; 3 runs of 3 alone went by replay.
     summary = under_budget(lib, DEEP_MLP, 0.6, conf=",min_evictable:4K", threads="1")
-    assert summary["dtr.policy"].startswith("auto: "), summary["dtr.policy"]
-    assert "by replay" in summary["dtr.policy"], summary["dtr.policy"]
+    status = summary["dtr.policy"]
+    assert status.startswith("auto: "), status
+    assert "by replay" in status or re.search(r"; \d+ thrashing periods? cut short\)$", status), \
+        status
     # A thrash warning after a cut names the candidates auto left and does not suggest them
     # (it suggested policy:msps after msps had cascaded). Whether the warning comes before
     # or after the first cut is chance.
