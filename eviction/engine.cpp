@@ -1808,9 +1808,13 @@ uint64_t Engine::eq_class_cost(StorageId s) const {
   uint32_t roots[32];
   size_t n_roots = 0;
   std::vector<uint32_t> more;
-  for_each_neighbor(s, [&](StorageId n) {
-    if (storages_[n].material || storages_[n].eq_node == kNoId) return;  // Note [Pending outputs]
-    const uint32_t r = eq_find(storages_[n].eq_node);
+  // The edges one by one, without for_each_neighbor's marks (a store per neighbour): a
+  // storage met twice gives a class met twice, which the roots dedupe; s itself, met through
+  // an alias, is skipped as material, or, evicted, is in its evicted neighbours' class.
+  auto visit = [&](TensorId u) {
+    const StorageRec& n = storages_[tensors_[u].storage];
+    if (n.material || n.eq_node == kNoId) return;  // Note [Pending outputs]
+    const uint32_t r = eq_find(n.eq_node);
     for (size_t i = 0; i < n_roots; ++i)
       if (roots[i] == r) return;
     if (std::find(more.begin(), more.end(), r) != more.end()) return;
@@ -1819,7 +1823,11 @@ uint64_t Engine::eq_class_cost(StorageId s) const {
     else
       more.push_back(r);
     cost += eq_nodes_[r].compute_ns;
-  });
+  };
+  for (TensorId t : storages_[s].tensors) {
+    for (TensorId p : ops_[tensors_[t].op].inputs) visit(p);
+    for (TensorId c : tensors_[t].children) visit(c);
+  }
   return cost < 0 ? 0 : static_cast<uint64_t>(cost);
 }
 
