@@ -969,6 +969,51 @@ TEST_CASE("dtr_eq charges a live storage made from a dropped one dead_lineage_fa
   t.check_cutoffs(b);
 }
 
+TEST_CASE("the dead-lineage mark follows releases, pins, discards and retirement",
+          "[eviction][heuristics]") {
+  // Note [Dropped parent count]: the mark is a count of edges from dropped parents, kept up
+  // to date where they change; is_valid() recounts it and compares it with the walk.
+  LogicalClock clock{1};
+  Engine engine(EngineConfig{}, builtin_heuristics().make("dtr_eq", HeuristicParams{}), clock);
+  std::vector<TensorId> out;
+  auto op = [&](std::vector<TensorId> in) {
+    REQUIRE(engine.call(10, in, {{1000, -1}}, out).ok());
+    return out.back();
+  };
+  std::string why;
+  auto marked = [&](TensorId t) {
+    INFO(why);
+    REQUIRE(engine.is_valid(&why));
+    return engine.on_dead_lineage(engine.storage_of(t));
+  };
+  const TensorId a = op({}), p = op({});
+  const TensorId b = op({a, p, a});  // reads a twice: two edges
+  const TensorId c = op({b});
+  REQUIRE(engine.pin(p).ok());
+  CHECK_FALSE(marked(b));
+  engine.release(p);  // pinned: never recomputed, so no dead lineage
+  CHECK_FALSE(marked(b));
+  engine.release(a);  // dropped: b is marked, c (made from b, held) is not
+  CHECK(marked(b));
+  CHECK_FALSE(marked(c));
+  engine.release(b);  // b is dead itself: unmarked; c now on dead lineage
+  CHECK_FALSE(marked(b));
+  CHECK(marked(c));
+  // A discard unpins p; its op and b's retire once b is discarded (nothing reads them).
+  engine.discard(engine.storage_of(p));
+  CHECK(marked(c));
+  const OpId b_op = engine.op_of(b);
+  engine.discard(engine.storage_of(b));
+  CHECK(marked(c));  // the edge from b stays: c's op is not retired
+  engine.release(c);
+  engine.discard(engine.storage_of(c));  // c's op, then b's, then p's retire
+  CHECK(engine.is_retired(b_op));
+  CHECK(engine.is_valid(&why));
+  INFO(why);
+  const TensorId d = op({});
+  CHECK_FALSE(marked(d));
+}
+
 TEST_CASE("dtr_eq charges a storage remade more than twice remake_factor times per remake",
           "[eviction][heuristics]") {
   // Note [Storages remade again and again]. a and b (cost 100, 1000 bytes each) are made
