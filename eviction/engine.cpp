@@ -830,6 +830,7 @@ void Engine::release_ref(TensorId t, bool may_keep) {
       return;
     }
   }
+  // Dropped now: Note [Dropped parent count].
   if (srec.ext_refs == 0 && !srec.pinned) count_child_edges(trec.storage, +1);
   // Eager eviction: nobody outside can reach a dead storage, so its memory goes now; its
   // lineage stays, in case a live descendant must be rematerialized through it.
@@ -860,7 +861,8 @@ Status Engine::pin(TensorId t) {
   if (!status.ok()) return status;
   StorageRec& srec = storages_[tensors_[t].storage];
   if (!srec.pinned) {
-    if (srec.ext_refs == 0) count_child_edges(tensors_[t].storage, -1);
+    if (srec.ext_refs == 0)
+      count_child_edges(tensors_[t].storage, -1);  // Note [Dropped parent count]
     lock(tensors_[t].storage);
     ++lineage_changes_;  // Note [Collecting dropped pins]
     srec.pinned = true;
