@@ -10,7 +10,8 @@ and qr with an LSTM and CTC loss, and stochastic weight averaging (2026-12-05); 
 and four more optimizers (2026-12-06: an embedding with max_norm, hard Gumbel-softmax, the
 dropout2d and alpha dropouts, multinomial/poisson/Categorical, FractionalMaxPool2d, a custom
 autograd.Function in a GRUCell loop); and a Dataset
-normalized in grad mode, evicted before a DataLoader forks its workers, which remake it.
+normalized in grad mode, evicted before a DataLoader forks its workers, which remake it;
+inference under quantize_dynamic (2026-12-07, its quantized::linear_dynamic recorded).
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import pytest
@@ -500,6 +501,31 @@ train(model, opt, lambda: ((torch.randn(40, 128, 64),), torch.randint(0, 10, (12
       after_step=sched.step)
 """
 
+# Inference under torch.ao.quantization.quantize_dynamic (Note [Pure foreign ops] in
+# dispatch_hook.cpp): quantized::linear_dynamic is recorded, so its results can be evicted
+# and made again. Each step keeps every layer's output and sums each; the last step's are
+# then digested one by one. Before the op was recorded, 0.8 passed and 0.6 ran out of
+# memory with 30 MiB pinned (every layer's result a constant); 0.5 still runs out with 26
+# MiB pinned (the float model, and each step's first result, pinned for its dead batch:
+# Note [Dead constants] in lineage.cpp).
+QUANTIZE_DYNAMIC = PRELUDE + r"""
+model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(512, 512), nn.ReLU())])
+q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+with torch.no_grad():
+    for step in range(3):
+        h = torch.randn(2048, 512)
+        outs = []
+        for layer in q:
+            h = layer(h)
+            outs.append(h)
+        for o in outs:
+            record(o.sum())
+del h
+while outs:  # each digest pins what it exports (Note [Raw access]); the list lets go of it
+    digest(str(len(outs)), outs.pop())
+finish()
+"""
+
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
@@ -522,7 +548,26 @@ WORKFLOWS = {
     "sampling": (SAMPLING, (0.7, 0.6)),
     "fracpool": (FRACPOOL, (0.7, 0.6)),
     "gru_cell": (GRU_CELL, (0.7, 0.5)),
+    "quantize_dynamic": (QUANTIZE_DYNAMIC, (0.8, 0.6)),
 }
+
+
+def test_quantized_linear_dynamic_gives_the_same_bits_twice():
+    """The premise of recording quantized::linear_dynamic (Note [Pure foreign ops]): on two
+    threads, with the quantized engine this machine uses, calls on the same input give the
+    same bits (a remat calls it again)."""
+    import torch
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    layer = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(torch.nn.Linear(512, 384)), {torch.nn.Linear}, dtype=torch.qint8)[0]
+    x = torch.randn(2048, 512)
+    call = lambda: torch.ops.quantized.linear_dynamic(x, layer._packed_params._packed_params,
+                                                      True)
+    first = call()
+    assert first.shape == (2048, 384) and first.abs().sum() > 0
+    for _ in range(5):
+        assert torch.equal(first.view(torch.int32), call().view(torch.int32))
 
 
 @pytest.mark.parametrize("name", WORKFLOWS)
