@@ -407,9 +407,7 @@ Status Engine::call(uint64_t compute_ns, const std::vector<TensorId>& inputs,
       compact_children(in);
     trec.children.insert(trec.children.end(), rec.outputs.begin(), rec.outputs.end());
     if (dropped(trec.storage))  // Note [Dropped parent count]
-      for (TensorId out : rec.outputs)
-        if (tensors_[out].storage != trec.storage)
-          ++storages_[tensors_[out].storage].dropped_parents;
+      for (TensorId out : rec.outputs) count_edge(trec.storage, out, +1);
   }
   if (track_eq_) {
     // New edges may join storages to evicted inputs: Note [Evicted neighbour count]. An
@@ -605,10 +603,8 @@ void Engine::compact_children(TensorId t) {
   const bool from_dropped = dropped(trec.storage);  // Note [Dropped parent count]
   trec.children.erase(std::remove_if(trec.children.begin(), trec.children.end(),
                                      [&](TensorId c) {
-                                       const StorageId cs = tensors_[c].storage;
-                                       if (!storages_[cs].discarded) return false;
-                                       if (from_dropped && cs != trec.storage)
-                                         --storages_[cs].dropped_parents;
+                                       if (!storages_[tensors_[c].storage].discarded) return false;
+                                       if (from_dropped) count_edge(trec.storage, c, -1);
                                        return true;
                                      }),
                       trec.children.end());
@@ -709,8 +705,7 @@ void Engine::retire_op(OpId op) {
       auto it = std::find(children.begin(), children.end(), out);
       if (it == children.end()) continue;
       children.erase(it);
-      if (from_dropped && tensors_[out].storage != trec.storage)
-        --storages_[tensors_[out].storage].dropped_parents;
+      if (from_dropped) count_edge(trec.storage, out, -1);
     }
     trec.children_kept = std::min<uint32_t>(trec.children_kept,
                                             static_cast<uint32_t>(children.size()));
@@ -724,8 +719,7 @@ void Engine::retire_op(OpId op) {
     ts.erase(std::find(ts.begin(), ts.end(), t));
     TensorRec& trec = tensors_[t];
     if (dropped(s))  // no unretired op reads t, so none is left: Note [Dropped parent count]
-      for (TensorId c : trec.children)
-        if (tensors_[c].storage != s) --storages_[tensors_[c].storage].dropped_parents;
+      for (TensorId c : trec.children) count_edge(s, c, -1);
     trec.storage = kNoId;
     trec.op = kNoId;
     trec.ext_refs = 0;
@@ -1505,15 +1499,21 @@ void Engine::for_each_neighbor(StorageId s, F&& f) const {
   // s itself excluded. Adjacency is symmetric: n is s's neighbour iff s is n's.
   const uint32_t epoch = ++epoch_;
   storages_[s].visit_epoch = epoch;
-  auto visit = [&](TensorId u) {
+  for_each_edge(s, [&](TensorId u) {
     const StorageId us = tensors_[u].storage;
     if (storages_[us].visit_epoch == epoch) return;
     storages_[us].visit_epoch = epoch;
     f(us);
-  };
+  });
+}
+
+template <typename F>
+void Engine::for_each_edge(StorageId s, F&& f) const {
+  // The tensors adjacent to s's tensors (their ops' inputs, then their children), once
+  // per edge: a storage may come more than once, and s itself through an alias.
   for (TensorId t : storages_[s].tensors) {
-    for (TensorId p : ops_[tensors_[t].op].inputs) visit(p);
-    for (TensorId c : tensors_[t].children) visit(c);
+    for (TensorId p : ops_[tensors_[t].op].inputs) f(p);
+    for (TensorId c : tensors_[t].children) f(c);
   }
 }
 
@@ -1797,10 +1797,12 @@ bool Engine::on_dead_lineage(StorageId s) const {  // Note [Dropped parent count
 // recounts it and compares with the walk.
 void Engine::count_child_edges(StorageId ps, int delta) {
   for (TensorId t : storages_[ps].tensors)
-    for (TensorId c : tensors_[t].children) {
-      const StorageId s = tensors_[c].storage;
-      if (s != ps) storages_[s].dropped_parents += delta;
-    }
+    for (TensorId c : tensors_[t].children) count_edge(ps, c, delta);
+}
+
+void Engine::count_edge(StorageId ps, TensorId c, int delta) {
+  const StorageId s = tensors_[c].storage;
+  if (s != ps) storages_[s].dropped_parents += delta;
 }
 
 uint64_t Engine::eq_class_cost(StorageId s) const {
@@ -1813,7 +1815,7 @@ uint64_t Engine::eq_class_cost(StorageId s) const {
   // The edges one by one, without for_each_neighbor's marks (a store per neighbour): a
   // storage met twice gives a class met twice, which the roots dedupe; s itself, met through
   // an alias, is skipped as material, or, evicted, is in its evicted neighbours' class.
-  auto visit = [&](TensorId u) {
+  for_each_edge(s, [&](TensorId u) {
     const StorageRec& n = storages_[tensors_[u].storage];
     if (n.material || n.eq_node == kNoId) return;  // Note [Pending outputs]
     const uint32_t r = eq_find(n.eq_node);
@@ -1825,11 +1827,7 @@ uint64_t Engine::eq_class_cost(StorageId s) const {
     else
       more.push_back(r);
     cost += eq_nodes_[r].compute_ns;
-  };
-  for (TensorId t : storages_[s].tensors) {
-    for (TensorId p : ops_[tensors_[t].op].inputs) visit(p);
-    for (TensorId c : tensors_[t].children) visit(c);
-  }
+  });
   return cost < 0 ? 0 : static_cast<uint64_t>(cost);
 }
 

@@ -317,14 +317,21 @@ class AutoHeuristic final : public Heuristic {
       ++active_;
       return;
     }
+    const size_t best = least_mean(trial_was_over ? active_ : kNoIncumbent);
+    if (trial_was_over && best != active_) ++switches_;
+    active_ = best;
+  }
+  // The candidate of least mean (ties: the earlier one), but `incumbent`, where given, unless
+  // that one is lower by more than kSwitchFloor (Note [Switch floor]).
+  static constexpr size_t kNoIncumbent = SIZE_MAX;
+  size_t least_mean(size_t incumbent) const {
     size_t best = 0;
     for (size_t i = 1; i < measured_.size(); ++i)
       if (measured_[i].mean() < measured_[best].mean()) best = i;
-    // Note [Switch floor]
-    if (trial_was_over && measured_[active_].mean() - measured_[best].mean() <= kSwitchFloor)
-      best = active_;
-    if (trial_was_over && best != active_) ++switches_;
-    active_ = best;
+    if (incumbent != kNoIncumbent &&
+        measured_[incumbent].mean() - measured_[best].mean() <= kSwitchFloor)
+      return incumbent;
+    return best;
   }
   // The candidates are tried in order, so the trial is over once the last has a period, or
   // once the replays gave them theirs.
@@ -358,12 +365,9 @@ class AutoHeuristic final : public Heuristic {
     }
     replayed_ = std::move(periods);
     measured_ = std::move(seeded);
-    active_ = 0;
-    for (size_t i = 1; i < measured_.size(); ++i)
-      if (measured_[i].mean() < measured_[active_].mean()) active_ = i;
-    // Note [Switch floor]: dtr_eq ran the warm-up; another must beat it by the floor.
-    if (measured_[0].periods > 0 && measured_[0].mean() - measured_[active_].mean() <= kSwitchFloor)
-      active_ = 0;
+    // Note [Switch floor]: dtr_eq ran the warm-up; another must beat it by the floor (a
+    // dtr_eq whose replay failed has an infinite mean, so any other does).
+    active_ = least_mean(/*incumbent=*/0);
     return true;
   }
 

@@ -421,6 +421,7 @@ class Engine {
   bool retirable(OpId op) const;
   // Note [Dropped parent count]: adds delta to the count of each child edge of ps.
   void count_child_edges(StorageId ps, int delta);
+  void count_edge(StorageId ps, TensorId c, int delta);  // the edge ps -> c, unless c is on ps
   bool dropped(StorageId s) const { return storages_[s].ext_refs == 0 && !storages_[s].pinned; }
   void retire_op(OpId op);
   void retire_storage(StorageId s);
@@ -432,6 +433,8 @@ class Engine {
   void recount_evicted_neighbors(StorageId s);
   template <typename F>
   void for_each_neighbor(StorageId s, F&& f) const;
+  template <typename F>
+  void for_each_edge(StorageId s, F&& f) const;  // each adjacent tensor, once per edge
 
   EngineConfig config_;
   EngineMemory memory_;
