@@ -251,8 +251,9 @@ std::string AllocatorOom::message() const {
     if (untracked_bytes() >= kUntrackedWorthNaming)
       out += ", untracked " + format_bytes(untracked_bytes()) +
              " (outside dtr's lineage: tensors no recorded op has read yet, such as fresh "
-             "torch.empty results, results of ops run under a TorchDispatchMode, and buffers "
-             "ops allocate for themselves, such as a convolution's workspace)";
+             "torch.empty results, results of ops dtr does not record (most ops outside aten, "
+             "and ops run under a TorchDispatchMode), and buffers ops allocate for "
+             "themselves, such as a convolution's workspace)";
   }
   out += "; largest free block " + format_bytes(largest_free_block_bytes) + "). ";
   // Note [Segments larger than the device] in core/status.cpp

@@ -11,7 +11,9 @@ and four more optimizers (2026-12-06: an embedding with max_norm, hard Gumbel-so
 dropout2d and alpha dropouts, multinomial/poisson/Categorical, FractionalMaxPool2d, a custom
 autograd.Function in a GRUCell loop); and a Dataset
 normalized in grad mode, evicted before a DataLoader forks its workers, which remake it;
-inference under quantize_dynamic (2026-12-07, its quantized::linear_dynamic recorded).
+inference under quantize_dynamic (2026-12-07, its quantized::linear_dynamic recorded), and
+of a statically quantized CNN (2026-12-07, its quantized conv, linear, add, mul and cat
+recorded).
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import pytest
@@ -526,6 +528,51 @@ while outs:  # each digest pins what it exports (Note [Raw access]); the list le
 finish()
 """
 
+# Inference of a statically quantized CNN (torch.ao.quantization's prepare, calibration and
+# convert, on this machine's engine) keeping each layer's quantized output: its
+# quantized::conv2d(_relu), linear(_relu), add(_relu), mul and cat are recorded (Note [Pure
+# foreign ops] in dispatch_hook.cpp), so those outputs can be evicted and made again; the
+# digests read their integer representations. Before, 0.7 ran out of memory with 24 MiB of
+# their results held as constants; 0.3 passed, 0.2 ran out in one op (2026-12-07).
+QUANTIZE_STATIC = PRELUDE + r"""
+import torch.ao.quantization as tq
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = tq.QuantStub()
+        self.c1 = nn.Conv2d(3, 32, 3, padding=1); self.r1 = nn.ReLU()
+        self.c2 = nn.Conv2d(32, 32, 3, padding=1); self.bn = nn.BatchNorm2d(32)
+        self.c3 = nn.Conv2d(64, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32, 64); self.r2 = nn.ReLU()
+        self.fc2 = nn.Linear(64, 10)
+        self.ff = nn.quantized.FloatFunctional()
+        self.dq = tq.DeQuantStub()
+    def forward(self, x):
+        a = self.r1(self.c1(self.q(x)))
+        b = self.bn(self.c2(a))
+        c = self.ff.mul(self.ff.add(a, b), a)
+        d = self.ff.cat([self.ff.add_relu(c, b), a], 1)
+        e = self.c3(d)
+        y = self.fc2(self.r2(self.fc1(F.adaptive_avg_pool2d(e, 1).flatten(1))))
+        return self.dq(y), [a, b, c, d, e]
+model = Net().eval()
+model.qconfig = tq.get_default_qconfig(torch.backends.quantized.engine)
+tq.fuse_modules(model, [["c1", "r1"], ["c2", "bn"], ["fc1", "r2"]], inplace=True)
+tq.prepare(model, inplace=True)
+with torch.no_grad():
+    model(torch.randn(4, 3, 32, 32))  # calibration
+tq.convert(model, inplace=True)
+with torch.no_grad():
+    kept = []
+    for step in range(3):
+        y, outs = model(torch.randn(64, 3, 32, 32))
+        record(y.sum())
+        kept += outs
+while kept:
+    digest(str(len(kept)), kept.pop().int_repr())
+finish()
+"""
+
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
@@ -549,6 +596,7 @@ WORKFLOWS = {
     "fracpool": (FRACPOOL, (0.7, 0.6)),
     "gru_cell": (GRU_CELL, (0.7, 0.5)),
     "quantize_dynamic": (QUANTIZE_DYNAMIC, (0.8, 0.6)),
+    "quantize_static": (QUANTIZE_STATIC, (0.7, 0.4)),
 }
 
 
@@ -568,6 +616,49 @@ def test_quantized_linear_dynamic_gives_the_same_bits_twice():
     assert first.shape == (2048, 384) and first.abs().sum() > 0
     for _ in range(5):
         assert torch.equal(first.view(torch.int32), call().view(torch.int32))
+
+
+def test_static_quantized_ops_give_the_same_bits_twice():
+    """The same premise for the static quantized ops recorded (Note [Pure foreign ops]):
+    conv2d and linear with and without a fused ReLU, add, add_relu, mul and cat, called on
+    two threads with the packed weights and output scales a converted model holds."""
+    import torch
+    import torch.ao.quantization as tq
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.Flatten(),
+                                torch.nn.Linear(32 * 16 * 16, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64)).eval()
+    model.qconfig = tq.get_default_qconfig(torch.backends.quantized.engine)
+    tq.fuse_modules(model, [["0", "1"], ["4", "5"]], inplace=True)
+    model = tq.prepare(model)
+    with torch.no_grad():
+        model(torch.randn(8, 32, 16, 16))  # calibration
+    model = tq.convert(model)
+    qx = torch.quantize_per_tensor(torch.randn(64, 32, 16, 16), 0.05, 128, torch.quint8)
+    a = torch.ops.quantized.conv2d_relu(qx, model[0]._packed_params, 0.02, 0)
+    b = torch.ops.quantized.conv2d(a, model[2]._packed_params, 0.03, 120)
+    flat = torch.quantize_per_tensor(torch.randn(64, 32 * 16 * 16), 0.05, 128, torch.quint8)
+    h = torch.ops.quantized.linear_relu(flat, model[4]._packed_params._packed_params, 0.04, 0)
+    calls = {
+        "conv2d_relu": lambda: torch.ops.quantized.conv2d_relu(qx, model[0]._packed_params,
+                                                               0.02, 0),
+        "conv2d": lambda: torch.ops.quantized.conv2d(a, model[2]._packed_params, 0.03, 120),
+        "linear_relu": lambda: torch.ops.quantized.linear_relu(
+            flat, model[4]._packed_params._packed_params, 0.04, 0),
+        "linear": lambda: torch.ops.quantized.linear(
+            h, model[6]._packed_params._packed_params, 0.05, 100),
+        "add": lambda: torch.ops.quantized.add(a, b, 0.06, 90),
+        "add_relu": lambda: torch.ops.quantized.add_relu(a, b, 0.06, 0),
+        "mul": lambda: torch.ops.quantized.mul(a, b, 0.01, 70),
+        "cat": lambda: torch.ops.quantized.cat([a, b], 1, 0.04, 60),
+    }
+    for name, call in calls.items():
+        first = call().int_repr()
+        assert first.float().std() > 0, name  # not a constant the scales clamped to
+        for _ in range(5):
+            assert torch.equal(first, call().int_repr()), name
 
 
 @pytest.mark.parametrize("name", WORKFLOWS)
