@@ -111,10 +111,16 @@
 // inference program keeping each layer's output (6 layers 512 wide, 2048 rows) ran out of
 // memory at 0.6 of its peak with 30 MiB pinned, each result a constant; it runs there now.
 // The ops of a statically quantized model (torch.ao.quantization's convert) are functions
-// of their inputs, packed weights and output scale too: conv2d and linear with and without
-// a fused ReLU, add, add_relu, mul and cat compute in integers and requantize, and gave the
-// same bits in 20 calls of 20 on two threads under both engines here (onednn, the default,
-// and qnnpack; tests/torch/test_workflows.py checks the one it runs). qnnpack's packed
+// of their inputs, packed weights and output scale too: the convolutions (1d, 2d, 3d, with
+// and without a fused ReLU, and transposed), linear, add, mul and cat (with and without a
+// fused ReLU, and by a scalar), the batch, layer, group and instance norms, hardswish,
+// elu, celu, sigmoid, threshold, and the byte embeddings (embedding and embedding bag);
+// also linear_relu_dynamic. Each gave the same bits in 20 calls of 20 on two threads
+// under both engines here (onednn, the default, and qnnpack; tests/torch/test_workflows.py
+// checks the one it runs). The names hold for every overload, so an overload that writes
+// an argument (add.out, mul.Scalar_out) stays opaque, as an op outside aten did before.
+// quantized::leaky_relu is not named: its `inplace` argument writes its input with no
+// alias annotation in the schema, which nothing here could see. qnnpack's packed
 // weights are packed at a call, with the input's scale (QnnpackUtils.h in PyTorch's
 // sources), and packed again when a call brings another: what is packed follows the
 // call's inputs, so a remat gets what the first call got. Under qnnpack the results do not
@@ -424,14 +430,39 @@ const std::unordered_set<std::string>& pure_foreign_names() {
       "torchvision::_deform_conv2d_backward",
       "torchvision::nms",
       "quantized::linear_dynamic",
-      "quantized::conv2d",
-      "quantized::conv2d_relu",
+      "quantized::linear_relu_dynamic",
       "quantized::linear",
       "quantized::linear_relu",
+      "quantized::conv1d",
+      "quantized::conv1d_relu",
+      "quantized::conv2d",
+      "quantized::conv2d_relu",
+      "quantized::conv3d",
+      "quantized::conv3d_relu",
+      "quantized::conv_transpose1d",
+      "quantized::conv_transpose2d",
+      "quantized::conv_transpose3d",
       "quantized::add",
       "quantized::add_relu",
+      "quantized::add_scalar",
       "quantized::mul",
+      "quantized::mul_relu",
+      "quantized::mul_scalar",
       "quantized::cat",
+      "quantized::cat_relu",
+      "quantized::batch_norm2d",
+      "quantized::batch_norm2d_relu",
+      "quantized::batch_norm3d",
+      "quantized::layer_norm",
+      "quantized::group_norm",
+      "quantized::instance_norm",
+      "quantized::hardswish",
+      "quantized::elu",
+      "quantized::celu",
+      "quantized::sigmoid",
+      "quantized::threshold",
+      "quantized::embedding_byte",
+      "quantized::embedding_bag_byte",
   };
   return names;
 }
@@ -521,7 +552,10 @@ OpInfo classify_op(const c10::OperatorHandle& op) {
     returns_tensor |= is_tensor_type(ret.type());
   }
   const std::string& name = schema.name();
-  if (name.rfind("aten::", 0) != 0 && !pure_foreign_names().count(name)) {
+  // Note [Pure foreign ops]: by name, so for every overload; one that writes an argument
+  // (quantized::add.out) stays opaque.
+  if (name.rfind("aten::", 0) != 0 &&
+      (!pure_foreign_names().count(name) || !info.write_args.empty())) {
     info.foreign = true;  // Note [Moving storages] in lineage.cpp
     return info;          // opaque
   }

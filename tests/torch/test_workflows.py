@@ -16,9 +16,11 @@ of a statically quantized CNN (2026-12-07, its quantized conv, linear, add, mul 
 recorded).
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
+import json
+
 import pytest
 
-from conftest import TRAINING_PRELUDE, trains_as_without
+from conftest import PYTHON, TRAINING_PRELUDE, clean_env, run, trains_as_without
 
 # Each program sets its budget before it builds its model, and trains with train() below
 # or records its own losses (conftest's TRAINING_PRELUDE).
@@ -618,47 +620,106 @@ def test_quantized_linear_dynamic_gives_the_same_bits_twice():
         assert torch.equal(first.view(torch.int32), call().view(torch.int32))
 
 
-def test_static_quantized_ops_give_the_same_bits_twice():
-    """The same premise for the static quantized ops recorded (Note [Pure foreign ops]):
-    conv2d and linear with and without a fused ReLU, add, add_relu, mul and cat, called on
-    two threads with the packed weights and output scales a converted model holds."""
-    import torch
-    import torch.ao.quantization as tq
-    torch.set_num_threads(2)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.Flatten(),
-                                torch.nn.Linear(32 * 16 * 16, 64), torch.nn.ReLU(),
-                                torch.nn.Linear(64, 64)).eval()
-    model.qconfig = tq.get_default_qconfig(torch.backends.quantized.engine)
-    tq.fuse_modules(model, [["0", "1"], ["4", "5"]], inplace=True)
+# Each static quantized op Note [Pure foreign ops] names (dispatch_hook.cpp), called as a
+# converted model calls it: a module of torch.ao.quantization's convert, or QFunctional's
+# call. The program checks that six calls on two threads give the same bits, and prints
+# the quantized ops the profiler saw.
+QUANTIZED_OPS = r"""
+import json, torch, torch.nn as nn, torch.ao.quantization as tq
+from torch.profiler import profile
+torch.set_num_threads(2)
+torch.manual_seed(0)
+PER_TENSOR = tq.QConfig(activation=tq.HistogramObserver.with_args(reduce_range=False),
+                        weight=tq.default_weight_observer)  # transposed convs under onednn
+def converted(shape, *mods, fuse=None, qconfig=None):
+    model = nn.Sequential(tq.QuantStub(), *mods).eval()
+    model.qconfig = qconfig or tq.get_default_qconfig(torch.backends.quantized.engine)
+    if fuse:
+        tq.fuse_modules(model, [fuse], inplace=True)
     model = tq.prepare(model)
     with torch.no_grad():
-        model(torch.randn(8, 32, 16, 16))  # calibration
+        model(torch.randn(*shape))  # calibration
     model = tq.convert(model)
-    qx = torch.quantize_per_tensor(torch.randn(64, 32, 16, 16), 0.05, 128, torch.quint8)
-    a = torch.ops.quantized.conv2d_relu(qx, model[0]._packed_params, 0.02, 0)
-    b = torch.ops.quantized.conv2d(a, model[2]._packed_params, 0.03, 120)
-    flat = torch.quantize_per_tensor(torch.randn(64, 32 * 16 * 16), 0.05, 128, torch.quint8)
-    h = torch.ops.quantized.linear_relu(flat, model[4]._packed_params._packed_params, 0.04, 0)
-    calls = {
-        "conv2d_relu": lambda: torch.ops.quantized.conv2d_relu(qx, model[0]._packed_params,
-                                                               0.02, 0),
-        "conv2d": lambda: torch.ops.quantized.conv2d(a, model[2]._packed_params, 0.03, 120),
-        "linear_relu": lambda: torch.ops.quantized.linear_relu(
-            flat, model[4]._packed_params._packed_params, 0.04, 0),
-        "linear": lambda: torch.ops.quantized.linear(
-            h, model[6]._packed_params._packed_params, 0.05, 100),
-        "add": lambda: torch.ops.quantized.add(a, b, 0.06, 90),
-        "add_relu": lambda: torch.ops.quantized.add_relu(a, b, 0.06, 0),
-        "mul": lambda: torch.ops.quantized.mul(a, b, 0.01, 70),
-        "cat": lambda: torch.ops.quantized.cat([a, b], 1, 0.04, 60),
-    }
-    for name, call in calls.items():
-        first = call().int_repr()
-        assert first.float().std() > 0, name  # not a constant the scales clamped to
+    x = torch.randn(*shape)
+    return lambda: model(x)
+def qx(*shape):
+    return torch.quantize_per_tensor(torch.randn(*shape), 0.05, 128, torch.quint8)
+a, b = qx(8, 16, 8, 8), qx(8, 16, 8, 8)
+ff = torch.ao.nn.quantized.QFunctional()
+ff.scale, ff.zero_point = 0.06, 90
+CALLS = [
+    converted((4, 8, 32), nn.Conv1d(8, 8, 3), nn.ReLU(), nn.Conv1d(8, 8, 3), fuse=["1", "2"]),
+    converted((4, 8, 8, 8), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), fuse=["1", "2"]),
+    converted((2, 4, 6, 8, 8), nn.Conv3d(4, 4, 3), nn.ReLU(), nn.Conv3d(4, 4, 3),
+              fuse=["1", "2"]),
+    converted((4, 8, 32), nn.ConvTranspose1d(8, 4, 3, stride=2), qconfig=PER_TENSOR),
+    converted((4, 8, 8, 8), nn.ConvTranspose2d(8, 4, 3, stride=2), qconfig=PER_TENSOR),
+    converted((2, 4, 4, 4, 4), nn.ConvTranspose3d(4, 4, 3), qconfig=PER_TENSOR),
+    converted((16, 32), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), fuse=["1", "2"]),
+    converted((4, 8, 8, 8), nn.BatchNorm2d(8), nn.ReLU(), nn.BatchNorm2d(8), fuse=["1", "2"]),
+    converted((2, 4, 4, 8, 8), nn.BatchNorm3d(4)),
+    converted((4, 8, 32), nn.LayerNorm(32)),
+    converted((4, 8, 8, 8), nn.GroupNorm(2, 8), nn.InstanceNorm2d(8), nn.Hardswish(),
+              nn.ELU()),
+    lambda: torch.ops.quantized.celu(a, 0.03, 10, 1.0),
+    lambda: torch.ops.quantized.sigmoid(a, 1 / 256, 0),
+    lambda: torch.ops.quantized.threshold(a, 0.1, 0.5),
+    lambda: ff.add(a, b), lambda: ff.add_relu(a, b), lambda: ff.add_scalar(a, 0.5),
+    lambda: ff.mul(a, b), lambda: torch.ops.quantized.mul_relu(a, b, 0.02, 0),
+    lambda: ff.mul_scalar(a, 0.5), lambda: ff.cat([a, b], 1),
+    lambda: torch.ops.quantized.cat_relu([a, b], 1, 0.04, 0),
+]
+dynamic = tq.quantize_dynamic(nn.Sequential(nn.Linear(32, 32)), {nn.Linear}, dtype=torch.qint8)
+fused = tq.quantize_dynamic(
+    nn.Sequential(torch.ao.nn.intrinsic.LinearReLU(nn.Linear(32, 32), nn.ReLU())),
+    {torch.ao.nn.intrinsic.LinearReLU}, dtype=torch.qint8)
+x32 = torch.randn(64, 32)
+CALLS += [lambda: dynamic(x32), lambda: fused(x32)]
+for cls, args in ((nn.Embedding, ()), (nn.EmbeddingBag, (torch.arange(0, 400, 4),))):
+    emb = nn.Sequential(cls(1000, 32))
+    emb.qconfig = tq.float_qparams_weight_only_qconfig
+    emb = tq.convert(tq.prepare(emb))
+    idx = torch.randint(0, 1000, (400,))
+    CALLS.append(lambda emb=emb, idx=idx, args=args: emb[0](idx, *args))
+def bits(t):
+    return t.int_repr() if t.is_quantized else t.view(torch.int32)
+seen = set()
+with torch.no_grad():
+    for k, call in enumerate(CALLS):
+        with profile() as prof:
+            first = bits(call())
+        seen |= {e.name for e in prof.events() if e.name.startswith("quantized::")}
+        assert first.float().std() > 0, k
         for _ in range(5):
-            assert torch.equal(first, call().int_repr()), name
+            assert torch.equal(first, bits(call())), k
+print(json.dumps(sorted(seen)))
+"""
+
+RECORDED_QUANTIZED = {"quantized::" + name for name in """linear_dynamic linear_relu_dynamic
+    linear linear_relu conv1d conv1d_relu conv2d conv2d_relu conv3d conv3d_relu
+    conv_transpose1d conv_transpose2d conv_transpose3d add add_relu add_scalar mul mul_relu
+    mul_scalar cat cat_relu batch_norm2d batch_norm2d_relu batch_norm3d layer_norm group_norm
+    instance_norm hardswish elu celu sigmoid threshold embedding_byte
+    embedding_bag_byte""".split()}
+
+
+def test_the_recorded_quantized_ops_give_the_same_bits_twice_and_are_recorded(lib, tmp_path):
+    """The premise of recording the quantized ops (Note [Pure foreign ops]): each, called as
+    a converted model calls it, gives the same bits six times on two threads with the
+    engine this machine uses; and under the library each is recorded (a CALL in its
+    DTR_TRACE), where quantized::leaky_relu, whose `inplace` argument writes its input
+    unannotated, is not."""
+    plain = run([PYTHON, "-c", QUANTIZED_OPS], clean_env())
+    assert set(json.loads(plain.stdout.splitlines()[-1])) == RECORDED_QUANTIZED
+    trace = tmp_path / "q.trace"
+    code = QUANTIZED_OPS + "torch.ops.quantized.leaky_relu(a, 0.1, False, 0.03, 10)\n"
+    run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+    called = set()
+    for line in trace.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("INSTRUCTION") == "CALL" and event["NAME"].startswith("quantized::"):
+            called.add(event["NAME"])
+    assert called == RECORDED_QUANTIZED, called ^ RECORDED_QUANTIZED
 
 
 @pytest.mark.parametrize("name", WORKFLOWS)
