@@ -1297,20 +1297,28 @@ bool register_fallback() {
 // record_function calls never reach the fallback (their kernels are composite, which the
 // dispatcher prefers to a backend fallback), so the library listens to RecordFunction
 // itself: a global callback on user scopes only, so the ops' own record functions (scope
-// FUNCTION) stay as cheap as without it; when an optimizer step's scope ends, a period
-// ends (Engine::end_period). Two optimizers in one step (a GAN) make two periods of it; a
-// step() not wrapped so (an optimizer that is not a torch.optim.Optimizer) makes none, and
-// `auto` stays on its first candidate.
+// FUNCTION) stay as cheap as without it. When an optimizer step's scope ends, a period
+// ends (Engine::end_period) if the step ends an iteration: two optimizers in one step (a
+// GAN) make one period of it (Note [Iteration periods] in lineage.cpp). Only the outermost
+// such scope on a thread counts. A step() not wrapped so (an optimizer that is not a
+// torch.optim.Optimizer) makes none, and `auto` stays on its first candidate.
 namespace {
-std::unique_ptr<at::ObserverContext> on_user_scope_start(const at::RecordFunction&) {
+thread_local int optimizer_step_depth = 0;
+
+bool is_optimizer_step(const at::RecordFunction& fn) {
+  static constexpr std::string_view kStep = "Optimizer.step#";
+  const char* name = fn.name();
+  return name != nullptr && std::string_view(name).compare(0, kStep.size(), kStep) == 0;
+}
+
+std::unique_ptr<at::ObserverContext> on_user_scope_start(const at::RecordFunction& fn) {
+  if (is_optimizer_step(fn) && optimizer_step_depth++ == 0) begin_lineage_optimizer_step();
   return nullptr;
 }
 
 void on_user_scope_end(const at::RecordFunction& fn, at::ObserverContext*) {
-  static constexpr std::string_view kStep = "Optimizer.step#";
-  const char* name = fn.name();
-  if (name != nullptr && std::string_view(name).compare(0, kStep.size(), kStep) == 0)
-    end_lineage_period();
+  if (is_optimizer_step(fn) && optimizer_step_depth > 0 && --optimizer_step_depth == 0)
+    end_lineage_optimizer_step();
 }
 }  // namespace
 

@@ -352,6 +352,8 @@ uint64_t min_evictable_bytes(const Config& config) {
 // guard (Note [Raw access]).
 constexpr size_t kMaxFingerprintBytes = size_t{64} << 20;
 constexpr size_t kMaxExposedUnknown = 1024;
+// Note [Iteration periods]: the storages of the first optimizer step kept as anchors.
+constexpr size_t kMaxStepAnchors = 4096;
 
 // The tensor at `slot` of values[base...] (an argument or a return): a Stack, or an op
 // record's arguments.
@@ -865,6 +867,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
     for (size_t k = 0; k < pending.input_slots.size(); ++k) {
       if (pending.input_slots[k].index != w || static_cast<int32_t>(k) == overwritten) continue;
       pending.written.push_back(tensors[k]);  // Note [Grown storages]
+      if (step_open_) note_step_write(tensors[k].storage().unsafeGetStorageImpl());
       StorageId s = lookup(tensors[k].storage().unsafeGetStorageImpl());
       if (s == kNoId) continue;  // no lineage reads it
       // Note [Parameters]
@@ -1520,6 +1523,59 @@ void Lineage::end_period() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   recording_->step();  // first: `auto` may replay the trace up to here (Note [Trial by replay])
   engine_->end_period();
+}
+
+// Note [Iteration periods]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A period is what `auto` measures and replays (Note [Policy trial] in
+// eviction/heuristics/auto_heuristic.cpp) and what a trace's STEP marks: it should be one
+// training iteration, so that one period costs what the next one will. The host sees
+// optimizer steps (Note [Step marks] in dispatch_hook.cpp), and a GAN steps two optimizers
+// an iteration: the discriminator's, then the generator's. Each step used to end a period,
+// so the periods alternated between two kinds, and the trial by replay, which figures one
+// period, saw only the kind that was last (the GAN at 0.6 of its peak: every candidate
+// thrashed live in the other kind, while the replays read 0.29-0.67). So a step ends a
+// period only if it wrote a storage the run's first step wrote (the anchors, held weakly):
+// every step of a lone optimizer does (its parameters, or its state), a second optimizer's
+// step writes other parameters and does not, and one iteration of a GAN is one period. A
+// step that writes nothing through the dispatcher ends a period only while there are no
+// anchors, as every step did before. Once every anchor has died (a new model, a state
+// loaded into new tensors), the next step writes the new anchors and ends a period. Only
+// the outermost scope counts, so an optimizer that wraps another (both torch.optim
+// optimizers, each step in its own scope) makes one period of a step, not two.
+void Lineage::note_step_write(c10::StorageImpl* impl) {
+  if (step_anchors_.empty()) {
+    if (step_writes_.size() < kMaxStepAnchors)
+      step_writes_.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
+    return;
+  }
+  const auto it = step_anchors_.find(impl);
+  step_wrote_anchor_ |= it != step_anchors_.end() && !it->second.expired();
+}
+
+void Lineage::begin_optimizer_step() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  step_open_ = true;
+  step_wrote_anchor_ = false;
+  step_writes_.clear();
+  // The anchors all died: the step to come writes the next ones.
+  if (std::all_of(step_anchors_.begin(), step_anchors_.end(),
+                  [](const auto& a) { return a.second.expired(); }))
+    step_anchors_.clear();
+}
+
+void Lineage::end_optimizer_step() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!step_open_) return;
+  step_open_ = false;
+  bool ends = step_wrote_anchor_;
+  if (step_anchors_.empty()) {
+    ends = true;
+    for (const auto& w : step_writes_)
+      if (!w.expired()) step_anchors_.emplace(w._unsafe_get_target(), w);
+  }
+  step_writes_.clear();
+  if (ends) end_period();
 }
 
 void Lineage::abort_op(PendingOp& pending) {
@@ -2255,9 +2311,12 @@ void lineage_budget_changed(uint64_t budget_bytes) {
   if (Lineage* lineage = the_lineage()) lineage->budget_changed(budget_bytes);
 }
 
-void end_lineage_period() {
-  Lineage* lineage = the_lineage();
-  if (lineage) lineage->end_period();
+void begin_lineage_optimizer_step() {
+  if (Lineage* lineage = the_lineage()) lineage->begin_optimizer_step();
+}
+
+void end_lineage_optimizer_step() {
+  if (Lineage* lineage = the_lineage()) lineage->end_optimizer_step();
 }
 
 std::string policy_status() {

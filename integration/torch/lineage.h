@@ -53,8 +53,11 @@ void collect_lineage();
 // in lineage.cpp.
 void lineage_budget_changed(uint64_t budget_bytes);
 
-// A training step ended (Note [Step marks] in dispatch_hook.cpp): Engine::end_period.
-void end_lineage_period();
+// An optimizer step's scope opened / closed (Note [Step marks] in dispatch_hook.cpp); the
+// close ends a period (Engine::end_period) where the step ends an iteration (Note
+// [Iteration periods] in lineage.cpp).
+void begin_lineage_optimizer_step();
+void end_lineage_optimizer_step();
 // What the report says the policy is (Heuristic::status): "dtr_eq", "auto: msps (...)";
 // "" before start_lineage.
 std::string policy_status();

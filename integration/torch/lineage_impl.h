@@ -244,6 +244,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // A training step ended (Note [Step marks] in dispatch_hook.cpp): Engine::end_period,
   // and a STEP annotation in the trace.
   void end_period();
+  // An optimizer step's scope opens and closes (the outermost one); the close ends a period
+  // where the step ends an iteration (Note [Iteration periods]).
+  void begin_optimizer_step();
+  void end_optimizer_step();
   // Asks the thrash watch; warns or arms the raise (Note [Thrashing within one op]).
   void watch_for_thrash();
   void watch_for_runaway();  // Note [Runaway cascades] in eviction/thrash_watch.cpp
@@ -405,6 +409,14 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // (exported before an op read them, or copied away: Note [Copy on write]), exposed once
   // read as constants; and why a remat was refused.
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> exposed_unknown_;
+  // Note [Iteration periods]: what the first optimizer step wrote (the anchors), whether
+  // the open step wrote one, and what it wrote while there are none.
+  bool step_open_ = false;
+  bool step_wrote_anchor_ = false;
+  std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>>
+      step_anchors_;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> step_writes_;
+  void note_step_write(c10::StorageImpl* impl);
   void remember_exposed(const c10::intrusive_ptr<c10::StorageImpl>& impl);
   bool any_exposed_ = false;  // some storage was ever exposed: else no op looks
   std::string refusal_;

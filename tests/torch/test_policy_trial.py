@@ -213,6 +213,51 @@ def test_an_optimizer_step_ends_a_period(lib):
     ]
 
 
+ITERATIONS = r"""
+import torch
+torch.manual_seed(0)
+a = torch.nn.Parameter(torch.randn(256, 256))
+b = torch.nn.Parameter(torch.randn(256, 256))
+class Outer(torch.optim.SGD):  # a wrapper whose step runs another optimizer's inside its own
+    def __init__(self, params, inner):
+        super().__init__(params, lr=0.01)
+        self.inner = inner
+    def step(self):
+        self.inner.step()
+        super().step()
+def make(kind):
+    if kind == "two":  # a GAN's: two optimizers, each stepped once an iteration
+        return [torch.optim.Adam([a], lr=0.01), torch.optim.SGD([b], lr=0.01)]
+    if kind == "nested":
+        return [Outer([a], torch.optim.SGD([b], lr=0.01, momentum=0.9))]
+    return [torch.optim.SGD([a, b], lr=0.01, momentum=0.9)]
+opts = make(KIND)
+for i in range(4):
+    if KIND == "renewed" and i == 2:  # new parameters and optimizer: the anchors die
+        a = torch.nn.Parameter(torch.randn(256, 256))
+        b = torch.nn.Parameter(torch.randn(256, 256))
+        opts = make("one")
+    for opt in opts:
+        opt.zero_grad()
+        (torch.randn(64, 256) @ a @ b).relu().sum().backward()
+        opt.step()
+"""
+
+
+def test_an_iteration_is_one_period_whatever_its_optimizer_steps(lib, tmp_path):
+    # Note [Iteration periods] in integration/torch/lineage.cpp: two optimizers stepped in
+    # an iteration (a GAN) made two periods of it, and a wrapper optimizer whose step runs
+    # another's (two step scopes, one inside the other) as many; one period an iteration
+    # now, also after the first step's storages have died.
+    for kind in ("two", "nested", "renewed", "one"):
+        trace = tmp_path / f"{kind}.trace"
+        run([PYTHON, "-c", ITERATIONS.replace("KIND", repr(kind))],
+            clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+        events = [json.loads(l) for l in trace.read_text().splitlines()]
+        marks = [e for e in events if e.get("ANNOTATION") == "STEP"]
+        assert len(marks) == 4, (kind, len(marks))
+
+
 def test_auto_cuts_a_thrashing_first_step_short(lib):
     # Note [Thrashing period]: the packed GRU's first step has its longest sequences, and at
     # 0.75 of the run's peak dtr_eq's remats in it passed 1000 times the step's own compute
