@@ -354,6 +354,7 @@ constexpr size_t kMaxFingerprintBytes = size_t{64} << 20;
 constexpr size_t kMaxExposedUnknown = 1024;
 // Note [Iteration periods]: the storages of the first optimizer step kept as anchors.
 constexpr size_t kMaxStepAnchors = 4096;
+constexpr uint32_t kStaleAnchorSteps = 8;
 
 // The tensor at `slot` of values[base...] (an argument or a return): a Stack, or an op
 // record's arguments.
@@ -1540,15 +1541,19 @@ void Lineage::end_period() {
 // step writes other parameters and does not, and one iteration of a GAN is one period. A
 // step that writes nothing through the dispatcher ends a period only while there are no
 // anchors, as every step did before. Once every anchor has died (a new model, a state
-// loaded into new tensors), the next step writes the new anchors and ends a period. Only
-// the outermost scope counts, so an optimizer that wraps another (both torch.optim
-// optimizers, each step in its own scope) makes one period of a step, not two.
+// loaded into new tensors), the next step writes the new anchors and ends a period. The
+// anchors can also outlive their optimizer's use: a run that first trains one part with
+// one optimizer and then the rest with another, while the first part lives on, would end
+// no period again. So the steps between two that write an anchor are counted (the longest
+// such run, the other optimizers' steps in an iteration: 1 for a GAN), and a step that
+// makes the misses more than kStaleAnchorSteps plus twice that takes its writes as the new
+// anchors and ends a period: the switch above ends no period for 8 steps, then one a step,
+// while up to 9 optimizers an iteration, or a GAN, never re-anchor. Only the
+// outermost scope counts, so an optimizer that wraps another (both torch.optim optimizers,
+// each step in its own scope) makes one period of a step, not two.
 void Lineage::note_step_write(c10::StorageImpl* impl) {
-  if (step_anchors_.empty()) {
-    if (step_writes_.size() < kMaxStepAnchors)
-      step_writes_.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
-    return;
-  }
+  if (step_writes_.size() < kMaxStepAnchors)
+    step_writes_.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
   const auto it = step_anchors_.find(impl);
   step_wrote_anchor_ |= it != step_anchors_.end() && !it->second.expired();
 }
@@ -1568,11 +1573,18 @@ void Lineage::end_optimizer_step() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!step_open_) return;
   step_open_ = false;
-  bool ends = step_wrote_anchor_;
-  if (step_anchors_.empty()) {
-    ends = true;
+  bool ends = true;
+  if (step_wrote_anchor_) {
+    step_longest_misses_ = std::max(step_longest_misses_, step_misses_);
+    step_misses_ = 0;
+  } else if (step_anchors_.empty() ||
+             ++step_misses_ > kStaleAnchorSteps + 2 * step_longest_misses_) {
+    step_anchors_.clear();  // new anchors: what this step wrote
     for (const auto& w : step_writes_)
       if (!w.expired()) step_anchors_.emplace(w._unsafe_get_target(), w);
+    step_misses_ = step_longest_misses_ = 0;
+  } else {
+    ends = false;  // another optimizer's step within the iteration
   }
   step_writes_.clear();
   if (ends) end_period();

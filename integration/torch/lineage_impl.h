@@ -410,9 +410,11 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // read as constants; and why a remat was refused.
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> exposed_unknown_;
   // Note [Iteration periods]: what the first optimizer step wrote (the anchors), whether
-  // the open step wrote one, and what it wrote while there are none.
+  // the open step wrote one, and what it wrote.
   bool step_open_ = false;
   bool step_wrote_anchor_ = false;
+  uint32_t step_misses_ = 0;          // steps since the last that wrote an anchor
+  uint32_t step_longest_misses_ = 0;  // the most of them before a step that did
   std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>>
       step_anchors_;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> step_writes_;

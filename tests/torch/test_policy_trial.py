@@ -225,37 +225,45 @@ class Outer(torch.optim.SGD):  # a wrapper whose step runs another optimizer's i
     def step(self):
         self.inner.step()
         super().step()
+c = torch.nn.Parameter(torch.randn(256, 256))
 def make(kind):
     if kind == "two":  # a GAN's: two optimizers, each stepped once an iteration
         return [torch.optim.Adam([a], lr=0.01), torch.optim.SGD([b], lr=0.01)]
+    if kind == "three":
+        return [torch.optim.SGD([p], lr=0.01) for p in (a, b, c)]
     if kind == "nested":
         return [Outer([a], torch.optim.SGD([b], lr=0.01, momentum=0.9))]
     return [torch.optim.SGD([a, b], lr=0.01, momentum=0.9)]
 opts = make(KIND)
-for i in range(4):
+for i in range(COUNT):
     if KIND == "renewed" and i == 2:  # new parameters and optimizer: the anchors die
         a = torch.nn.Parameter(torch.randn(256, 256))
         b = torch.nn.Parameter(torch.randn(256, 256))
         opts = make("one")
+    if KIND == "switch":  # one optimizer for c, then another for a and b; c lives on
+        opts = [torch.optim.SGD([c] if i < 2 else [a, b], lr=0.01)]
     for opt in opts:
         opt.zero_grad()
-        (torch.randn(64, 256) @ a @ b).relu().sum().backward()
+        (torch.randn(64, 256) @ a @ b @ c).relu().sum().backward()
         opt.step()
 """
 
 
 def test_an_iteration_is_one_period_whatever_its_optimizer_steps(lib, tmp_path):
-    # Note [Iteration periods] in integration/torch/lineage.cpp: two optimizers stepped in
-    # an iteration (a GAN) made two periods of it, and a wrapper optimizer whose step runs
-    # another's (two step scopes, one inside the other) as many; one period an iteration
-    # now, also after the first step's storages have died.
-    for kind in ("two", "nested", "renewed", "one"):
+    # Note [Iteration periods] in integration/torch/lineage.cpp: two or three optimizers
+    # stepped in an iteration (a GAN) made as many periods of it, and a wrapper optimizer
+    # whose step runs another's (two step scopes, one inside the other) as many; one period
+    # an iteration now, also after the first step's storages have died. A run that trains
+    # c for 2 iterations and then a and b for 12 ends no period for 8 steps after the
+    # switch (Note [Iteration periods]: kStaleAnchorSteps), then one each: 6 marks.
+    for kind, iterations, marks in (("two", 4, 4), ("three", 4, 4), ("nested", 4, 4),
+                                    ("renewed", 4, 4), ("one", 4, 4), ("switch", 14, 6)):
         trace = tmp_path / f"{kind}.trace"
-        run([PYTHON, "-c", ITERATIONS.replace("KIND", repr(kind))],
-            clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+        code = ITERATIONS.replace("KIND", repr(kind)).replace("COUNT", str(iterations))
+        run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
         events = [json.loads(l) for l in trace.read_text().splitlines()]
-        marks = [e for e in events if e.get("ANNOTATION") == "STEP"]
-        assert len(marks) == 4, (kind, len(marks))
+        steps = [e for e in events if e.get("ANNOTATION") == "STEP"]
+        assert len(steps) == marks, (kind, len(steps))
 
 
 def test_auto_cuts_a_thrashing_first_step_short(lib):
