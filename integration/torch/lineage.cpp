@@ -1569,10 +1569,25 @@ void Lineage::begin_optimizer_step() {
     step_anchors_.clear();
 }
 
+// Note [Marked steps]
+// ~~~~~~~~~~~~~~~~~~~
+// A loop that updates its parameters by hand, or with an optimizer that is not a
+// torch.optim.Optimizer, has no step scopes, so no periods: `auto` never leaves dtr_eq, and
+// a trace has no STEP for dtr-sim's trial. dtr.mark_step() ends a period where the program
+// says an iteration ends. Marks and optimizer scopes together would end two periods an
+// iteration, so the first mark makes the marks the program's: optimizer steps end none
+// after it.
+void Lineage::mark_step() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  marked_steps_ = true;
+  end_period();
+}
+
 void Lineage::end_optimizer_step() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!step_open_) return;
   step_open_ = false;
+  if (marked_steps_) return;  // Note [Marked steps]
   bool ends = true;
   if (step_wrote_anchor_) {
     step_longest_misses_ = std::max(step_longest_misses_, step_misses_);
@@ -2329,6 +2344,10 @@ void begin_lineage_optimizer_step() {
 
 void end_lineage_optimizer_step() {
   if (Lineage* lineage = the_lineage()) lineage->end_optimizer_step();
+}
+
+void mark_lineage_step() {
+  if (Lineage* lineage = the_lineage()) lineage->mark_step();
 }
 
 std::string policy_status() {

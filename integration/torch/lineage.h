@@ -58,6 +58,9 @@ void lineage_budget_changed(uint64_t budget_bytes);
 // [Iteration periods] in lineage.cpp).
 void begin_lineage_optimizer_step();
 void end_lineage_optimizer_step();
+// The program marks an iteration's end itself (python: dtr.mark_step()): a period ends,
+// and optimizer steps end none from then on (Note [Marked steps] in lineage.cpp).
+void mark_lineage_step();
 // What the report says the policy is (Heuristic::status): "dtr_eq", "auto: msps (...)";
 // "" before start_lineage.
 std::string policy_status();

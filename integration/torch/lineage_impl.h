@@ -248,6 +248,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // where the step ends an iteration (Note [Iteration periods]).
   void begin_optimizer_step();
   void end_optimizer_step();
+  void mark_step();  // Note [Marked steps]
   // Asks the thrash watch; warns or arms the raise (Note [Thrashing within one op]).
   void watch_for_thrash();
   void watch_for_runaway();  // Note [Runaway cascades] in eviction/thrash_watch.cpp
@@ -415,6 +416,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool step_wrote_anchor_ = false;
   uint32_t step_misses_ = 0;          // steps since the last that wrote an anchor
   uint32_t step_longest_misses_ = 0;  // the most of them before a step that did
+  bool marked_steps_ = false;         // Note [Marked steps]: the program marks them
   std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>>
       step_anchors_;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> step_writes_;

@@ -510,4 +510,10 @@ void dtr_torch_set_recording(int on) { dtr::torch_integration::set_recording(on 
 
 int dtr_torch_recording(void) { return dtr::torch_integration::recording() ? 1 : 0; }
 
+int dtr_torch_mark_step(void) {
+  if (!enabled_runtime()) return 1;
+  dtr::torch_integration::mark_lineage_step();
+  return 0;
+}
+
 }  // extern "C"

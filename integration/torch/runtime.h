@@ -51,13 +51,17 @@ DTR_TORCH_API uint64_t dtr_torch_empty_cache(void);
 DTR_TORCH_API const char* dtr_torch_last_error(void);
 // "1.13": the PyTorch version the library was compiled against.
 DTR_TORCH_API const char* dtr_torch_compiled_torch_version(void);
-// Recording on the calling thread (1 on, 0 off): dtr.enable() / dtr.disable().
 // Writes a memory snapshot (docs/observability.md) to `path` as a pickle: format "dict"
 // (PyTorch >= 2.0) or "list" (1.13's _memory_viz); NULL or "" = the `snapshot_format`
 // option. device_traces is empty unless DTR_SNAPSHOT is set (Note [Snapshot history]).
 // 0 on success, else dtr_torch_last_error() says why.
 DTR_TORCH_API int dtr_torch_dump_snapshot(const char* path, const char* format);
+// Recording on the calling thread (1 on, 0 off): dtr.enable() / dtr.disable().
 DTR_TORCH_API void dtr_torch_set_recording(int on);
 DTR_TORCH_API int dtr_torch_recording(void);
+// The program says a training iteration ended (dtr.mark_step()): a period ends, and from
+// then on optimizer steps end none (Note [Marked steps] in lineage.cpp). 0 on success, 1
+// when not enabled.
+DTR_TORCH_API int dtr_torch_mark_step(void);
 
 }  // extern "C"

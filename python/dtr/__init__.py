@@ -14,6 +14,7 @@ torch.ops.load_library(path)); this module only reads and adjusts it:
     dtr.empty_cache()       # gives cached free segments back to the system; bytes released
     print(dtr.memory_summary())  # a table, as torch.cuda.memory_summary()
     with dtr.disable(): ...  # no lineage recorded on this thread inside (dtr.enable())
+    dtr.mark_step()         # a training iteration ended, where no torch.optim step says so
     dtr.dump_snapshot("mem.pickle")  # a memory snapshot PyTorch's memory tools read
 
 The library is found, in order: already loaded in this process (/proc/self/maps), the
@@ -39,6 +40,7 @@ __all__ = [
     "is_recording",
     "library_path",
     "load",
+    "mark_step",
     "max_memory_allocated",
     "max_memory_reserved",
     "memory_allocated",
@@ -104,6 +106,7 @@ def _bind(lib):
     lib.dtr_torch_set_recording.argtypes = [ctypes.c_int]
     lib.dtr_torch_set_recording.restype = None
     lib.dtr_torch_recording.restype = ctypes.c_int
+    lib.dtr_torch_mark_step.restype = ctypes.c_int
     lib.dtr_torch_dump_snapshot.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     lib.dtr_torch_dump_snapshot.restype = ctypes.c_int
     return lib
@@ -314,6 +317,17 @@ def disable():
 def enable():
     """Records lineage on this thread again (the default)."""
     _library().dtr_torch_set_recording(1)
+
+
+def mark_step():
+    """Says a training iteration ended here. The library finds iterations by torch.optim's
+    optimizer steps; a loop that updates its parameters by hand, or with an optimizer that
+    is not a torch.optim.Optimizer, has none, and policy `auto` then stays on dtr_eq (and a
+    DTR_TRACE has no STEP marks for dtr-sim). Call this once an iteration, after its update.
+    From the first call on, only these calls end iterations. Raises DtrError when the
+    library is not enabled."""
+    if _library().dtr_torch_mark_step() != 0:
+        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
 
 
 def is_recording():

@@ -184,6 +184,49 @@ def test_without_optimizer_steps_auto_stays_on_dtr_eq(lib):
     assert report(proc)["dtr.policy"] == "auto: dtr_eq (no period yet)"
 
 
+def test_marked_steps_end_periods(lib, tmp_path):
+    # Note [Marked steps] in integration/torch/lineage.cpp: the hand-updated loop above,
+    # with dtr.mark_step() after each update, runs auto's trial as torch.optim's steps do
+    # (the statuses of test_an_optimizer_step_ends_a_period); and once the program marks,
+    # optimizer steps end no period: a torch.optim loop of 6 steps that marks after every
+    # second has 5 STEP marks in its trace (its first two steps', then its three marks').
+    code = (
+        "import dtr, torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.randn(256, 256, requires_grad=True)\n"
+        "for _ in range(STEPS):\n"
+        "    w.grad = None\n"
+        "    (torch.randn(64, 256) @ w).relu().sum().backward()\n"
+        "    with torch.no_grad():\n"
+        "        w -= 0.01 * w.grad\n"
+        "    dtr.mark_step()\n"
+    )
+    statuses = []
+    for steps in (1, 5):
+        proc = run([PYTHON, "-c", code.replace("STEPS", str(steps))],
+                   clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:auto"))
+        statuses.append(report(proc)["dtr.policy"])
+    assert statuses == [
+        "auto: trying dtr_eq (no period yet)",
+        "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000, dtr_eq_keep 0.000)",
+    ]
+    trace = tmp_path / "marked.trace"
+    code = (
+        "import dtr, torch\n"
+        "w = torch.nn.Parameter(torch.randn(256, 256))\n"
+        "opt = torch.optim.SGD([w], lr=0.01)\n"
+        "for i in range(6):\n"
+        "    opt.zero_grad()\n"
+        "    (torch.randn(64, 256) @ w).relu().sum().backward()\n"
+        "    opt.step()\n"
+        "    if i % 2:\n"
+        "        dtr.mark_step()\n"
+    )
+    run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+    events = [json.loads(l) for l in trace.read_text().splitlines()]
+    assert sum(e.get("ANNOTATION") == "STEP" for e in events) == 5
+
+
 def test_an_optimizer_step_ends_a_period(lib):
     # The same loop with torch.optim.SGD: each step() is a period; the first is the
     # warm-up, the next four the candidates' (no budget: no remats, all 0, dtr_eq kept),
