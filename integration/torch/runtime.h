@@ -61,7 +61,7 @@ DTR_TORCH_API void dtr_torch_set_recording(int on);
 DTR_TORCH_API int dtr_torch_recording(void);
 // The program says a training iteration ended (dtr.mark_step()): a period ends, and from
 // then on optimizer steps end none (Note [Marked steps] in lineage.cpp). 0 on success, 1
-// when not enabled.
+// when not enabled (dtr_torch_last_error() says so).
 DTR_TORCH_API int dtr_torch_mark_step(void);
 
 }  // extern "C"

@@ -326,8 +326,9 @@ def mark_step():
     DTR_TRACE has no STEP marks for dtr-sim). Call this once an iteration, after its update.
     From the first call on, only these calls end iterations. Raises DtrError when the
     library is not enabled."""
-    if _library().dtr_torch_mark_step() != 0:
-        raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
+    lib = _library()
+    if lib.dtr_torch_mark_step() != 0:
+        raise DtrError(lib.dtr_torch_last_error().decode())
 
 
 def is_recording():
