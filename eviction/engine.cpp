@@ -1071,6 +1071,7 @@ PeriodCost Engine::period_cost() const {
 }
 
 void Engine::end_period() {
+  ++stats_.num_periods;
   const PeriodCost cost = period_cost();
   period_start_ = stats_;
   ++period_;

@@ -302,6 +302,7 @@ void report_at_exit() {
   summary["dtr.make_room_ns"] = engine.make_room_ns;  // Note [Host work in op times]
   summary["dtr.full_collects"] = engine.full_collects;  // Note [Collects when making room]
   summary["dtr.model_compute_ns"] = engine.model_compute_ns;
+  summary["dtr.num_periods"] = engine.num_periods;  // Note [Iteration periods] in lineage.cpp
   summary["dtr.num_thrash_alerts"] = engine.num_thrash_alerts;  // Note [Thrashing in a live run]
   // Note [Policy trial]: the policy, or auto's choice and trial (none with remat:False)
   if (const std::string policy = policy_status(); !policy.empty()) summary["dtr.policy"] = policy;

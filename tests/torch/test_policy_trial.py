@@ -222,9 +222,11 @@ def test_marked_steps_end_periods(lib, tmp_path):
         "    if i % 2:\n"
         "        dtr.mark_step()\n"
     )
-    run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF=f"trace:{trace}"))
+    proc = run([PYTHON, "-c", code],
+               clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF=f"trace:{trace}"))
     events = [json.loads(l) for l in trace.read_text().splitlines()]
     assert sum(e.get("ANNOTATION") == "STEP" for e in events) == 5
+    assert report(proc)["dtr.num_periods"] == 5
 
 
 def test_an_optimizer_step_ends_a_period(lib):

@@ -52,6 +52,9 @@ namespace dtr {
     "torch host: full collects of dead lineage (Note [Collecting dead lineage]; under a budget, "  \
     "Note [Collects when making room]); a replay: collects of dropped pins that freed memory "     \
     "(Note [Collecting dropped pins])")                                                            \
+  X(num_periods, "dtr.num_periods",                                                                \
+    "periods ended: training iterations (torch host: Note [Iteration periods], dtr.mark_step(); "  \
+    "a trace: ANNOTATE STEP)")                                                                     \
   X(num_thrash_alerts, "dtr.num_thrash_alerts",                                                    \
     "torch host: times remats passed option max_overhead (Note [Thrashing in a live run])")        \
   X(num_packed_masks, "dtr.num_packed_masks",                                                      \
