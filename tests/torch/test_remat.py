@@ -56,8 +56,10 @@ SCRIPTS = {
     # hooks at 0.7 and clip at 0.8 need Note [Relaxed remat locks] (eviction/engine.cpp):
     # with relax_locks:False each failed 3 runs of 3 there. grad_penalty passes 0.7 with it
     # too, but not always: with the cap of 4 relaxations, 6 runs of 7 passed; the one under
-    # make test's load ran out of memory at the optimizer step. So it stays at 0.8.
-    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8,)),
+    # make test's load ran out of memory at the optimizer step. On 2026-12-07 it went lower:
+    # 0.5 passed 3 of 3 (each warned of thrashing), 0.6 3 of 3 without a warning and 4 of 4
+    # beside a busy loop (each warned), 0.4 0 of 3.
+    "grad_penalty": (("patterns.py", "--pattern", "grad_penalty", "--steps", "3"), (0.8, 0.6)),
     "jit": (("patterns.py", "--pattern", "jit", "--steps", "3"), (0.7, 0.6)),
     "hooks": (("patterns.py", "--pattern", "hooks", "--steps", "3"), (0.8, 0.7)),
     "checkpoint": (("patterns.py", "--pattern", "checkpoint", "--steps", "3"), (0.8, 0.7)),
