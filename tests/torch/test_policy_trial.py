@@ -184,6 +184,16 @@ def test_without_optimizer_steps_auto_stays_on_dtr_eq(lib):
     assert report(proc)["dtr.policy"] == "auto: dtr_eq (no period yet)"
 
 
+def auto_statuses(lib, code, counts):
+    """`auto`'s status after `code` ran with STEPS replaced by each of `counts`."""
+    statuses = []
+    for steps in counts:
+        proc = run([PYTHON, "-c", code.replace("STEPS", str(steps))],
+                   clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:auto"))
+        statuses.append(report(proc)["dtr.policy"])
+    return statuses
+
+
 def test_marked_steps_end_periods(lib, tmp_path):
     # Note [Marked steps] in integration/torch/lineage.cpp: the hand-updated loop above,
     # with dtr.mark_step() after each update, runs auto's trial as torch.optim's steps do
@@ -201,12 +211,7 @@ def test_marked_steps_end_periods(lib, tmp_path):
         "        w -= 0.01 * w.grad\n"
         "    dtr.mark_step()\n"
     )
-    statuses = []
-    for steps in (1, 5):
-        proc = run([PYTHON, "-c", code.replace("STEPS", str(steps))],
-                   clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:auto"))
-        statuses.append(report(proc)["dtr.policy"])
-    assert statuses == [
+    assert auto_statuses(lib, code, (1, 5)) == [
         "auto: trying dtr_eq (no period yet)",
         "auto: dtr_eq (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000, dtr_eq_keep 0.000)",
     ]
@@ -243,12 +248,7 @@ def test_an_optimizer_step_ends_a_period(lib):
         "    (torch.randn(64, 256) @ w).relu().sum().backward()\n"
         "    opt.step()\n"
     )
-    statuses = []
-    for steps in (1, 2, 4, 5, 7):
-        proc = run([PYTHON, "-c", code.replace("STEPS", str(steps))],
-                   clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_CONF="policy:auto"))
-        statuses.append(report(proc)["dtr.policy"])
-    assert statuses == [
+    assert auto_statuses(lib, code, (1, 2, 4, 5, 7)) == [
         "auto: trying dtr_eq (no period yet)",
         "auto: trying dtr_ancestors (dtr_eq 0.000)",
         "auto: trying dtr_eq_keep (dtr_eq 0.000, dtr_ancestors 0.000, msps 0.000)",
