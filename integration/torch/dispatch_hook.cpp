@@ -116,8 +116,8 @@
 // fused ReLU, and by a scalar), the batch, layer, group and instance norms, hardswish,
 // elu, celu, sigmoid, threshold, and the byte embeddings (embedding and embedding bag);
 // also linear_relu_dynamic. Each gave the same bits in 20 calls of 20 on two threads
-// under both engines here (onednn, the default, and qnnpack; tests/torch/test_workflows.py
-// checks the one it runs). The names hold for every overload, so an overload that writes
+// under both engines here (onednn, the default, and qnnpack, which refused the probe's
+// conv_transpose3d shape; tests/torch/test_workflows.py checks the engine it runs). The names hold for every overload, so an overload that writes
 // an argument (add.out, mul.Scalar_out) stays opaque, as an op outside aten did before.
 // quantized::leaky_relu is not named: its `inplace` argument writes its input with no
 // alias annotation in the schema, which nothing here could see. qnnpack's packed

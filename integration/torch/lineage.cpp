@@ -1535,7 +1535,7 @@ void Lineage::end_period() {
 // an iteration: the discriminator's, then the generator's. Each step used to end a period,
 // so the periods alternated between two kinds, and the trial by replay, which figures one
 // period, saw only the kind that was last (the GAN at 0.6 of its peak: every candidate
-// thrashed live in the other kind, while the replays read 0.29-0.67). So a step ends a
+// thrashed live in the other kind, while the replays read 0.22-0.67). So a step ends a
 // period only if it wrote a storage the run's first step wrote (the anchors, held weakly):
 // every step of a lone optimizer does (its parameters, or its state), a second optimizer's
 // step writes other parameters and does not, and one iteration of a GAN is one period. A
