@@ -410,8 +410,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // (exported before an op read them, or copied away: Note [Copy on write]), exposed once
   // read as constants; and why a remat was refused.
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> exposed_unknown_;
-  // Note [Iteration periods]: what the first optimizer step wrote (the anchors), whether
-  // the open step wrote one, and what it wrote.
+  // Note [Iteration periods]: what the anchoring step wrote (the anchors: the run's first
+  // step's, or the step's that replaced them), whether the open step wrote one, and what
+  // the open step wrote.
   bool step_open_ = false;
   bool step_wrote_anchor_ = false;
   uint32_t step_misses_ = 0;          // steps since the last that wrote an anchor
