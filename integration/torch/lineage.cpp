@@ -1362,8 +1362,9 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           specs.push_back(OutputSpec{alias < 0 ? t.storage().nbytes() : 0, alias});
           output_slots.push_back(TensorSlot{i, element});
           impls.push_back(t.storage().getWeakStorageImpl());
-          evictable.push_back(alias >= 0 || !is_ours(*t.storage().unsafeGetStorageImpl())
-                                  ? kKeepPinned
+          const bool outside = alias < 0 && !is_ours(*impl);
+          if (outside && t.storage().nbytes() > 0) warn_outside(op, t);
+          evictable.push_back(alias >= 0 || outside               ? kKeepPinned
                               : t.storage().nbytes() >= min_bytes ? kKeepEvictable
                                                                   : kKeepSmall);
         });
@@ -2160,17 +2161,51 @@ void Lineage::print_storages() const {
 // out-of-memory message splits into pinned, in use, evictable and untracked. So the
 // allocator, which asks only when it is out of memory, is told the unevictable bytes less
 // those, found by a walk over the storages; the engine's own stats (dtr.pinned_bytes)
-// still count them.
-uint64_t Lineage::pinned_bytes() const {
+// still count them, and dtr.outside_bytes.current says how many of those that live are
+// outside.
+// Note [Results outside the allocator]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op recorded for its results may allocate them elsewhere than through PyTorch's CPU
+// allocator: under the qnnpack engine, the quantized ops (Note [Pure foreign ops] in
+// dispatch_hook.cpp) and quantize_per_tensor take theirs from c10's mobile allocator, which
+// nothing can replace.
+// Evicting such a result would free none of the budget, so it is pinned while it lives,
+// and it is not in the allocator's counts either: a program that keeps such results grows
+// past its budget with no out-of-memory error to say so. Under a budget the first one
+// prints a warning, once a run, naming the op; dtr.outside_bytes.current counts them.
+void Lineage::warn_outside(const c10::OperatorHandle& op, const at::Tensor& result) {
+  if (warned_outside_ || budget_bytes_ == kUnlimitedBytes) return;
+  warned_outside_ = true;
+  const std::string name = op.schema().name();
+  const uint64_t nbytes = result.storage().nbytes();
+  std::string hint;
+  if (result.is_quantized())
+    hint =
+        " Under the qnnpack engine quantized ops allocate their own results; "
+        "torch.backends.quantized.engine = \"onednn\" (or \"fbgemm\" where built) "
+        "allocates them through dtr.";
+  std::fprintf(stderr,
+               "dtr: warning: %s returned %s that dtr's allocator did not allocate; such results "
+               "are outside the budget and never evicted (dtr.outside_bytes.current counts "
+               "them).%s\n",
+               name.c_str(), format_bytes(nbytes).c_str(), hint.c_str());
+}
+
+uint64_t Lineage::outside_bytes(bool freed) const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   uint64_t outside = 0;
   for (StorageId s : active_) {
     if (!engine_->is_material(s) || !(engine_->is_pinned(s) || engine_->is_locked(s))) continue;
     auto impl = storages_[s].impl.lock();
-    if (!impl || !is_ours(*impl)) outside += engine_->storage_size(s);
+    if (impl ? !is_ours(*impl) : freed) outside += engine_->storage_size(s);
   }
+  return outside;
+}
+
+uint64_t Lineage::pinned_bytes() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   const uint64_t unevictable = engine_->unevictable_bytes();
-  return unevictable - std::min(unevictable, outside);
+  return unevictable - std::min(unevictable, outside_bytes(/*freed=*/true));
 }
 
 // Note [Small storages]: the advice, where op results pinned for their size could make the
@@ -2320,7 +2355,10 @@ Stats lineage_stats() {
   Lineage* lineage = the_lineage();
   if (!lineage) return Stats{};
   std::lock_guard<std::recursive_mutex> lock(lineage->mutex());
-  return lineage->engine().stats();
+  Stats stats = lineage->engine().stats();
+  stats.outside_current =
+      lineage->outside_bytes(/*freed=*/false);  // Note [Memory outside the allocator]
+  return stats;
 }
 
 void find_dead_storages() {

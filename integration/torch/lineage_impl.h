@@ -276,6 +276,9 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   uint64_t before_new_peak(uint64_t bytes_requested) override;
   uint64_t compact(uint64_t bytes_requested) override;  // Note [Moving storages]
   uint64_t pinned_bytes() const override;
+  // Note [Memory outside the allocator]: material storages whose memory is not ours, and
+  // with `freed` those PyTorch freed that no scan has found yet.
+  uint64_t outside_bytes(bool freed) const;
   std::string oom_advice(uint64_t bytes_requested) const override;
   uint64_t evictable_bytes() const override;
   uint64_t in_use_bytes() const override;
@@ -345,6 +348,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   bool cut_at_dead_constants(uint32_t needed_mark);
   uint32_t begin_marks();
   bool is_ours(const c10::StorageImpl& impl) const;
+  void warn_outside(const c10::OperatorHandle& op,
+                    const at::Tensor& result);  // Note [Results outside the allocator]
   void release_storage(StorageId s);
   void discard_storage(StorageId s);  // Note [Collecting dead lineage]
   void forget_storage(StorageId s);   // Note [Grown storages] in lineage.cpp
@@ -424,6 +429,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void note_step_write(c10::StorageImpl* impl);
   void remember_exposed(const c10::intrusive_ptr<c10::StorageImpl>& impl);
   bool any_exposed_ = false;  // some storage was ever exposed: else no op looks
+  bool warned_outside_ = false;  // Note [Results outside the allocator]
   std::string refusal_;
   bool exposed_inputs_unchanged(const OpRec& r);
   // Note [Unrecomputable victims]: ops found unchanged since the last op ran, and the walk.

@@ -260,6 +260,8 @@ def memory_summary():
         ("Budget (allocated)", "unlimited" if budget is None else _format_bytes(budget)),
         ("Reserved limit", "unlimited" if limit == _UNLIMITED else _format_bytes(limit)),
         ("Pinned now (never evicted)", _format_bytes(s.get("dtr.pinned_bytes.current", 0))),
+        # Note [Memory outside the allocator]: of those, memory the budget does not see
+        ("  of which outside budget", _format_bytes(s.get("dtr.outside_bytes.current", 0))),
         ("Largest cached free block", _format_bytes(s.get("dtr.largest_free_block_bytes", 0))),
         # Note [Compaction]: blocks copied elsewhere so a segment could go back
         ("Blocks moved (compaction)", f'{s.get("dtr.num_block_moves", 0)}, '

@@ -722,6 +722,57 @@ def test_the_recorded_quantized_ops_give_the_same_bits_twice_and_are_recorded(li
     assert called == RECORDED_QUANTIZED, called ^ RECORDED_QUANTIZED
 
 
+# A converted CNN, run under a budget with the quantized engine named on the command line,
+# that keeps each step's quantized activations (three steps, 64 images of 32x32: 4 MiB of
+# quint8 a step); it prints the stats. Under qnnpack the results come from c10's mobile
+# allocator, not dtr's (Note [Results outside the allocator] in lineage.cpp).
+KEPT_QUANTIZED = r"""
+import json, sys, torch, torch.nn as nn, torch.ao.quantization as tq
+torch.backends.quantized.engine = sys.argv[1]
+import dtr
+torch.manual_seed(0)
+model = nn.Sequential(tq.QuantStub(), nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+                      nn.Conv2d(32, 32, 3, padding=1)).eval()
+model.qconfig = tq.get_default_qconfig(sys.argv[1])
+tq.fuse_modules(model, [["1", "2"]], inplace=True)
+model = tq.prepare(model)
+with torch.no_grad():
+    model(torch.randn(4, 3, 32, 32))  # calibration
+model = tq.convert(model)
+kept = []
+with torch.no_grad():
+    for step in range(3):
+        x = torch.randn(64, 3, 32, 32)
+        kept += [model[1](model[0](x)), model(x)]
+print(json.dumps(dtr.memory_stats()))
+"""
+
+
+@pytest.mark.parametrize("engine", ["qnnpack", "onednn"])
+def test_quantized_results_outside_the_allocator_are_counted_and_warned_of(lib, engine):
+    """Under qnnpack the quantized ops' results are not dtr's allocator's, so outside the
+    budget: dtr.outside_bytes.current counts those the program keeps (six of 2 MiB), and
+    one warning says so, naming the op and the engine to use instead. Under onednn they
+    are dtr's: nothing outside, no warning."""
+    out = run([PYTHON, "-c", KEPT_QUANTIZED, engine],
+              clean_env(LD_PRELOAD=lib, DTR_CONF="budget:1G"))
+    stats = json.loads(out.stdout.splitlines()[-1])
+    warnings = [line for line in out.stderr.splitlines() if "did not allocate" in line]
+    if engine == "qnnpack":
+        assert stats["dtr.outside_bytes.current"] >= 6 * 32 * 32 * 32 * 64, stats
+        assert stats["dtr.outside_bytes.current"] <= stats["dtr.pinned_bytes.current"], stats
+        assert len(warnings) == 1, out.stderr
+        assert "outside the budget" in warnings[0] and "onednn" in warnings[0], warnings
+    else:
+        assert stats["dtr.outside_bytes.current"] == 0, stats
+        assert warnings == [], out.stderr
+    # with no budget there is nothing to warn of, and the count stands
+    quiet = run([PYTHON, "-c", KEPT_QUANTIZED, engine], clean_env(LD_PRELOAD=lib))
+    assert "did not allocate" not in quiet.stderr, quiet.stderr
+    assert (json.loads(quiet.stdout.splitlines()[-1])["dtr.outside_bytes.current"] > 0) == (
+        engine == "qnnpack")
+
+
 @pytest.mark.parametrize("name", WORKFLOWS)
 def test_workflow_trains_as_without_the_library(lib, name):
     code, fractions = WORKFLOWS[name]

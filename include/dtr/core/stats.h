@@ -67,6 +67,10 @@ namespace dtr {
     "evicted storages the neighbourhood scores (dtr, dtr_ancestors, msps) reached in those "       \
     "searches (Note [Search work])")                                                               \
   X(pinned_current, "dtr.pinned_bytes.current", "bytes pinned (constants, outputs, raw access)")   \
+  X(outside_current, "dtr.outside_bytes.current",                                                  \
+    "torch host: of those, the bytes whose memory dtr's allocator did not make (from_numpy, "      \
+    "storages made before the library, qnnpack's quantized results): outside the budget (Note "    \
+    "[Memory outside the allocator])")                                                             \
   X(max_remat_depth, "dtr.max_remat_depth", "deepest chain of nested rematerializations")          \
   X(num_relaxed_remats, "dtr.num_relaxed_remats",                                                  \
     "times a nested remat let go of its outer frames' parents to find room (Note [Relaxed "        \
