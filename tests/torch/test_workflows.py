@@ -13,7 +13,9 @@ autograd.Function in a GRUCell loop); and a Dataset
 normalized in grad mode, evicted before a DataLoader forks its workers, which remake it;
 inference under quantize_dynamic (2026-12-07, its quantized::linear_dynamic recorded), and
 of a statically quantized CNN (2026-12-07, its quantized conv, linear, add, mul and cat
-recorded).
+recorded); saved_tensors_hooks packing activations to bfloat16, pruning, reentrant
+checkpointing, Hessian-vector products, a torch.jit.trace'd model, a custom Function that
+writes its input (mark_dirty), and FGSM adversarial training (2026-12-07).
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import json
@@ -575,6 +577,140 @@ while kept:
 finish()
 """
 
+# A CNN of seven 3x3 convolutions with batch norm (32 channels at 32x32, batch 32: 4 MiB
+# activations) and its batches, for the programs below (2026-12-07, seventy-third session:
+# each a probe first, bit-identical at the fractions given; those tested at 0.5 were also
+# at 0.45 and 0.4, one run each).
+CNN7 = PRELUDE + r"""
+def cnn():
+    layers = [nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU()]
+    for i in range(6):
+        layers += [nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU()]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+def data():
+    with torch.no_grad():
+        return torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+"""
+
+# Saved activations packed to bfloat16 by saved_tensors_hooks and unpacked in backward.
+SAVED_HOOKS = CNN7 + r"""
+model = cnn()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+pack = lambda t: t.to(torch.bfloat16) if t.is_floating_point() and t.dim() == 4 else t
+unpack = lambda t: t.float() if t.dtype == torch.bfloat16 else t
+for step in range(3):
+    x, y = data()
+    opt.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
+# torch.nn.utils.prune: each forward's pre-hook computes weight = weight_orig * weight_mask.
+PRUNE = CNN7 + r"""
+import torch.nn.utils.prune as prune
+model = cnn()
+for m in model:
+    if isinstance(m, nn.Conv2d):
+        prune.l1_unstructured(m, "weight", amount=0.3)
+train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), lambda: ((data()[0],),
+      data()[1]))
+"""
+
+# Reentrant checkpointing (1.13's default): the segments' forward under no_grad, rerun by
+# autograd inside the backward pass. 0.55 passed 6 of 6; 0.5 ran out of memory (12 MiB in use
+# by one op).
+REENTRANT_CHECKPOINT = CNN7 + r"""
+from torch.utils.checkpoint import checkpoint_sequential
+model = cnn()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(3):
+    x, y = data()
+    x.requires_grad_()
+    opt.zero_grad()
+    loss = F.cross_entropy(checkpoint_sequential(model, 3, x), y)
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
+# Hessian-vector products: autograd.grad with create_graph, then through the gradients.
+# 0.55 passed alone (2 of 2) and ran out of memory in 2 runs of 5 beside other tests (6 MiB
+# in use by one op, 3.6 MiB pinned); 0.5 ran out of memory (4.5 MiB in use by one op, 4.1 MiB pinned).
+HVP = PRELUDE + r"""
+model = nn.Sequential(nn.Linear(256, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(),
+                      nn.Linear(512, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+params = list(model.parameters())
+for step in range(3):
+    with torch.no_grad():
+        x, y = torch.randn(512, 256), torch.randint(0, 10, (512,))
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    hv = torch.autograd.grad(grads, params, grad_outputs=[torch.ones_like(g) for g in grads])
+    for p, g, h in zip(params, grads, hv):
+        p.grad = g.detach() + 1e-3 * h
+    opt.step()
+    record(loss)
+    record(sum(h.sum() for h in hv))
+finish(model)
+"""
+
+# A torch.jit.trace'd CNN trained with Adam.
+JIT_TRACE = CNN7 + r"""
+model = torch.jit.trace(cnn(), torch.randn(2, 3, 32, 32))
+train(model, torch.optim.Adam(model.parameters(), lr=1e-3), lambda: ((data()[0],), data()[1]))
+"""
+
+# A custom autograd.Function that writes its input in place (ctx.mark_dirty) and saves it.
+MARK_DIRTY = CNN7 + r"""
+class Halve(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_dirty(x)
+        x.mul_(0.5)
+        ctx.save_for_backward(x)
+        return x
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * 0.5 + 0 * x
+model = cnn()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(3):
+    x, y = data()
+    opt.zero_grad()
+    loss = F.cross_entropy(model[6:](Halve.apply(model[:6](x).clone())), y)
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
+# Adversarial training (FGSM): the input's gradient by autograd.grad, a perturbed batch,
+# and a loss over both.
+FGSM = CNN7 + r"""
+model = cnn()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(3):
+    x, y = data()
+    x.requires_grad_()
+    gx, = torch.autograd.grad(F.cross_entropy(model(x), y), x)
+    with torch.no_grad():
+        adv = (x + 0.03 * gx.sign()).clamp(-3, 3)
+    opt.zero_grad()
+    loss = F.cross_entropy(model(adv), y) + F.cross_entropy(model(x.detach()), y)
+    loss.backward()
+    opt.step()
+    record(loss)
+finish(model)
+"""
+
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
@@ -599,6 +735,13 @@ WORKFLOWS = {
     "gru_cell": (GRU_CELL, (0.7, 0.5)),
     "quantize_dynamic": (QUANTIZE_DYNAMIC, (0.8, 0.6)),
     "quantize_static": (QUANTIZE_STATIC, (0.7, 0.4)),
+    "saved_hooks": (SAVED_HOOKS, (0.7, 0.5)),
+    "prune": (PRUNE, (0.7, 0.5)),
+    "reentrant_checkpoint": (REENTRANT_CHECKPOINT, (0.7, 0.6)),
+    "hvp": (HVP, (0.7, 0.6)),
+    "jit_trace": (JIT_TRACE, (0.7, 0.5)),
+    "mark_dirty": (MARK_DIRTY, (0.7, 0.5)),
+    "fgsm": (FGSM, (0.7, 0.5)),
 }
 
 
