@@ -15,7 +15,8 @@ inference under quantize_dynamic (2026-12-07, its quantized::linear_dynamic reco
 of a statically quantized CNN (2026-12-07, its quantized conv, linear, add, mul and cat
 recorded); saved_tensors_hooks packing activations to bfloat16, pruning, reentrant
 checkpointing, Hessian-vector products, a torch.jit.trace'd model, a custom Function that
-writes its input (mark_dirty), and FGSM adversarial training (2026-12-07).
+writes its input (mark_dirty), FGSM adversarial training, and WGAN's weight clipping through
+`.data` (2026-12-07).
 A probe of each on 2026-12-02 trained bit-identically at the fractions below and ran out
 of memory lower down, on what no eviction frees (docs/pytorch.md, "More workflows")."""
 import json
@@ -711,6 +712,23 @@ for step in range(3):
 finish(model)
 """
 
+# WGAN's weight clipping: each parameter clamped in place through `.data` after the step,
+# under RMSprop.
+WEIGHT_CLIPPING = CNN7 + r"""
+model = cnn()
+opt = torch.optim.RMSprop(model.parameters(), lr=5e-5)
+for step in range(3):
+    x, y = data()
+    opt.zero_grad()
+    loss = model(x).mean() - model(x * 0.5).mean()
+    loss.backward()
+    opt.step()
+    record(loss)
+    for p in model.parameters():
+        p.data.clamp_(-0.01, 0.01)
+finish(model)
+"""
+
 WORKFLOWS = {
     "fft": (FFT, (0.7, 0.6)),
     "functorch": (FUNCTORCH, (0.7,)),
@@ -742,6 +760,7 @@ WORKFLOWS = {
     "jit_trace": (JIT_TRACE, (0.7, 0.5)),
     "mark_dirty": (MARK_DIRTY, (0.7, 0.5)),
     "fgsm": (FGSM, (0.7, 0.5)),
+    "weight_clipping": (WEIGHT_CLIPPING, (0.7, 0.5)),
 }
 
 
