@@ -256,6 +256,7 @@ std::string AllocatorOom::message() const {
              "themselves, such as a convolution's workspace)";
   }
   out += "; largest free block " + format_bytes(largest_free_block_bytes) + "). ";
+  if (!owner_context.empty()) out += owner_context + " ";
   // Note [Segments larger than the device] in core/status.cpp
   if (const std::string why = segment_above_limit(segment_bytes, reserved_limit_bytes);
       !why.empty() && requested_bytes <= reserved_limit_bytes)
@@ -417,6 +418,7 @@ class CachingAllocator::Impl {
       oom.evictable_bytes = callback->evictable_bytes();
       oom.in_use_bytes = callback->in_use_bytes();
       oom.owner_advice = callback->oom_advice(need);
+      oom.owner_context = callback->oom_context();
       oom.has_callback = true;
     }
     return AllocResult{nullptr, oom};

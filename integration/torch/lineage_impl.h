@@ -280,6 +280,7 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // with `freed` those PyTorch freed that no scan has found yet.
   uint64_t outside_bytes(bool freed) const;
   std::string oom_advice(uint64_t bytes_requested) const override;
+  std::string oom_context() const override;  // Note [Out-of-memory within a remat]
   uint64_t evictable_bytes() const override;
   uint64_t in_use_bytes() const override;
 

@@ -85,6 +85,7 @@ class Evictor : public EvictionCallback {
   uint64_t pinned_bytes() const override { return pinned_bytes_value; }
   uint64_t in_use_bytes() const override { return in_use_bytes_value; }
   std::string oom_advice(uint64_t) const override { return oom_advice_value; }
+  std::string oom_context() const override { return oom_context_value; }
   uint64_t evictable_bytes() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t total = 0;
@@ -100,6 +101,7 @@ class Evictor : public EvictionCallback {
   uint64_t pinned_bytes_value = 0;                     // what pinned_bytes() reports
   uint64_t in_use_bytes_value = 0;  // what in_use_bytes() reports (a part of the above)
   std::string oom_advice_value;     // what oom_advice() reports
+  std::string oom_context_value;    // what oom_context() reports
 
  private:
   CachingAllocator* allocator_;

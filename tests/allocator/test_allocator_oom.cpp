@@ -199,6 +199,15 @@ TEST_CASE("allocator oom: the message accounts for every allocated byte", "[allo
   const std::string tail = ", or set x:1 (why).";
   REQUIRE(advice.size() > tail.size());
   CHECK(advice.compare(advice.size() - tail.size(), tail.size(), tail) == 0);
+
+  // The owner's context (the PyTorch host's remat in progress) follows the figures, before
+  // what to try.
+  CHECK(advice.find("It came from") == std::string::npos);
+  evictor.oom_context_value = "It came from op X.";
+  const std::string placed = allocator.allocate(4 * kMiB).oom.message();
+  const size_t context = placed.find("). It came from op X. Nothing more could be evicted");
+  CHECK(context != std::string::npos);
+  CHECK(context < placed.find("Try:"));
   for (void* p : held) allocator.free(p);
 }
 

@@ -90,6 +90,7 @@ struct AllocatorOom {
   uint64_t in_use_bytes = 0;              // of pinned_bytes, what only running ops hold
   bool has_callback = false;              // the three above came from an EvictionCallback
   std::string owner_advice;               // from EvictionCallback::oom_advice
+  std::string owner_context;              // from EvictionCallback::oom_context
   uint64_t largest_free_block_bytes = 0;  // largest cached free block
   // The fresh segment the request takes where no cached block fits it (0: it takes none,
   // as on the small path). Above the reserved limit, no eviction can make room: Note
@@ -143,6 +144,9 @@ class EvictionCallback {
   // try, from the owner's own options, as a clause after "or" ("lower option ..."); empty
   // for none.
   virtual std::string oom_advice(uint64_t /*bytes_requested*/) const { return {}; }
+  // For the AllocatorOom message: where the request came from, as sentences of its own
+  // ("It came from ..."), where the owner knows more than the caller does; empty for none.
+  virtual std::string oom_context() const { return {}; }
 };
 
 // The owner's side of CachingAllocator::compact. Both are called with the allocator's
