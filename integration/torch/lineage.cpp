@@ -2196,28 +2196,16 @@ void Lineage::print_storages() const {
   }
 }
 
-// Note [Memory outside the allocator]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A constant whose memory our allocator did not make (from_numpy, a storage made before
-// the library was installed, one torch.UntypedStorage allocated: Note [Storages Python
-// allocates] in dispatch_hook.cpp) is pinned in the engine like any constant, and so is a
-// dead pinned storage PyTorch freed that no scan has found yet (Note [Freed pinned
-// storages] in collector.cpp). Neither is among the allocator's allocated bytes, which the
-// out-of-memory message splits into pinned, in use, evictable and untracked. So the
-// allocator, which asks only when it is out of memory, is told the unevictable bytes less
-// those, found by a walk over the storages; the engine's own stats (dtr.pinned_bytes)
-// still count them, and dtr.outside_bytes.current says how many of those that live are
-// outside.
 // Note [Results outside the allocator]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // An op recorded for its results may allocate them elsewhere than through PyTorch's CPU
 // allocator: under the qnnpack engine, the quantized ops (Note [Pure foreign ops] in
 // dispatch_hook.cpp) and quantize_per_tensor take theirs from c10's mobile allocator, which
-// nothing can replace.
-// Evicting such a result would free none of the budget, so it is pinned while it lives,
-// and it is not in the allocator's counts either: a program that keeps such results grows
-// past its budget with no out-of-memory error to say so. Under a budget the first one
-// prints a warning, once a run, naming the op; dtr.outside_bytes.current counts them.
+// nothing can replace. Evicting such a result would free none of the budget, so it is
+// pinned while it lives, and it is not in the allocator's counts either: a program that
+// keeps such results grows past its budget with no out-of-memory error to say so. Under a
+// budget the first one prints a warning, once a run, naming the op;
+// dtr.outside_bytes.current counts them (Note [Memory outside the allocator]).
 void Lineage::warn_outside(const c10::OperatorHandle& op, const at::Tensor& result) {
   if (warned_outside_ || budget_bytes_ == kUnlimitedBytes) return;
   warned_outside_ = true;
@@ -2236,6 +2224,18 @@ void Lineage::warn_outside(const c10::OperatorHandle& op, const at::Tensor& resu
                name.c_str(), format_bytes(nbytes).c_str(), hint.c_str());
 }
 
+// Note [Memory outside the allocator]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A constant whose memory our allocator did not make (from_numpy, a storage made before
+// the library was installed, one torch.UntypedStorage allocated: Note [Storages Python
+// allocates] in dispatch_hook.cpp) is pinned in the engine like any constant, and so is a
+// dead pinned storage PyTorch freed that no scan has found yet (Note [Freed pinned
+// storages] in collector.cpp). Neither is among the allocator's allocated bytes, which the
+// out-of-memory message splits into pinned, in use, evictable and untracked. So the
+// allocator, which asks only when it is out of memory, is told the unevictable bytes less
+// those, found by a walk over the storages. The engine's own stats (dtr.pinned_bytes)
+// still count them; dtr.outside_bytes.current counts the live ones, with the results of
+// Note [Results outside the allocator].
 uint64_t Lineage::outside_bytes(bool freed) const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   uint64_t outside = 0;
@@ -2401,8 +2401,8 @@ Stats lineage_stats() {
   if (!lineage) return Stats{};
   std::lock_guard<std::recursive_mutex> lock(lineage->mutex());
   Stats stats = lineage->engine().stats();
-  stats.outside_current =
-      lineage->outside_bytes(/*freed=*/false);  // Note [Memory outside the allocator]
+  // Note [Memory outside the allocator]
+  stats.outside_current = lineage->outside_bytes(/*freed=*/false);
   return stats;
 }
 

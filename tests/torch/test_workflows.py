@@ -588,26 +588,25 @@ def cnn():
     for i in range(6):
         layers += [nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU()]
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
-def data():
-    with torch.no_grad():
-        return torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+def batch():
+    return (torch.randn(32, 3, 32, 32),), torch.randint(0, 10, (32,))
+class Wrapped(nn.Module):  # forward(x) = run(self.inner, x)
+    def __init__(self, inner, run):
+        super().__init__()
+        self.inner, self.run = inner, run
+    def forward(self, x):
+        return self.run(self.inner, x)
 """
 
 # Saved activations packed to bfloat16 by saved_tensors_hooks and unpacked in backward.
 SAVED_HOOKS = CNN7 + r"""
-model = cnn()
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
 pack = lambda t: t.to(torch.bfloat16) if t.is_floating_point() and t.dim() == 4 else t
 unpack = lambda t: t.float() if t.dtype == torch.bfloat16 else t
-for step in range(3):
-    x, y = data()
-    opt.zero_grad()
+def packed(inner, x):
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    record(loss)
-finish(model)
+        return inner(x)
+model = Wrapped(cnn(), packed)
+train(model, torch.optim.SGD(model.parameters(), lr=0.05), batch)
 """
 
 # torch.nn.utils.prune: each forward's pre-hook computes weight = weight_orig * weight_mask.
@@ -617,8 +616,7 @@ model = cnn()
 for m in model:
     if isinstance(m, nn.Conv2d):
         prune.l1_unstructured(m, "weight", amount=0.3)
-train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), lambda: ((data()[0],),
-      data()[1]))
+train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batch)
 """
 
 # Reentrant checkpointing (1.13's default): the segments' forward under no_grad, rerun by
@@ -626,22 +624,14 @@ train(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), lambda:
 # by one op).
 REENTRANT_CHECKPOINT = CNN7 + r"""
 from torch.utils.checkpoint import checkpoint_sequential
-model = cnn()
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-for step in range(3):
-    x, y = data()
-    x.requires_grad_()
-    opt.zero_grad()
-    loss = F.cross_entropy(checkpoint_sequential(model, 3, x), y)
-    loss.backward()
-    opt.step()
-    record(loss)
-finish(model)
+model = Wrapped(cnn(), lambda inner, x: checkpoint_sequential(inner, 3, x.requires_grad_()))
+train(model, torch.optim.SGD(model.parameters(), lr=0.05), batch)
 """
 
 # Hessian-vector products: autograd.grad with create_graph, then through the gradients.
 # 0.55 passed alone (2 of 2) and ran out of memory in 2 runs of 5 beside other tests (6 MiB
-# in use by one op, 3.6 MiB pinned); 0.5 ran out of memory (4.5 MiB in use by one op, 4.1 MiB pinned).
+# in use by one op, 3.6 MiB pinned); 0.5 ran out of memory twice (4.0-4.5 MiB in use by one
+# op, 4.1-4.6 MiB pinned).
 HVP = PRELUDE + r"""
 model = nn.Sequential(nn.Linear(256, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(),
                       nn.Linear(512, 10))
@@ -665,7 +655,7 @@ finish(model)
 # A torch.jit.trace'd CNN trained with Adam.
 JIT_TRACE = CNN7 + r"""
 model = torch.jit.trace(cnn(), torch.randn(2, 3, 32, 32))
-train(model, torch.optim.Adam(model.parameters(), lr=1e-3), lambda: ((data()[0],), data()[1]))
+train(model, torch.optim.Adam(model.parameters(), lr=1e-3), batch)
 """
 
 # A custom autograd.Function that writes its input in place (ctx.mark_dirty) and saves it.
@@ -681,16 +671,8 @@ class Halve(torch.autograd.Function):
     def backward(ctx, g):
         x, = ctx.saved_tensors
         return g * 0.5 + 0 * x
-model = cnn()
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-for step in range(3):
-    x, y = data()
-    opt.zero_grad()
-    loss = F.cross_entropy(model[6:](Halve.apply(model[:6](x).clone())), y)
-    loss.backward()
-    opt.step()
-    record(loss)
-finish(model)
+model = Wrapped(cnn(), lambda inner, x: inner[6:](Halve.apply(inner[:6](x).clone())))
+train(model, torch.optim.SGD(model.parameters(), lr=0.05), batch)
 """
 
 # Adversarial training (FGSM): the input's gradient by autograd.grad, a perturbed batch,
@@ -699,7 +681,8 @@ FGSM = CNN7 + r"""
 model = cnn()
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 for step in range(3):
-    x, y = data()
+    with torch.no_grad():
+        (x,), y = batch()
     x.requires_grad_()
     gx, = torch.autograd.grad(F.cross_entropy(model(x), y), x)
     with torch.no_grad():
@@ -716,17 +699,10 @@ finish(model)
 # under RMSprop.
 WEIGHT_CLIPPING = CNN7 + r"""
 model = cnn()
-opt = torch.optim.RMSprop(model.parameters(), lr=5e-5)
-for step in range(3):
-    x, y = data()
-    opt.zero_grad()
-    loss = model(x).mean() - model(x * 0.5).mean()
-    loss.backward()
-    opt.step()
-    record(loss)
+def clip():
     for p in model.parameters():
         p.data.clamp_(-0.01, 0.01)
-finish(model)
+train(model, torch.optim.RMSprop(model.parameters(), lr=5e-5), batch, after_step=clip)
 """
 
 WORKFLOWS = {
