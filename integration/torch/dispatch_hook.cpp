@@ -117,8 +117,9 @@
 // elu, celu, sigmoid, threshold, and the byte embeddings (embedding and embedding bag);
 // also linear_relu_dynamic. Each gave the same bits in 20 calls of 20 on two threads
 // under both engines here (onednn, the default, and qnnpack, which refused the probe's
-// conv_transpose3d shape; tests/torch/test_workflows.py checks the engine it runs). The names hold for every overload, so an overload that writes
-// an argument (add.out, mul.Scalar_out) stays opaque, as an op outside aten did before.
+// conv_transpose3d shape; tests/torch/test_workflows.py checks the engine it runs). The
+// names hold for every overload, so an overload that writes an argument (add.out,
+// mul.Scalar_out) stays opaque, as an op outside aten did before.
 // quantized::leaky_relu is not named: its `inplace` argument writes its input with no
 // alias annotation in the schema, which nothing here could see. qnnpack's packed
 // weights are packed at a call, with the input's scale (QnnpackUtils.h in PyTorch's
@@ -126,7 +127,7 @@
 // call's inputs, so a remat gets what the first call got. Under qnnpack the results do not
 // come from dtr's allocator (a program keeping them peaks at 14.7 MiB in dtr's count, 46.4
 // MiB under onednn), so they are outside the budget and pinned, as any memory it did not
-// make. An inference program keeping each layer's quantized output (onednn) ran out of
+// make (Note [Results outside the allocator] in lineage.cpp warns of them). An inference program keeping each layer's quantized output (onednn) ran out of
 // memory at 0.7 of its peak with 24 MiB of those results held; it runs at 0.3 now.
 //
 // Note [Seeded ops]
