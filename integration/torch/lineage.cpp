@@ -1659,7 +1659,7 @@ void Lineage::throw_status(const Status& status) {
     refusal_.clear();
     TORCH_CHECK(false, message);
   }
-  torch_compat::throw_out_of_memory("dtr: " + status.message());
+  torch_compat::throw_out_of_memory(status.message());  // it starts "dtr: "
 }
 
 bool Lineage::stop_remats() { return !thrash_error_.empty(); }
@@ -1766,20 +1766,37 @@ void Lineage::watch_for_thrash() {
 // first refills the gradients evicted before it, Note [Pinned writes]), and the message
 // named only that op's bytes. So the allocator's message now says which op was running
 // again, for how many bytes of results, and for which op of the program: the remat and
-// the program's op are kept per thread, as the request that fails is this thread's.
+// the program's op are kept per thread, as the request that fails is this thread's. The
+// engine remakes a chain of evicted parents from an explicit stack (Note [Explicit remat
+// stack] in eviction/engine.cpp), so the op running again may be a parent several frames
+// below the tensor the program asked for: then the message names that tensor's op too,
+// and how deep the chain is.
 std::string Lineage::oom_context() const {
   if (remat_here == kNoId) return {};
   std::unique_lock<std::recursive_mutex> lock = allocator_lock();
   if (!lock.owns_lock()) return {};
-  const OpRec& r = ops_[remat_here];
-  uint64_t results = 0;
-  for (TensorId t : engine_->op_outputs(remat_here)) {
-    const StorageId s = engine_->storage_of(t);
-    if (engine_->storage_tensors(s)[0] == t) results += engine_->storage_size(s);
+  auto name = [&](OpId op) {
+    return ops_[op].op ? ops_[op].op->schema().name() : std::string("an op");
+  };
+  auto results = [&](OpId op) {
+    uint64_t bytes = 0;
+    for (TensorId t : engine_->op_outputs(op)) {
+      const StorageId s = engine_->storage_of(t);
+      if (engine_->storage_tensors(s)[0] == t) bytes += engine_->storage_size(s);
+    }
+    return bytes;
+  };
+  std::string out = "It came from remaking an evicted tensor: " + name(remat_here) +
+                    " ran again for " + format_bytes(results(remat_here)) + " of results";
+  const TensorId target = engine_->materializing();
+  // The op that made the target's storage: a view's own op makes no bytes.
+  const OpId asked = target == kNoId
+                         ? kNoId
+                         : engine_->op_of(engine_->storage_tensors(engine_->storage_of(target))[0]);
+  if (asked != kNoId && asked != remat_here) {
+    out += ", on the way to remaking " + name(asked) + "'s " + format_bytes(results(asked)) + " (" +
+           std::to_string(engine_->materialize_depth()) + " ops deep)";
   }
-  std::string out = "It came from remaking an evicted tensor: " +
-                    (r.op ? r.op->schema().name() : std::string("an op")) + " ran again for " +
-                    format_bytes(results) + " of results";
   if (program_op_here) out += ", while the program ran " + program_op_here->name();
   return out +
          ". Remaking can need more than the tensor's own bytes (the op's scratch, its "

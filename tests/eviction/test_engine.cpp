@@ -19,9 +19,11 @@ struct RecordingHooks : EngineHooks {
   const Engine* engine = nullptr;
   std::vector<std::pair<OpId, bool>> computes;
   std::vector<StorageId> evictions;
+  std::vector<std::pair<TensorId, size_t>> materializing;  // target and depth at each compute
   uint64_t max_live = 0;
   void on_compute(OpId op, bool remat) override {
     computes.push_back({op, remat});
+    materializing.push_back({engine->materializing(), engine->materialize_depth()});
     max_live = std::max(max_live, engine->live_bytes());
     REQUIRE(engine->live_bytes() <= engine->budget_bytes());
   }
@@ -128,6 +130,27 @@ TEST_CASE("an evicted storage is rematerialized through its lineage, parents fir
   REQUIRE(f.engine->materialize(a).ok());
   CHECK(f.engine->stats().remat_compute_ns == 5);
   CHECK(f.engine->stats().num_remats == 1);
+}
+
+TEST_CASE("a remat chain names the tensor it was asked for and its depth", "[eviction]") {
+  // Note [Out-of-memory within a remat] in integration/torch/lineage.cpp reads these.
+  Fixture f(UINT64_MAX);
+  TensorId a = f.op(5, {}, 100);
+  TensorId b = f.op(7, {a}, 100);
+  TensorId c = f.op(11, {b}, 100);
+  CHECK(f.engine->materializing() == kNoId);
+  CHECK(f.engine->materialize_depth() == 0);
+  for (TensorId t : {c, b, a}) REQUIRE(f.engine->drop(f.engine->storage_of(t)));
+  f.hooks.computes.clear();
+  f.hooks.materializing.clear();
+  REQUIRE(f.engine->materialize(c).ok());
+  REQUIRE(f.hooks.computes.size() == 3);
+  CHECK(f.hooks.computes[0].first == f.engine->op_of(a));
+  CHECK(f.hooks.computes[2].first == f.engine->op_of(c));
+  using Seen = std::pair<TensorId, size_t>;
+  CHECK(f.hooks.materializing == std::vector<Seen>{{c, 3}, {c, 2}, {c, 1}});
+  CHECK(f.engine->materializing() == kNoId);
+  CHECK(f.engine->materialize_depth() == 0);
 }
 
 TEST_CASE("a remat costs the op's remat cost where the host gave one", "[eviction]") {

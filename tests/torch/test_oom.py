@@ -84,8 +84,10 @@ def test_an_out_of_memory_error_in_a_remat_leaves_nothing_locked(lib):
     assert expected in proc.stdout, (expected, proc.stdout)
 
 
-# Remaking a 4 MiB slice remakes the 16 MiB tensor it was cut from, which does not fit:
-# the request fails inside the remat, while the program's op (a sum) asked for nothing.
+# Remaking a 4 MiB tanh of a slice remakes the 16 MiB tensor it was cut from, which does
+# not fit: the request fails inside the remat of that parent, on the way to the tanh,
+# while the program's op (a sum) asked for nothing. Then a 16 MiB product evicted and
+# summed fails in its own remat, with no chain behind it.
 REMAT_CONTEXT = r"""
 import torch, dtr
 MiB = 1 << 20
@@ -93,7 +95,7 @@ dtr.set_budget(40 * MiB)
 with torch.no_grad():
     a = torch.randn(1024, 4096)                # 16 MiB, data
 b = a * 2                                      # 16 MiB, recorded
-y = b[:, :1024] * 3                            # 4 MiB, recorded
+y = b[:, :1024].tanh()                         # 4 MiB, recorded
 del b                                          # only lineage holds b: freed at once
 with torch.no_grad():
     filler = torch.randn(22 * 256, 1024)       # 22 MiB: y is evicted to make room
@@ -106,21 +108,34 @@ try:
     (a + 1).sum()                              # a request of the program's own op
 except torch.cuda.OutOfMemoryError as e:
     print("OWN", e)
+del filler
+c = a * 4                                      # 16 MiB, recorded
+with torch.no_grad():
+    filler = torch.randn(20 * 256, 1024)       # 20 MiB: c is evicted to make room
+assert dtr.memory_stats()["dtr.num_evictions"] == 2
+try:
+    c.sum()
+except torch.cuda.OutOfMemoryError as e:
+    print("SELF", e)
 """
 
 
 def test_an_out_of_memory_error_in_a_remat_names_the_remat_and_the_program_op(lib):
     """Note [Out-of-memory within a remat]: the message says which op ran again, for how
-    many bytes of results, and which op of the program it ran for; an op's own request
-    says nothing of remats."""
+    many bytes of results, which tensor's remat it was on the way to, and which op of the
+    program it ran for; an op's own request says nothing of remats."""
     out = run([PYTHON, "-c", REMAT_CONTEXT], clean_env(LD_PRELOAD=lib)).stdout
     oom = next(l for l in out.splitlines() if l.startswith("OOM "))
     assert "tried to allocate 16.00 MiB" in oom, oom
     assert ("It came from remaking an evicted tensor: aten::mul ran again for 16.00 MiB of "
-            "results, while the program ran aten::sum.") in oom, oom
+            "results, on the way to remaking aten::tanh's 4.00 MiB (2 ops deep), while the "
+            "program ran aten::sum.") in oom, oom
     assert oom.index("It came from") < oom.index("Try:"), oom
     own = next(l for l in out.splitlines() if l.startswith("OWN "))
     assert "tried to allocate 16.00 MiB" in own and "remaking" not in own, own
+    self_ = next(l for l in out.splitlines() if l.startswith("SELF "))
+    assert ("It came from remaking an evicted tensor: aten::mul ran again for 16.00 MiB of "
+            "results, while the program ran aten::sum.") in self_, self_
 
 
 # A batch-size finder, as PyTorch Lightning's and Accelerate's: train a few steps at a

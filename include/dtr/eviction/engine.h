@@ -264,6 +264,11 @@ class Engine {
   StorageId storage_of(TensorId t) const { return tensors_[t].storage; }
   OpId op_of(TensorId t) const { return tensors_[t].op; }
   bool is_defined(TensorId t) const { return tensors_[t].defined; }
+  // The tensor the outermost materialization in progress was asked for (kNoId outside one),
+  // and how many frames deep it is now: Note [Out-of-memory within a remat] in
+  // integration/torch/lineage.cpp. The caller holds the engine (its lock, in a host).
+  TensorId materializing() const { return frames_.empty() ? kNoId : frames_.front().tensor; }
+  size_t materialize_depth() const { return frames_.size(); }
   uint32_t external_refs(TensorId t) const { return tensors_[t].ext_refs; }
   const std::vector<TensorId>& op_inputs(OpId op) const { return ops_[op].inputs; }
   const std::vector<TensorId>& op_outputs(OpId op) const { return ops_[op].outputs; }
