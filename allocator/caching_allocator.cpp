@@ -695,6 +695,25 @@ class CachingAllocator::Impl {
     return true;
   }
 
+  // Evicts down to the new budget with the mutex released (Note [Lock rules]), as step (2)
+  // of Note [Out-of-memory chain] does, while each call frees something.
+  bool lower_budget(uint64_t budget_bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (stats_.allocated_bytes.all.current > budget_bytes && callback_) {
+      const uint64_t excess = stats_.allocated_bytes.all.current - budget_bytes;
+      EvictionCallback* callback = callback_;
+      const uint64_t frees_before = num_frees_;
+      ++stats_.num_eviction_calls;
+      lock.unlock();
+      callback->make_room(excess, /*contiguous_request=*/false);
+      lock.lock();
+      if (num_frees_ == frees_before) break;
+    }
+    if (stats_.allocated_bytes.all.current > budget_bytes) return false;
+    config_.budget_bytes = budget_bytes;
+    return true;
+  }
+
  private:
   BlockPool& pool_for(StatPool pool) {
     return pool == StatPool::small_pool ? small_blocks_ : large_blocks_;
@@ -1139,6 +1158,11 @@ void CachingAllocator::set_observer(AllocatorObserver* observer) {
 }
 bool CachingAllocator::set_budget(uint64_t budget_bytes) {
   if (!impl_->set_budget(budget_bytes)) return false;
+  config_.budget_bytes = budget_bytes;
+  return true;
+}
+bool CachingAllocator::lower_budget(uint64_t budget_bytes) {
+  if (!impl_->lower_budget(budget_bytes)) return false;
   config_.budget_bytes = budget_bytes;
   return true;
 }

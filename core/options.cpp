@@ -284,9 +284,11 @@ struct OptionType<Budget> {
   static constexpr const char* syntax =
       "`0`, empty or `unlimited` = no budget. Bytes: an integer with an optional binary "
       "suffix `K`, `M`, `G` or `T` (also `KB`/`KiB` and so on, any case; `K` = 1024), such "
-      "as `300M`, `4G`, `1.5G` or `123456`. Ratio of the baseline peak (simulator only): "
-      "a number in (0,1] written with a decimal point, such as `0.4` or `1.0`, or with a "
-      "trailing `x`, such as `0.4x`. A plain fraction above 1 such as `1.5` is rejected as "
+      "as `300M`, `4G`, `1.5G` or `123456`. Ratio: a number in (0,1] written with a decimal "
+      "point, such as `0.4` or `1.0`, or with a trailing `x`, such as `0.4x`; in the "
+      "simulator of the baseline peak, in a PyTorch run (`budget` only) of the peak over "
+      "the first two training steps, set from the end of the second. A plain fraction above 1 such "
+      "as `1.5` is rejected as "
       "ambiguous: write `1.5G` or a ratio <= 1. `get` prints bytes exactly, in the largest "
       "unit that divides them (`300 MiB`, `123456 B`), and ratios as `0.4x`.";
   static bool parse(std::string_view text, Budget& out, std::string& why) {

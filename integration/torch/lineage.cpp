@@ -157,6 +157,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -582,6 +583,7 @@ Lineage::Lineage(const Config& config, CachingAllocator& allocator, MemoryHistor
       return recording_->replay_trial(policies, allocator_.config().budget_bytes);
     };
   budget_changed(allocator.config().budget_bytes);
+  if (config.budget.kind == Budget::Kind::ratio) ratio_budget_ = config.budget.ratio;
   EngineHooks* hooks = recording_->engine_hooks(this);
   if (plan_) {  // Note [Warm start in PyTorch]
     guide_ = std::make_unique<PlanGuide>(*plan_, hooks);
@@ -768,6 +770,11 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
 
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (!thrash_error_.empty()) throw_status(Status::thrashing());  // on_thrash:raise
+  if (!ratio_error_.empty()) {                                    // Note [Ratio budgets]
+    const std::string message = std::move(ratio_error_);
+    ratio_error_.clear();
+    torch_compat::throw_out_of_memory(message);
+  }
   thrash_watch_.mark_op(engine_->stats());                        // Note [Runaway cascades]
   if (!other_layouts.empty()) {
     pending.record = false;
@@ -1509,6 +1516,8 @@ void Lineage::budget_changed(uint64_t budget_bytes) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   thrash_watch_.rearm(engine_ ? engine_->stats() : Stats{}, budget_bytes);
   thrash_error_.clear();  // a raise still due was for the old budget
+  ratio_budget_ = 0.0;    // Note [Ratio budgets]: a budget set since replaces the ratio
+  ratio_error_.clear();
   if (!engine_ || budget_bytes == budget_bytes_) return;
   budget_bytes_ = budget_bytes;
   engine_->budget_changed();  // Note [Trial after a budget change] in auto_heuristic.cpp
@@ -1535,6 +1544,70 @@ void Lineage::end_period() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   recording_->step();  // first: `auto` may replay the trace up to here (Note [Trial by replay])
   engine_->end_period();
+  ++periods_ended_;
+  if (ratio_budget_ > 0.0 && periods_ended_ >= kRatioBudgetSteps) apply_ratio_budget();
+}
+
+// Note [Ratio budgets]
+// ~~~~~~~~~~~~~~~~~~~~
+// The simulator reads budget:0.5x as half the baseline peak, which it knows. A live run
+// does not know its peak before it reaches it, and a user who wants "half of what this
+// script needs" should not have to run it twice to learn the bytes (bench/ and make demo
+// did). So the host runs the first kRatioBudgetSteps training steps (periods: Note
+// [Iteration periods]) with no budget, recording lineage as always, and at the end of the
+// last of them sets the budget to the ratio of the peak of allocated bytes so far. Two
+// steps, as `auto`'s trial, because the first is not yet the steady state: Adam and
+// momentum make their state in the first step's optimizer step, after the activations
+// died, so the second step is the first whose forward pass runs beside that state (the
+// 3-layer transformer's peak grows by its Adam state from step 1 to 2). The budget is set
+// between steps, where little is live but what the program keeps: the allocator evicts
+// down to it (CachingAllocator::lower_budget) and then it is hard, as one set from the
+// start; setting it starts `auto`'s trial from here as dtr.set_budget does (Note [Trial
+// after a budget change]). Where what stays allocated cannot be brought under it (the
+// parameters and optimizer state alone are more), the budget is not set, and the
+// program's next op raises PyTorch's out-of-memory error saying so: an end of step is
+// inside an optimizer's scope end or dtr.mark_step(), where nothing can be thrown. A
+// program that ends fewer steps runs with no budget, and is told so at exit. A budget
+// set by dtr.set_budget before then replaces the ratio. The peak is the allocator's
+// (dtr.max_memory_allocated()): dtr.reset_peak_stats() within the first steps lowers it.
+void Lineage::apply_ratio_budget() {
+  const Budget ratio = config_.budget;
+  ratio_budget_ = 0.0;
+  const uint64_t peak = allocator_.stats().allocated_bytes.all.peak;
+  const uint64_t bytes = std::max<uint64_t>(1, ratio.resolve(peak));
+  const std::string what = "budget " + ratio.to_string() + " of the peak over the first " +
+                           std::to_string(kRatioBudgetSteps) + " training steps (" +
+                           format_bytes(peak) + ")";
+  if (allocator_.lower_budget(bytes)) {
+    budget_changed(bytes);
+    std::fprintf(stderr, "dtr: %s: %s from here on (%llu bytes)\n", what.c_str(),
+                 format_bytes(bytes).c_str(), static_cast<unsigned long long>(bytes));
+    std::fflush(stderr);
+    return;
+  }
+  const uint64_t allocated = allocator_.stats().allocated_bytes.all.current;
+  const double needed = std::ceil(100.0 * static_cast<double>(allocated) / peak) / 100.0;
+  char at_least[32];
+  std::snprintf(at_least, sizeof at_least, "%.2fx", needed);
+  ratio_error_ = "dtr: out of memory: " + what + " is " + format_bytes(bytes) + ", but " +
+                 format_bytes(allocated) + " stay allocated between steps after evicting all " +
+                 "that could be (pinned " + format_bytes(engine_->stats().pinned_current) +
+                 "): what the program keeps from step to step does not fit. The budget was "
+                 "not set. Try: a ratio of at least " +
+                 at_least + " (more, for the next step's activations), or a budget in bytes.";
+  std::fprintf(stderr, "%s\n", ratio_error_.c_str());
+  std::fflush(stderr);
+}
+
+void Lineage::warn_ratio_budget_unapplied() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (ratio_budget_ <= 0.0) return;
+  std::fprintf(stderr,
+               "dtr: warning: budget %s was never set: it is set after the program's first %u "
+               "training steps (torch.optim steps, or dtr.mark_step() calls), and the program "
+               "ended %u; the run had no budget (Note [Ratio budgets])\n",
+               config_.budget.to_string().c_str(), kRatioBudgetSteps, periods_ended_);
+  std::fflush(stderr);
 }
 
 // Note [Iteration periods]
@@ -2398,6 +2471,11 @@ void write_recordings_at_exit() {
     if (getpid() == loader_pid) lineage->write_recordings();
 }
 
+void warn_ratio_budget_at_exit() {  // Note [Ratio budgets]
+  if (Lineage* lineage = the_lineage())
+    if (getpid() == loader_pid) lineage->warn_ratio_budget_unapplied();
+}
+
 void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHistory* history,
                    std::shared_ptr<const PlanHints> plan) {
   if (the_lineage()) return;
@@ -2405,6 +2483,7 @@ void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHist
   lineage_ptr.store(lineage, std::memory_order_release);
   loader_pid = getpid();
   if (!config.trace.empty() || !config.timeline.empty()) std::atexit(write_recordings_at_exit);
+  if (config.budget.kind == Budget::Kind::ratio) std::atexit(warn_ratio_budget_at_exit);
   if (register_dispatch_hook()) {
     enable_hook_on_this_thread(true);
     set_allocation_observer(&record_if_python_thread);  // Note [Threads]

@@ -52,6 +52,10 @@ namespace dtr::torch_integration {
 // cut (Note [Small storages] in lineage.cpp).
 constexpr size_t kSmallPinnedBytes = 16384;
 
+// Option budget as a ratio is set after this many training steps: Note [Ratio budgets] in
+// lineage.cpp.
+constexpr uint32_t kRatioBudgetSteps = 2;
+
 // Where a tensor sits among an op's arguments or returns: value `index`, and `element`
 // inside a tensor list (-1 for a plain tensor).
 struct TensorSlot {
@@ -249,6 +253,10 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   void begin_optimizer_step();
   void end_optimizer_step();
   void mark_step();  // Note [Marked steps]
+  // Note [Ratio budgets]: sets option budget's ratio of the peak so far once the first
+  // kRatioBudgetSteps periods ended; not yet applied at exit: a warning (at_exit).
+  void apply_ratio_budget();
+  void warn_ratio_budget_unapplied();
   // Asks the thrash watch; warns or arms the raise (Note [Thrashing within one op]).
   void watch_for_thrash();
   void watch_for_runaway();  // Note [Runaway cascades] in eviction/thrash_watch.cpp
@@ -395,6 +403,11 @@ class Lineage final : public EngineHooks, public EvictionCallback {
   // on_thrash:raise: raised at the start of the next op, or where the engine stopped a
   // cascade of remats for it (Note [Thrashing within one op])
   std::string thrash_error_;
+  // Note [Ratio budgets]: the ratio still to set (0: none), the periods ended so far, and
+  // a budget that could not be met, raised at the start of the program's next op.
+  double ratio_budget_ = 0.0;
+  uint32_t periods_ended_ = 0;
+  std::string ratio_error_;
   std::shared_ptr<const PlanHints> plan_;  // DTR_PLAN, or null
   std::unique_ptr<PlanGuide> guide_;       // follows plan_: the engine's hooks
   std::unique_ptr<Engine> engine_;

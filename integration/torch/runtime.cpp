@@ -100,7 +100,17 @@ uint64_t live_limit_bytes(const Budget& limit, const char* key) {
                     key + ":300M");
 }
 
-uint64_t live_budget_bytes(const Budget& budget) { return live_limit_bytes(budget, "budget"); }
+// Option budget as a ratio starts with none: the lineage sets it after the first steps
+// (Note [Ratio budgets] in lineage.cpp), which it sees only while it records.
+uint64_t live_budget_bytes(const Config& config) {
+  if (config.budget.kind != Budget::Kind::ratio) return live_limit_bytes(config.budget, "budget");
+  if (!config.remat)
+    throw ConfigError("dtr: budget " + config.budget.to_string() +
+                      " is a ratio of the peak over the first training steps, which dtr sees "
+                      "only while it records lineage, and remat is False; give bytes, e.g. "
+                      "DTR_CONF=budget:300M");
+  return kUnlimitedBytes;
+}
 
 // The process-wide runtime: the options and the allocator behind PyTorch's CPU allocator.
 class TorchRuntime {
@@ -337,7 +347,7 @@ void load_runtime() {
     const bool child = child_of_a_dtr_process(preload_named_library);
     for (std::string* path : {&config.trace, &config.timeline, &config.snapshot})
       *path = path_for_this_process(*path, child);
-    budget_bytes = live_budget_bytes(config.budget);
+    budget_bytes = live_budget_bytes(config);
     reserved_limit_bytes = live_limit_bytes(config.reserved_limit, "reserved_limit");
     if (config.lazy_release)  // Note [Lazy release] in eviction/engine.cpp
       throw ConfigError(
@@ -450,11 +460,17 @@ int dtr_torch_set_budget(const char* text) {
   try {
     TorchRuntime* rt = enabled_runtime();
     if (!rt) return 1;
-    const uint64_t bytes = live_budget_bytes(dtr::Budget::parse(text ? text : ""));
-    if (!rt->allocator().set_budget(bytes)) {
+    // A ratio is of the peak so far, as dtr.max_memory_allocated() reads it.
+    const dtr::Budget budget = dtr::Budget::parse(text ? text : "");
+    const uint64_t bytes =
+        budget.kind == dtr::Budget::Kind::ratio
+            ? std::max<uint64_t>(1,
+                                 budget.resolve(rt->allocator().stats().allocated_bytes.all.peak))
+            : live_limit_bytes(budget, "budget");
+    if (!rt->allocator().lower_budget(bytes)) {  // evicts down to it first
       last_error = "dtr: cannot lower the budget to " + dtr::format_bytes(bytes) + ": " +
                    dtr::format_bytes(rt->allocator().stats().allocated_bytes.all.current) +
-                   " are allocated now; free tensors first";
+                   " are allocated now after evicting all that could be; free tensors first";
       return 2;
     }
     lineage_budget_changed(bytes);  // Note [Temporaries] in lineage.cpp

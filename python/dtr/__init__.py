@@ -168,8 +168,10 @@ def memory_stats():
 
 def set_budget(budget):
     """Sets the hard budget on live CPU tensor bytes: an int (bytes) or a string as the
-    `budget` option takes it ("300M", "4G"); 0, None or "unlimited" remove it. Raises
-    DtrError when more than the new budget is allocated now. The thrash check (option
+    `budget` option takes it ("300M", "4G"), or a ratio of the peak so far
+    (max_memory_allocated()) as "0.5x"; 0, None or "unlimited" remove it. A budget below
+    what is allocated now evicts down to it first; raises DtrError when what stays
+    allocated is still more (then the budget is as it was). The thrash check (option
     max_overhead, docs/pytorch.md "Thrashing") counts from here and may fire again, and
     policy `auto` tries its candidates again at the new budget (by replay of the step
     after this one: docs/pytorch.md "Trial after a budget change"). Best called between
@@ -177,7 +179,7 @@ def set_budget(budget):
     if budget is None:
         text = "unlimited"
     elif isinstance(budget, bool):
-        raise TypeError("budget must be bytes (int) or a size string such as '300M'")
+        raise TypeError("budget must be bytes (int) or a string such as '300M' or '0.5x'")
     elif isinstance(budget, int):
         if budget < 0:
             raise ValueError(f"budget must be >= 0 bytes, not {budget}")
@@ -185,7 +187,7 @@ def set_budget(budget):
     elif isinstance(budget, str):
         text = budget
     else:
-        raise TypeError("budget must be bytes (int) or a size string such as '300M'")
+        raise TypeError("budget must be bytes (int) or a string such as '300M' or '0.5x'")
     lib = _library()
     if lib.dtr_torch_set_budget(text.encode()) != 0:
         raise DtrError(lib.dtr_torch_last_error().decode())

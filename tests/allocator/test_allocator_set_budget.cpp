@@ -48,3 +48,45 @@ TEST_CASE("set_budget changes the hard budget and refuses one below allocated", 
   CHECK(allocator.is_valid(&why));
   CHECK(allocator.stats().num_ooms == 3);
 }
+
+TEST_CASE("lower_budget evicts down to the new budget, or refuses and changes nothing",
+          "[allocator]") {
+  AllocatorConfig config;
+  config.debug = 3;
+  config.budget_bytes = 16 * kMiB;
+  CachingAllocator allocator(config, std::make_unique<FakeBackend>());
+  Evictor evictor(&allocator);
+  allocator.set_eviction_callback(&evictor);
+
+  AllocResult kept = allocator.allocate(4 * kMiB);  // not registered: cannot be evicted
+  REQUIRE(kept.ok());
+  for (int i = 0; i < 3; ++i) {
+    AllocResult r = allocator.allocate(3 * kMiB);
+    REQUIRE(r.ok());
+    evictor.add(r.ptr, 3 * kMiB);
+  }
+  REQUIRE(allocator.stats().allocated_bytes.all.current == 13 * kMiB);
+
+  // 13 MiB allocated, 9 of them evictable: 8 MiB needs two evictions.
+  REQUIRE(allocator.lower_budget(8 * kMiB));
+  CHECK(allocator.config().budget_bytes == 8 * kMiB);
+  CHECK(allocator.stats().allocated_bytes.all.current == 7 * kMiB);
+  CHECK(evictor.registered() == 1);
+  CHECK(evictor.calls().at(0).bytes_needed == 5 * kMiB);
+
+  // Below the 4 MiB nothing can evict: refused, the budget as it was; what could be
+  // evicted was.
+  CHECK_FALSE(allocator.lower_budget(2 * kMiB));
+  CHECK(allocator.config().budget_bytes == 8 * kMiB);
+  CHECK(allocator.stats().allocated_bytes.all.current == 4 * kMiB);
+  CHECK(evictor.registered() == 0);
+
+  // Above what is allocated: no eviction asked, as set_budget.
+  const size_t calls = evictor.calls().size();
+  REQUIRE(allocator.lower_budget(5 * kMiB));
+  CHECK(evictor.calls().size() == calls);
+  CHECK_FALSE(allocator.allocate(2 * kMiB).ok());
+  allocator.free(kept.ptr);
+  std::string why;
+  CHECK(allocator.is_valid(&why));
+}

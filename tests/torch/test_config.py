@@ -26,10 +26,13 @@ def test_bad_value_under_ld_preload(lib):
     assert_fails_at_start(proc, "lots")
 
 
-def test_ratio_budget_is_refused_by_the_live_runtime(lib):
-    proc = run([PYTHON, "-c", "print('STARTED')"],
-               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:0.5"), check=False)
-    assert_fails_at_start(proc, "ratio")
+def test_ratio_limits_the_live_runtime_cannot_set_are_refused(lib):
+    """A ratio budget is set after the first steps (Note [Ratio budgets]), which needs the
+    lineage; a reserved limit takes bytes only."""
+    for conf in ("budget:0.5,remat:False", "budget:300M,reserved_limit:0.5x"):
+        proc = run([PYTHON, "-c", "print('STARTED')"],
+                   clean_env(LD_PRELOAD=lib, DTR_CONF=conf), check=False)
+        assert_fails_at_start(proc, "ratio")
 
 
 def test_simulator_only_option_is_refused_by_the_live_runtime(lib):

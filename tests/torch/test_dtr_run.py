@@ -61,7 +61,19 @@ def test_dtr_run_exit_status_is_the_commands(dtr_run):
 
 def test_dtr_run_bad_flags_exit_2(dtr_run):
     for args in (["--budget", "lots", "--", "true"], ["--no-such-flag", "--", "true"],
-                 ["--conf", "bogus:1", "--", "true"], ["--budget", "0.5", "--", "true"],
+                 ["--conf", "bogus:1", "--", "true"],
                  ["--reserved-limit", "0.5", "--", "true"], []):
         proc = run([dtr_run, *args], clean_env(), check=False)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+
+
+def test_dtr_run_takes_a_ratio_budget(lib, dtr_run):
+    """--budget 0.5x: half the peak over the first two training steps, set from then on
+    (Note [Ratio budgets]); mlp.py trains as without the library."""
+    steps = ("mlp.py", "--steps", "5", "--depth", "12", "--width", "256", "--batch", "4096")
+    baseline = Result(run(driver(*steps), clean_env()))
+    proc = run([dtr_run, "--budget", "0.5x", "--", *driver(*steps)], clean_env())
+    result = Result(proc)
+    assert result.losses() == baseline.losses() and result.params() == baseline.params()
+    assert "dtr: budget 0.5x of the peak over the first 2 training steps" in proc.stderr
+    assert result.stats["dtr.num_evictions"] > 0, result.stats

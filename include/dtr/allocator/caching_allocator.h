@@ -272,6 +272,11 @@ class CachingAllocator {
   // at every moment. config() is not synchronized with this call: read it on the thread
   // that set the budget, or after synchronizing with it.
   bool set_budget(uint64_t budget_bytes);
+  // set_budget, after asking the eviction callback to free what is allocated above
+  // `budget_bytes`, as for a request that does not fit (make_room). Refused as set_budget
+  // is when what stays allocated is still more: a lowered budget (python's
+  // dtr.set_budget, a ratio budget set after the first steps) evicts rather than fails.
+  bool lower_budget(uint64_t budget_bytes);
 
   const AllocatorConfig& config() const { return config_; }
   const Backend& backend() const { return *backend_; }

@@ -44,7 +44,8 @@ struct ByteSize {
 #define DTR_OPTIONS(X)                                                                             \
   X(budget, Budget, "budget", "DTR_BUDGET", "0",                                                   \
     "hard cap on live bytes: bytes with K/M/G suffix, or a ratio (0,1] of the baseline peak "      \
-    "(simulator only); 0 = unlimited")                                                             \
+    "(in a PyTorch run: of the peak over the first two training steps, set from then on); "        \
+    "0 = unlimited")                                                                               \
   X(policy, std::string, "policy", "DTR_POLICY", "auto",                                           \
     "eviction heuristic, by registry name (see `dtr-sim policies`)")                               \
   X(trial, std::string, "trial", "DTR_TRIAL", "replay",                                            \
