@@ -1563,7 +1563,9 @@ void Lineage::end_period() {
 // between steps, where little is live but what the program keeps: the allocator evicts
 // down to it (CachingAllocator::lower_budget) and then it is hard, as one set from the
 // start; setting it starts `auto`'s trial from here as dtr.set_budget does (Note [Trial
-// after a budget change]). Where what stays allocated cannot be brought under it (the
+// after a budget change]), and restarts the peak stats as dtr.reset_peak_stats() does, so
+// that the exit report's peak is the budgeted steps' (it read twice the budget, and looked
+// like a budget broken; the first steps' peak is in the line that says the budget). Where what stays allocated cannot be brought under it (the
 // parameters and optimizer state alone are more), the budget is not set, and the
 // program's next op raises PyTorch's out-of-memory error saying so: an end of step is
 // inside an optimizer's scope end or dtr.mark_step(), where nothing can be thrown. A
@@ -1579,6 +1581,7 @@ void Lineage::apply_ratio_budget() {
                            std::to_string(kRatioBudgetSteps) + " training steps (" +
                            format_bytes(peak) + ")";
   if (allocator_.lower_budget(bytes)) {
+    allocator_.reset_peaks();  // the report's peak, max_memory_allocated(): the budgeted steps
     budget_changed(bytes);
     std::fprintf(stderr, "dtr: %s: %s from here on (%llu bytes)\n", what.c_str(),
                  format_bytes(bytes).c_str(), static_cast<unsigned long long>(bytes));

@@ -24,10 +24,9 @@ for step in range(steps):
     opt.step()
     record(loss)
     if dtr is not None and dtr.is_enabled() and step == 1:
-        OUT["peak_first_two"] = dtr.max_memory_allocated()
+        OUT["max_after_two"] = dtr.max_memory_allocated()
         OUT["budget"] = dtr.get_budget()
         OUT["evictions_before"] = dtr.memory_stats()["dtr.num_evictions"]
-        dtr.reset_peak_stats()                  # from here, the peak under the budget
 finish(model)
 """
 
@@ -41,11 +40,15 @@ def ratio_line(stderr):
 
 def test_a_ratio_budget_is_set_after_two_steps_and_trains_as_without(lib):
     plain = last_json(run([PYTHON, "-c", MLP_ADAM, "6"], clean_env()))
+    # The first two steps' peak, as the ratio run (no budget yet) reaches it.
+    free = last_json(run([PYTHON, "-c", MLP_ADAM, "2"], clean_env(LD_PRELOAD=lib)))
     proc = run([PYTHON, "-c", MLP_ADAM, "6"], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:0.5x"))
     under = last_json(proc)
     budget = ratio_line(proc.stderr)
-    assert under["budget"] == budget == int(0.5 * under["peak_first_two"]), (under, budget)
+    assert under["budget"] == budget == int(0.5 * free["peak"]), (under, budget, free)
     assert under["evictions_before"] == 0, under      # no budget in the first two steps
+    # The peak stats restart with the budget: what they read is the budgeted steps'.
+    assert under["max_after_two"] < free["peak"], (under, free)
     assert under["evictions"] > 0 and under["peak"] <= budget, under
     assert (under["losses"], under["params"]) == (plain["losses"], plain["params"]), under
     assert "never set" not in proc.stderr, proc.stderr
@@ -90,8 +93,9 @@ with torch.no_grad():
 y = x * 2                                       # 4 MiB, recorded
 z = x * 3                                       # 4 MiB, recorded
 expected = (x * 3).sum().item()
+print("BEFORE", dtr.max_memory_allocated())
 dtr.mark_step(); dtr.mark_step()                # the ratio's two steps
-print("AFTER MARKS", dtr.get_budget())
+print("AFTER", dtr.get_budget(), dtr.max_memory_allocated())   # peak stats restarted
 dtr.set_budget(None)
 dtr.set_budget("0.9x")                          # of the peak so far: nothing evicted
 print("RATIO", dtr.get_budget(), dtr.max_memory_allocated())
@@ -109,9 +113,11 @@ print("KEPT", dtr.get_budget())
 """
     proc = run([PYTHON, "-c", code], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:0.8x"))
     lines = dict(l.split(" ", 1) for l in proc.stdout.splitlines())
-    marked = int(lines["AFTER"].split()[1])
+    before = int(lines["BEFORE"])
+    marked, restarted = map(int, lines["AFTER"].split())
     ratio, peak = map(int, lines["RATIO"].split())
-    assert marked == int(0.8 * peak) and ratio == int(0.9 * peak), (marked, ratio, peak)
+    assert marked == int(0.8 * before) and restarted < before, (before, marked, restarted)
+    assert peak == restarted and ratio == int(0.9 * peak), (ratio, peak, restarted)
     budget, allocated, evictions = map(int, lines["LOWERED"].split())
     assert budget == 9 << 20 and allocated <= budget and evictions >= 1, lines["LOWERED"]
     assert lines["SAME"] == "True"
