@@ -1569,7 +1569,8 @@ void Lineage::end_period() {
 // parameters and optimizer state alone are more), the budget is not set, and the
 // program's next op raises PyTorch's out-of-memory error saying so: an end of step is
 // inside an optimizer's scope end or dtr.mark_step(), where nothing can be thrown. A
-// program that ends fewer steps runs with no budget, and is told so at exit. A budget
+// program that ends fewer steps runs with no budget, and is told so at exit (if it ran
+// an op: not torchrun's agent). A budget
 // set by dtr.set_budget before then replaces the ratio. The peak is the allocator's
 // (dtr.max_memory_allocated()): dtr.reset_peak_stats() within the first steps lowers it.
 void Lineage::apply_ratio_budget() {
@@ -1604,7 +1605,9 @@ void Lineage::apply_ratio_budget() {
 
 void Lineage::warn_ratio_budget_unapplied() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (ratio_budget_ <= 0.0) return;
+  // Not in a process that ran no op: torchrun's agent, a launcher (the workers it starts
+  // have budgets of their own, Note [Preload shim] in process_kind.cpp).
+  if (ratio_budget_ <= 0.0 || ops_recorded_ == 0) return;
   std::fprintf(stderr,
                "dtr: warning: budget %s was never set: it is set after the program's first %u "
                "training steps (torch.optim steps, or dtr.mark_step() calls), and the program "
