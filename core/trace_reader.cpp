@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 namespace dtr {
@@ -108,6 +109,9 @@ constexpr const char* kValidInstructions =
 
 constexpr const char* kFieldsHint =
     "see docs/trace-format.md for the fields of each instruction";
+
+// Note [Quantities that sum]: the largest size or time a trace may give.
+constexpr uint64_t kMaxQuantity = uint64_t{1} << 50;
 
 constexpr const char* kDefinitionHint =
     "a name is defined by a CALL RESULT, a CONSTANT NAME or a COPY DST";
@@ -249,7 +253,20 @@ std::string describe_parse_error(const json::parse_error& error) {
 // second definition (CALL result, CONSTANT, COPY DST) is an error, released or not. A
 // RELEASE of a name that was never defined is not an error: simrd ignores it
 // (ignore_undefined_release=True), so we drop the event and count it in
-// Trace::ignored_releases.
+// Trace::ignored_releases; so is a second RELEASE of one name (the replay would drop a
+// reference another name holds, after a COPY). A released name is the program's no more:
+// a later read of it (an ARG, a COPY's SRC, a MUTATE, a PIN) is an error, as is a read
+// after a DISCARD; a DISCARD may follow its RELEASE. The replay trusted this order, and a
+// read after a RELEASE crashed it (a segfault, found by a fuzzer of hand-made traces,
+// 2026-12-07; before, the engine's checks aborted on a COPY of a released name).
+//
+// Note [Quantities that sum]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Sizes and times are summed everywhere (live bytes, an op's outputs and scratch, a
+// step's compute), in 64 bits. A WORKSPACE of 2^64-1 wrapped the engine's room request
+// and aborted a replay on its budget check, two TIMEs of 2^64-1 summed to a baseline
+// below either. So a size or time above 2^50 (1 PiB; 13 days in nanoseconds) is refused:
+// a trace would need thousands of such values before a sum could overflow.
 class TraceParser {
  public:
   TraceParser(const std::string& path, const std::string& text)
@@ -381,6 +398,14 @@ class TraceParser {
       fail(what + " in " + instruction_ + " is negative (" + value.dump() + "); it is a count of " +
            unit);
     }
+    // Note [Quantities that sum]
+    const std::string_view u(unit);
+    if ((u == "bytes" || u == "nanoseconds") && result.magnitude > kMaxQuantity) {
+      fail(what + " in " + instruction_ + " is " + value.dump() + " " + unit +
+           ", above the 2^50 (" + (u == "bytes" ? "1 PiB" : "13 days") +
+           ") this reader takes: the tools sum such " +
+           "values, and sums of larger ones overflow; a real trace's are far smaller");
+    }
     return result.magnitude;
   }
 
@@ -395,6 +420,15 @@ class TraceParser {
       }
       fail(problem);
     }
+    // Note [Names stay defined]: defined, but no longer the program's to read.
+    for (const auto& [lines, what] :
+         {std::pair{&released_lines_, "RELEASE"}, std::pair{&discarded_lines_, "DISCARD"}}) {
+      if ((*lines)[it->second] != 0)
+        fail("name '" + name + "' is used (" + role + " of " + instruction_ + ") after its " +
+             what + " on line " + std::to_string((*lines)[it->second]) +
+             "; a released name is one the program dropped, and a discarded one nothing reads " +
+             "again: the trace's events are out of order");
+    }
     return it->second;
   }
 
@@ -407,6 +441,8 @@ class TraceParser {
     }
     trace_.names.push_back(name);
     definition_lines_.push_back(line_);
+    released_lines_.push_back(0);
+    discarded_lines_.push_back(0);
     return it->second;
   }
 
@@ -576,6 +612,10 @@ class TraceParser {
     event.op = string_field(object, "NAME");
     event.args = use_all(array_field(object, "ARGS"), "ARGS");
     const json::array_t& mutated = array_field(object, "MUTATE");
+    if (mutated.empty())
+      fail(
+          "MUTATE's list 'MUTATE' is empty; it names the ARGS the op writes (indices into "
+          "ARGS): an op that writes none of its arguments is a CALL");
     event.mutated.reserve(mutated.size());
     for (const json& value : mutated) {
       Integer index = integer_value(value, "each entry of 'MUTATE'");
@@ -619,10 +659,12 @@ class TraceParser {
 
   void read_release(const json& object) {
     auto it = ids_.find(string_field(object, "NAME"));
-    if (it == ids_.end()) {  // Note [Names stay defined]
+    // Note [Names stay defined]: a name never defined, or released already.
+    if (it == ids_.end() || released_lines_[it->second] != 0) {
       ++trace_.ignored_releases;
       return;
     }
+    released_lines_[it->second] = line_;
     add_event(TraceEventKind::release).dst = it->second;
   }
 
@@ -639,7 +681,13 @@ class TraceParser {
   }
 
   void read_discard(const json& object) {
-    NameId name = use(string_field(object, "NAME"), "NAME");
+    const std::string& text = string_field(object, "NAME");
+    auto it = ids_.find(text);
+    // A released name may be discarded (the host found its storage dead after the
+    // program dropped it); anything else is a use.
+    const NameId name =
+        it != ids_.end() && released_lines_[it->second] != 0 ? it->second : use(text, "NAME");
+    if (discarded_lines_[name] == 0) discarded_lines_[name] = line_;
     add_event(TraceEventKind::discard).dst = name;
   }
 
@@ -652,6 +700,8 @@ class TraceParser {
   Trace trace_;
   std::unordered_map<std::string, NameId> ids_;  // name -> NameId, for defined names
   std::vector<uint32_t> definition_lines_;       // NameId -> line that defined it
+  std::vector<uint32_t> released_lines_;         // NameId -> line of its RELEASE, or 0
+  std::vector<uint32_t> discarded_lines_;        // NameId -> line of its DISCARD, or 0
 };
 
 }  // namespace
@@ -665,6 +715,9 @@ Trace read_trace(std::istream& in, const std::string& path_for_errors) {
 }
 
 Trace read_trace(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw TraceError(path, 0, "is a directory; give a trace file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TraceError(path, 0, "cannot open trace file; check the path and permissions");
   return read_trace(in, path);

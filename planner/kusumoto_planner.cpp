@@ -182,8 +182,8 @@ std::vector<Bits> enumerate(const Forward& f, bool exact, size_t cap) {
         if (sets.size() >= cap) {
           throw PlanTooLarge("kusumoto: the forward graph (" + std::to_string(f.n) +
                              " nodes) has more than " + std::to_string(cap) +
-                             " lower sets; use kusumoto-approx (lower sets of ancestors) or "
-                             "raise max_lower_sets");
+                             " lower sets, the most the exact DP enumerates; use "
+                             "--method kusumoto-approx (lower sets of ancestors)");
         }
         sets.push_back(cur);
         return;

@@ -12,9 +12,13 @@
 #include <fstream>
 #include <istream>
 #include <ostream>
+#include <sstream>
+
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
+#include "dtr/core/output_file.h"
 #include "dtr/planner/plan.h"
 
 namespace dtr {
@@ -70,10 +74,9 @@ void write_plan(const Plan& plan, std::ostream& out) {
 }
 
 void write_plan(const Plan& plan, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw PlanError(path + ": cannot open for writing; check the directory exists");
+  std::ostringstream out;
   write_plan(plan, out);
-  if (!out) throw PlanError(path + ": write failed");
+  write_file(path, out.str(), "plan");  // Note [Output files]
 }
 
 Plan read_plan(std::istream& in, const std::string& path) {
@@ -147,6 +150,9 @@ Plan read_plan(std::istream& in, const std::string& path) {
 }
 
 Plan read_plan(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw PlanError(path + ": is a directory; give a plan file (dtr-plan --out)");
   std::ifstream in(path);
   if (!in) throw PlanError(path + ": cannot open plan file; check the path");
   return read_plan(in, path);

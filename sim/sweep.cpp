@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "dtr/core/output_file.h"
 #include "dtr/sim/progress_bar.h"
 #include "dtr/sim/svg_plot.h"
 #include "dtr/sim/worker_pool.h"
@@ -107,8 +108,7 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
 }
 
 void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& results) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("dtr: cannot write CSV to '" + path + "'");
+  std::ostringstream out;
   out << "trace,policy,search,budget_ratio,budget_bytes,baseline_peak_bytes,peak_bytes,"
          "baseline_compute_ns,compute_ns,overhead,evictions,remats,status,wall_seconds,"
          "allocator,peak_reserved_bytes,fragmentation,contiguous_failures,"
@@ -131,6 +131,7 @@ void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& r
                   (unsigned long long)r.allocator_stats.moved_bytes);
     out << line;
   }
+  write_file(path, out.str(), "CSV");  // Note [Output files]
 }
 
 namespace {

@@ -339,8 +339,11 @@ TEST_CASE("trace: integer fields accept numbers and numeric strings", "[core][tr
     return dtr::read_trace(in, "inline").events.at(0).results.at(0).size_bytes;
   };
   CHECK(read_size("\"0\"") == 0);
-  CHECK(read_size("\"18446744073709551615\"") == 18446744073709551615ull);
-  CHECK(read_size("18446744073709551615") == 18446744073709551615ull);
+  // Note [Quantities that sum]: up to 2^50, no more.
+  CHECK(read_size("\"1125899906842624\"") == 1125899906842624ull);
+  CHECK(read_size("1125899906842624") == 1125899906842624ull);
+  CHECK_THROWS_WITH(read_size("1125899906842625"), Catch::Contains("above the 2^50 (1 PiB)"));
+  CHECK_THROWS_AS(read_size("\"18446744073709551615\""), dtr::TraceError);
   CHECK(read_size("2048.0") == 2048);
   CHECK(read_size("\"-0\"") == 0);
   CHECK_THROWS_AS(read_size("\"18446744073709551616\""), dtr::TraceError);  // too large
@@ -522,4 +525,41 @@ TEST_CASE("trace: ANNOTATE STEP (version 4) reads and writes back", "[core][trac
   const dtr::Trace again = round_trip(trace);
   require_same_trace(trace, again);
   CHECK(again.events[1].op == "STEP");
+}
+
+TEST_CASE("trace: a name read after its RELEASE or DISCARD is an error naming both lines",
+          "[core][trace]") {
+  // Note [Names stay defined]: the replay trusted this order, and crashed on such traces.
+  const std::string head =
+      "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],\"TIME\":10}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"1024\"}\n"
+      "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":-1}\n";
+  auto read = [&](const std::string& tail) {
+    std::istringstream in(head + tail);
+    return dtr::read_trace(in, "inline");
+  };
+  const std::string call_g =
+      "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"g\",\"ARGS\":[\"a\"],\"RESULT\":[],\"TIME\":1}\n";
+  const std::string release = "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n";
+  const std::string discard = "{\"INSTRUCTION\":\"DISCARD\",\"NAME\":\"a\"}\n";
+  CHECK_THROWS_WITH(read(release + call_g),
+                    Catch::Contains("inline:5: name 'a' is used (ARGS of CALL) after its "
+                                    "RELEASE on line 4"));
+  CHECK_THROWS_WITH(read(release + discard + call_g), Catch::Contains("after its RELEASE"));
+  CHECK_THROWS_WITH(read(discard + call_g),
+                    Catch::Contains("inline:5: name 'a' is used (ARGS of CALL) after its "
+                                    "DISCARD on line 4"));
+  CHECK_THROWS_WITH(read(release + "{\"INSTRUCTION\":\"COPY\",\"SRC\":\"a\",\"DST\":\"b\"}\n"),
+                    Catch::Contains("(SRC of COPY) after its RELEASE"));
+  CHECK_THROWS_WITH(read(release + "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"a\"}\n"),
+                    Catch::Contains("(NAME of PIN) after its RELEASE"));
+  // A DISCARD after the RELEASE is what a live host writes; a second RELEASE is dropped
+  // and counted, as one of a name never defined.
+  const dtr::Trace fine = read(call_g + release + discard + release);
+  CHECK(fine.ignored_releases == 1);
+  CHECK(fine.events.size() == 4);  // f, g, the first RELEASE, the DISCARD
+  // An empty MUTATE list writes nothing: a CALL.
+  CHECK_THROWS_WITH(read("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"m\",\"ARGS\":[\"a\"],"
+                         "\"MUTATE\":[],\"TIME\":1}\n"),
+                    Catch::Contains("MUTATE's list 'MUTATE' is empty"));
 }

@@ -77,17 +77,33 @@ TEST_CASE("dtr-plan: bad input exits 2 with a clear message", "[planner][cli]") 
     std::string args, message;
   };
   const std::vector<Case> cases = {
-      {" --graph " + test_data("planner/cycle.graph") + " --budget 4", "cycle.graph:3: cycle or undefined node"},
-      {" --graph " + test_data("planner/small.graph") + " --budget 100", "below the largest single op's need"},
-      {" --graph " + test_data("planner/small.graph") + " --budget 400 --method nosuch", "valid methods: chen"},
+      {" --graph " + test_data("planner/cycle.graph") + " --budget 4",
+       "cycle.graph:3: cycle or undefined node"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 100",
+       "below the largest single op's need"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 400 --method nosuch",
+       "valid methods: chen"},
       {" --graph " + test_data("planner/small.graph") + " --budget 1.5", "budget"},
       {" --graph " + test_data("planner/small.graph"), "--budget is required"},
       {" --trace " + test_data("traces/bad_json.log") + " --budget 0.5", "bad_json.log:"},
-      {" eval --graph " + test_data("planner/small.graph") + " --plan " + test_data("planner/corrupt_plan.json"),
+      {" eval --graph " + test_data("planner/small.graph") + " --plan " +
+           test_data("planner/corrupt_plan.json"),
        "corrupt_plan.json: not valid JSON"},
-      {" eval --graph " + test_data("planner/small.graph") + " --plan " + test_data("planner/wrong_trace_plan.json"),
+      {" eval --graph " + test_data("planner/small.graph") + " --plan " +
+           test_data("planner/wrong_trace_plan.json"),
        "plan for another trace"},
       {" --trace a --graph b --budget 0.5", "exactly one of --trace"},
+      // Note [Output files]: refused before the solve; a full disk is not "written".
+      {" --graph " + test_data("planner/small.graph") + " --budget 400 --out /tmp",
+       "cannot write plan '/tmp': it is a directory"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 400 --out /no/such/dir/p.json",
+       "the directory '/no/such/dir' does not exist"},
+      {" --graph " + test_data("planner/small.graph") + " --budget 400 --out /dev/full",
+       "cannot write plan '/dev/full': No space left on device"},
+      {" compare --graph " + test_data("planner/small.graph") + " --budgets 0.9 --csv /dev/full",
+       "cannot write CSV '/dev/full'"},
+      {" eval --graph " + test_data("planner/small.graph") + " --plan /tmp",
+       "/tmp: is a directory; give a plan file"},
   };
   for (const Case& c : cases) {
     const auto r = run_command(plan_bin() + c.args);

@@ -52,6 +52,37 @@ TEST_CASE("dtr-sim reports oom and thrash as statuses", "[sim][cli]") {
   CHECK(status(" --budget 1400 --max-overhead 0") == "ok");
 }
 
+TEST_CASE("dtr-sim: bad output paths and empty lists exit 2 before any work", "[sim][cli]") {
+  // Note [Output files]; the helper's probe of 2026-12-07 found each of these.
+  const std::string small = " --trace " + test_data("golden/small.log");
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {" sweep" + small + " --budgets 0.5 --quiet --csv /tmp",
+       "cannot write CSV '/tmp': it is a directory"},
+      {" sweep" + small + " --budgets 0.5 --quiet --csv /dev/full",
+       "cannot write CSV '/dev/full': No space left on device"},
+      {" run" + small + " --budget 0.5 --timeline /no/such/dir/t.json",
+       "the directory '/no/such/dir' does not exist"},
+      {" run" + small + " --budget 0.5 --svg /tmp", "cannot write memory picture '/tmp'"},
+      {" sweep" + small + " --policies \"\" --quiet", "--policies names no policy"},
+      {" bound" + small + " --budget ,", "--budget names no budget"},
+      {" run --trace /tmp --budget 0.5", "/tmp:0: is a directory; give a trace file"},
+      {" run" + small + " --budget 0.5 --plan /tmp", "/tmp: is a directory; give a plan file"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_command(sim() + c.args);
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+  // The environment's timeline path too.
+  const auto env = run_command("DTR_TIMELINE=/tmp " + sim() + " run" + small + " --budget 0.5");
+  CHECK(env.exit_code == 2);
+  CHECK(env.output.find("cannot write timeline '/tmp': it is a directory") != std::string::npos);
+}
+
 TEST_CASE("dtr-sim policies lists every policy with one line each", "[sim][cli]") {
   const auto r = run_command(sim() + " policies");
   REQUIRE(r.exit_code == 0);

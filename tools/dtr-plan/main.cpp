@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dtr/core/options.h"
+#include "dtr/core/output_file.h"
 #include "dtr/core/status.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/heuristic.h"
@@ -225,6 +226,10 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // Note [Output files]: before any work.
+    for (const auto& [path, what] : {std::pair{&out_path, "plan"}, std::pair{&cmp_csv, "CSV"},
+                                     std::pair{&cmp_svg, "plot"}, std::pair{&graph_out, "graph"}})
+      if (!path->empty()) dtr::check_writable(*path, what);
     if (*methods) {
       for (const dtr::PlannerInfo& p : dtr::planner_registry())
         std::printf("%-18s %s\n", p.name.c_str(), p.summary.c_str());
@@ -236,10 +241,9 @@ int main(int argc, char** argv) {
         dtr::write_graph_text(in.graph, std::cout);
         return 0;
       }
-      std::ofstream out(graph_out);
+      std::ostringstream out;
       dtr::write_graph_text(in.graph, out);
-      if (!out.flush())
-        throw dtr::PlanError(graph_out + ": cannot write the graph; check the directory exists");
+      dtr::write_file(graph_out, out.str(), "graph");  // Note [Output files]
       return 0;
     }
     if (*eval) {
@@ -403,8 +407,7 @@ int main(int argc, char** argv) {
         }
       }
       if (!cmp_csv.empty()) {
-        std::ofstream csv(cmp_csv);
-        if (!csv) throw dtr::PlanError(cmp_csv + ": cannot open for writing");
+        std::ostringstream csv;
         csv << "trace,budget_ratio,budget_bytes,kind,method,status,overhead,peak_bytes,compute_ns,seconds,"
                "evictions,eviction_searches,candidates_scored,plan_drops\n";
         for (const Row& r : rows) {
@@ -417,6 +420,7 @@ int main(int argc, char** argv) {
                         (unsigned long long)r.plan_drops);
           csv << buf;
         }
+        dtr::write_file(cmp_csv, csv.str(), "CSV");  // Note [Output files]
       }
       if (!cmp_svg.empty()) {
         dtr::PlotPanel panel;
@@ -471,6 +475,9 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   } catch (const dtr::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());
+    return kExitBadInput;
+  } catch (const dtr::OutputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());  // already prefixed "dtr: "
     return kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtr-plan: %s\n", e.what());

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtr/core/options.h"
+#include "dtr/core/output_file.h"
 #include "dtr/core/status.h"
 #include "dtr/core/trace.h"
 #include "dtr/eviction/heuristic_registry.h"
@@ -226,6 +227,13 @@ int main(int argc, char** argv) {
   try {
     dtr::Config config;
     config.apply_environment();
+    // Note [Output files]: every output path is checked before the work that fills it.
+    for (const auto& [path, what] :
+         {std::pair{&run_timeline, "timeline"}, std::pair{&run_snapshot, "snapshot"},
+          std::pair{&run_svg, "memory picture"}, std::pair{&sweep_csv, "CSV"},
+          std::pair{&sweep_svg, "plot"}, std::pair{&convert_out, "trace"},
+          std::pair{&plot_svg, "plot"}})
+      if (!path->empty()) dtr::check_writable(*path, what);
 
     if (*policies) {
       for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
@@ -259,6 +267,10 @@ int main(int argc, char** argv) {
       std::vector<dtr::Budget> budgets;
       for (const std::string& text : dtr::split_list(bound_budgets))
         budgets.push_back(dtr::Budget::parse(text));  // all checked before any is bounded
+      if (budgets.empty())
+        throw dtr::ConfigError(
+            "dtr: --budget names no budget; give a comma list of ratios "
+            "(0.5,0.6) or bytes (300M)");
       for (const dtr::Budget& b : budgets) {
         if (b.kind == dtr::Budget::Kind::unlimited)
           throw dtr::ConfigError(
@@ -311,6 +323,9 @@ int main(int argc, char** argv) {
       if (!run_snapshot.empty()) config.set("snapshot", run_snapshot);
       if (!run_snapshot_format.empty()) config.set("snapshot_format", run_snapshot_format);
       run_flags.apply(config);
+      // The same for paths the environment gave (DTR_TIMELINE, DTR_SNAPSHOT).
+      if (!config.timeline.empty()) dtr::check_writable(config.timeline, "timeline");
+      if (!config.snapshot.empty()) dtr::check_writable(config.snapshot, "snapshot");
       const dtr::Trace trace = dtr::read_trace(run_trace);
       // --svg: the baseline pass and the replay each record a timeline for the picture.
       dtr::Timeline baseline_timeline, run_timeline_data;
@@ -359,6 +374,10 @@ int main(int argc, char** argv) {
       if (policies_flag->count() == 0 && config.allocator == "none")
         sweep_policies = policy_list(dtr::kFeatureAddressOrder);
       spec.policies = dtr::split_list(sweep_policies);
+      if (spec.policies.empty())
+        throw dtr::ConfigError(
+            "dtr: --policies names no policy; give a comma list such as "
+            "dtr_eq,msps, or leave it out for all (see `dtr-sim policies`)");
       const std::vector<dtr::ReplayResult> results = dtr::run_sweep(spec);
       if (!sweep_quiet) std::cout << dtr::format_sweep_table(results);
       double wall = 0;
@@ -379,6 +398,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtr-sim: %s\n", e.what());
     return kExitBadInput;
   } catch (const dtr::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());  // already prefixed "dtr: "
+    return kExitBadInput;
+  } catch (const dtr::OutputError& e) {
     std::fprintf(stderr, "%s\n", e.what());  // already prefixed "dtr: "
     return kExitBadInput;
   } catch (const std::exception& e) {

@@ -1,0 +1,33 @@
+// output_file.h: the files the tools write (CSV tables, plans, graphs), checked.
+//
+// Note [Output files]: a result the user asked to have written is either written whole or
+// the tool says it was not, naming the path and the reason. Two ways it was lost before
+// (2026-12-07, a probe of the tools with bad paths): a stream's failed writes were never
+// looked at (`--csv /dev/full` reported success, the bytes gone at the stream's close), and
+// a bad path was found only after the work (a sweep's replays, a solve) was done and then
+// thrown away. So the tools check every output path before they start
+// (check_writable), and write through write_file, which checks the close.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace dtr {
+
+// What check_writable and write_file throw; the message starts "dtr: cannot write".
+class OutputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws OutputError("dtr: cannot write WHAT 'PATH': REASON; ...") unless PATH can
+// be written now: not a directory, and its directory exists and is writable (an existing
+// file must be writable too). Creates nothing.
+void check_writable(const std::string& path, std::string_view what);
+
+// Writes `text` to PATH, replacing what was there; throws as check_writable does when the
+// open, a write or the close fails (a full disk among them).
+void write_file(const std::string& path, std::string_view text, std::string_view what);
+
+}  // namespace dtr
