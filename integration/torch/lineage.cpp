@@ -1558,21 +1558,21 @@ void Lineage::end_period() {
 // last of them sets the budget to the ratio of the peak of allocated bytes so far. Two
 // steps, as `auto`'s trial, because the first is not yet the steady state: Adam and
 // momentum make their state in the first step's optimizer step, after the activations
-// died, so the second step is the first whose forward pass runs beside that state (the
-// 3-layer transformer's peak grows by its Adam state from step 1 to 2). The budget is set
-// between steps, where little is live but what the program keeps: the allocator evicts
-// down to it (CachingAllocator::lower_budget) and then it is hard, as one set from the
-// start; setting it starts `auto`'s trial from here as dtr.set_budget does (Note [Trial
-// after a budget change]), and restarts the peak stats as dtr.reset_peak_stats() does, so
-// that the exit report's peak is the budgeted steps' (it read twice the budget, and looked
-// like a budget broken; the first steps' peak is in the line that says the budget). Where what stays allocated cannot be brought under it (the
+// died, so the second step is the first whose forward pass runs beside that state. The
+// budget is set between steps, where little is live but what the program keeps: the
+// allocator evicts down to it (CachingAllocator::lower_budget) and then it is hard, as one
+// set from the start. Setting it starts `auto`'s trial from here as dtr.set_budget does
+// (Note [Trial after a budget change]), and restarts the peak stats as
+// dtr.reset_peak_stats() does, so that the exit report's peak is the budgeted steps' (it
+// read twice the budget, and looked like a budget broken; the first steps' peak is in the
+// line that says the budget). Where what stays allocated cannot be brought under it (the
 // parameters and optimizer state alone are more), the budget is not set, and the
 // program's next op raises PyTorch's out-of-memory error saying so: an end of step is
 // inside an optimizer's scope end or dtr.mark_step(), where nothing can be thrown. A
-// program that ends fewer steps runs with no budget, and is told so at exit (if it ran
-// an op: not torchrun's agent). A budget
-// set by dtr.set_budget before then replaces the ratio. The peak is the allocator's
-// (dtr.max_memory_allocated()): dtr.reset_peak_stats() within the first steps lowers it.
+// program that ends fewer steps runs with no budget, and is told so at exit (if it ran an
+// op: not torchrun's agent). A budget set by dtr.set_budget before then replaces the
+// ratio. The peak is the allocator's (dtr.max_memory_allocated()): dtr.reset_peak_stats()
+// within the first steps lowers it.
 void Lineage::apply_ratio_budget() {
   const Budget ratio = config_.budget;
   ratio_budget_ = 0.0;
