@@ -100,23 +100,21 @@ del b                                          # only lineage holds b: freed at 
 with torch.no_grad():
     filler = torch.randn(22 * 256, 1024)       # 22 MiB: y is evicted to make room
 assert dtr.memory_stats()["dtr.num_evictions"] == 1
-try:
-    y.sum()
-except torch.cuda.OutOfMemoryError as e:
-    print("OOM", e)
-try:
-    (a + 1).sum()                              # a request of the program's own op
-except torch.cuda.OutOfMemoryError as e:
-    print("OWN", e)
+
+def out_of_memory(tag, f):
+    try:
+        f()
+    except torch.cuda.OutOfMemoryError as e:
+        print(tag, e)
+
+out_of_memory("OOM", lambda: y.sum())
+out_of_memory("OWN", lambda: (a + 1).sum())    # a request of the program's own op
 del filler
 c = a * 4                                      # 16 MiB, recorded
 with torch.no_grad():
     filler = torch.randn(20 * 256, 1024)       # 20 MiB: c is evicted to make room
 assert dtr.memory_stats()["dtr.num_evictions"] == 2
-try:
-    c.sum()
-except torch.cuda.OutOfMemoryError as e:
-    print("SELF", e)
+out_of_memory("SELF", lambda: c.sum())
 """
 
 
