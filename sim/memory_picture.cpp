@@ -13,12 +13,10 @@
 #include "dtr/sim/memory_picture.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <stdexcept>
 #include <vector>
+
+#include "dtr/core/output_file.h"
 
 namespace dtr {
 
@@ -155,15 +153,8 @@ std::string render_memory_picture(const Timeline* baseline, const Timeline& run,
 
 void write_memory_picture(const std::string& path, const Timeline* baseline, const Timeline& run,
                           const MemoryPictureOptions& options) {
-  const std::string svg = render_memory_picture(baseline, run, options);
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file)
-    throw std::runtime_error("dtr: cannot write memory picture '" + path +
-                             "': " + std::strerror(errno));
-  file.write(svg.data(), static_cast<std::streamsize>(svg.size()));
-  file.close();
-  if (!file)
-    throw std::runtime_error("dtr: cannot write memory picture '" + path + "': write failed");
+  // Note [Output files]
+  write_file(path, render_memory_picture(baseline, run, options), "memory picture");
 }
 
 }  // namespace dtr

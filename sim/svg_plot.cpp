@@ -7,14 +7,12 @@
 #include "dtr/sim/svg_plot.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <stdexcept>
+
+#include "dtr/core/output_file.h"
 
 namespace dtr {
 namespace {
@@ -617,15 +615,7 @@ std::string render_svg(const std::vector<PlotPanel>& panels, const PlotOptions& 
 
 void write_svg(const std::string& path, const std::vector<PlotPanel>& panels,
                const PlotOptions& options) {
-  const std::string svg = render_svg(panels, options);
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) {
-    throw std::runtime_error("write_svg: cannot open '" + path + "' for writing: " +
-                             std::strerror(errno));
-  }
-  file.write(svg.data(), static_cast<std::streamsize>(svg.size()));
-  file.close();
-  if (!file) throw std::runtime_error("write_svg: failed writing '" + path + "'");
+  write_file(path, render_svg(panels, options), "plot");  // Note [Output files]
 }
 
 }  // namespace dtr
