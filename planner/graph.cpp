@@ -137,6 +137,16 @@
 // to its end. A PIN's DISCARD unpins instead (the storage was computed, so it may be
 // recomputed: Note [Trace to graph]). On that transformer trace the no-remat peak is now
 // the trace's baseline peak, 259.86 MiB, and the floor 0.433 of it.
+// The RELEASE of a pinned node's last name ends its pin the same way, at the later of that
+// node and the same last use, where no DISCARD came first (a DISCARD of a PIN unpins; one
+// of a CONSTANT may follow the release): the program reads nothing after it lets go (the
+// trace reader refuses it: Note [Names stay defined] in core/trace_reader.cpp), and the
+// trace's baseline frees it there. Pinned to the end, a bias gradient's 40-byte sum (the
+// host pins op results under `min_evictable`: Note [Small storages] in
+// integration/torch/lineage.cpp) held a recorded 2-step mlp trace's keep-all peak 36
+// bytes above its baseline peak, so every chain method recomputed at `--budget 1.0`
+// (checkpoint-subset: overhead 1.34), and a CONSTANT the program released unread held its
+// bytes to the end of a hand trace.
 #include "dtr/planner/graph.h"
 
 #include <algorithm>
@@ -405,8 +415,13 @@ Graph graph_from_trace(const Trace& trace) {
     std::vector<uint32_t>& reads = g.nodes[s].reads;
     if (stage >= s && (reads.empty() || reads.back() < stage)) reads.push_back(stage);
   };
+  std::vector<uint32_t> released_at;  // Note [Pin ends]: where a node's last name went
   auto drop = [&](uint32_t s) {
-    if (s != kNone && refs[s] > 0) --refs[s];
+    if (s == kNone || refs[s] == 0) return;
+    if (--refs[s] == 0) {
+      released_at.resize(g.nodes.size(), kNone);
+      released_at[s] = static_cast<uint32_t>(g.nodes.size() - 1);
+    }
   };
 
   std::unordered_set<uint32_t> pinned_by_pin;  // nodes a PIN (not a CONSTANT) pinned
@@ -568,6 +583,14 @@ Graph graph_from_trace(const Trace& trace) {
     GraphNode& n = g.nodes[s];
     if (n.pinned && !constant[s] && n.deps.empty() && held_from[s] != kNone && held_from[s] > s)
       n.pinned_from = held_from[s];
+  }
+  // Note [Pin ends]: a pinned node the program let go of (the RELEASE of its last name)
+  // ends its pin there too, unless a DISCARD ended it earlier or unpinned it.
+  released_at.resize(g.nodes.size(), kNone);
+  for (uint32_t s = 0; s < g.nodes.size(); ++s) {
+    if (released_at[s] == kNone || refs[s] > 0 || !g.nodes[s].pinned) continue;
+    discarded_at.resize(g.nodes.size(), kNone);
+    discarded_at[s] = std::min(discarded_at[s], released_at[s]);
   }
   end_discarded_pins(g, discarded_at);
   g.validate();

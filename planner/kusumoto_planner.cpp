@@ -500,6 +500,19 @@ KusumotoResult solve_kusumoto(const Graph& graph, const KusumotoOptions& opts) {
     res.detail = "graph has no forward/backward split; every node computed once";
     return finish();
   }
+  if (!opts.memory_centric) {
+    // Keeping everything has the least compute: where it fits, it is the answer (as for
+    // the chain methods, best_of_attempts in chain_view.cpp). The lower-set DPs need not
+    // find it: kusumoto-approx recomputed 2% at --budget 1.0 of a recorded mlp trace.
+    res.schedule = StageSchedule::no_remat(graph);
+    res.cost = evaluate_stage_schedule(graph, res.schedule);
+    if (res.cost.valid && res.cost.peak_bytes <= opts.budget_bytes) {
+      res.found = true;
+      res.detail = "keeping every node fits the budget; nothing recomputed";
+      return finish();
+    }
+    res = KusumotoResult{};
+  }
   std::vector<std::unique_ptr<StepPart>> parts;
   for (const StepRange& r : ranges) {
     auto part = std::make_unique<StepPart>();

@@ -74,14 +74,23 @@ TEST_CASE("kusumoto lower sets: exact, of ancestors, and the cap", "[planner][ku
     }
   }
 
-  // 14 independent forward nodes: 2^14 lower sets, past a cap of 4096.
+  // 14 independent forward nodes: 2^14 lower sets, past a cap of 4096. Under keep-all's
+  // peak (15: the backward node reads all 14) the DPs run, and nothing fits.
   const Graph wide = forward_graph(std::vector<std::vector<uint32_t>>(14));
-  CHECK_THROWS_WITH(solve_kusumoto(wide, KusumotoOptions{100, true, false, 4096}),
-                    Catch::Contains("more than 4096 lower sets") &&
-                        Catch::Contains("kusumoto-approx"));
-  const KusumotoResult approx = run(wide, 100, false, false);
+  CHECK_THROWS_WITH(
+      solve_kusumoto(wide, KusumotoOptions{14, true, false, 4096}),
+      Catch::Contains("more than 4096 lower sets") && Catch::Contains("kusumoto-approx"));
+  const KusumotoResult approx = run(wide, 14, false, false);
   CHECK(approx.num_lower_sets == 16);
-  CHECK(approx.found);
+  CHECK_FALSE(approx.found);
+  // Where keeping every node fits, that is the plan, with no lower set enumerated.
+  for (const bool exact : {true, false}) {
+    const KusumotoResult whole = run(wide, 15, exact, false);
+    CHECK(whole.found);
+    CHECK(whole.num_lower_sets == 0);
+    CHECK(whole.cost.peak_bytes == 15);
+    CHECK(whole.cost.compute_ns == 15);
+  }
 }
 
 TEST_CASE("kusumoto on linear_graph(8) against the MILP optima", "[planner][kusumoto]") {

@@ -207,3 +207,48 @@ TEST_CASE("pinned-until= in the text format", "[planner][graph][pins]") {
   CHECK_THROWS_WITH(read_graph_text(before_use, "ends"),
                     Catch::Contains("is used at node 1 after its pin ends at node 0"));
 }
+
+TEST_CASE("a pinned node's pin ends at the release of its last name", "[planner][graph][pins]") {
+  // Note [Pin ends]: a CONSTANT c (1 MiB) released unread, and a PIN's s (4 B) released
+  // without a DISCARD. Pinned to the end, c made keep-all 3 MiB where the trace's baseline
+  // peak is 2 MiB + 1028 B (w, a, b), and chen at that budget was infeasible.
+  std::istringstream in(R"({"INSTRUCTION":"DTR_TRACE","VERSION":2}
+{"INSTRUCTION":"CONSTANT","NAME":"w"}
+{"INSTRUCTION":"MEMORY","MEMORY":"1024","NAME":"w"}
+{"INSTRUCTION":"CONSTANT","NAME":"c"}
+{"INSTRUCTION":"MEMORY","MEMORY":"1048576","NAME":"c"}
+{"INSTRUCTION":"RELEASE","NAME":"c"}
+{"ARGS":["w"],"INSTRUCTION":"CALL","NAME":"aten::mul","RESULT":["a"],"TIME":1000}
+{"INSTRUCTION":"MEMORY","MEMORY":"1048576","NAME":"a"}
+{"ALIAS":-1,"INSTRUCTION":"ALIAS","NAME":"a"}
+{"ARGS":["a"],"INSTRUCTION":"CALL","NAME":"aten::sum","RESULT":["s"],"TIME":10}
+{"INSTRUCTION":"MEMORY","MEMORY":"4","NAME":"s"}
+{"ALIAS":-1,"INSTRUCTION":"ALIAS","NAME":"s"}
+{"INSTRUCTION":"PIN","NAME":"s"}
+{"INSTRUCTION":"RELEASE","NAME":"s"}
+{"ARGS":["a"],"INSTRUCTION":"CALL","NAME":"aten::mul","RESULT":["b"],"TIME":1000}
+{"INSTRUCTION":"MEMORY","MEMORY":"1048576","NAME":"b"}
+{"ALIAS":-1,"INSTRUCTION":"ALIAS","NAME":"b"}
+{"INSTRUCTION":"RELEASE","NAME":"a"}
+{"ARGS":["b"],"INSTRUCTION":"CALL","NAME":"aten::mul_backward","RESULT":["g"],"TIME":1000}
+{"INSTRUCTION":"MEMORY","MEMORY":"1048576","NAME":"g"}
+{"ALIAS":-1,"INSTRUCTION":"ALIAS","NAME":"g"}
+{"INSTRUCTION":"RELEASE","NAME":"b"}
+)");
+  const Graph g = graph_from_trace(read_trace(in, "released_pins.trace"));
+  const uint32_t c = node_named(g, "c"), s = node_named(g, "s");
+  CHECK(g.pin_ends(c));
+  CHECK(g.nodes[c].pinned_until == c);
+  CHECK(g.pin_ends(s));
+  CHECK(g.nodes[s].pinned_until == s);
+  CHECK_FALSE(g.pin_ends(node_named(g, "w")));  // never released: resident to the end
+  const uint64_t baseline = 2 * 1048576 + 1024;
+  const PlanEval all =
+      evaluate_decisions(g, std::vector<NodeDecision>(g.size(), NodeDecision::keep));
+  CHECK(all.peak_bytes == baseline);
+  CHECK(evaluate_stage_schedule(g, StageSchedule::no_remat(g)).peak_bytes == baseline);
+  CHECK(plan_floor(g).bytes <= baseline);
+  const PlanResult chen = run_planner(*make_planner("chen"), g, baseline, PlanOptions{});
+  CHECK(chen.feasible);
+  CHECK(chen.predicted_compute_ns == g.total_compute_ns());
+}
