@@ -315,7 +315,9 @@ template <>
 struct OptionType<std::string> {
   static constexpr const char* expected = "any text";
   static constexpr const char* label = "text";
-  static constexpr const char* syntax = "taken as is.";
+  static constexpr const char* syntax =
+      "taken as is; those that take one of a few words list them under range, and any other "
+      "value is an error.";
   static bool parse(std::string_view text, std::string& out, std::string& why) {
     out = std::string(text);
     return true;
@@ -478,6 +480,44 @@ bool in_range(const OptionRange& range, double value) {
   return (range.off_at_zero && value == 0.0) || (value >= range.least && value <= range.most);
 }
 
+// Note [Option choices]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A text option that takes one of a few words (DTR_OPTION_CHOICES) is checked when it is
+// set, from any source, as a number against its range. Before, each layer checked its own
+// word where it first used it: the PyTorch host at its first op, the simulator in the
+// replay. So `dtr-run --conf search:nope` started the command, which failed only once it
+// imported torch, and `allocator:nope` ran a PyTorch script without a word (the host has
+// no use for it).
+const char* choices_of(std::string_view key) {
+  static constexpr struct {
+    const char* key;
+    const char* words;
+  } kChoices[] = {
+#define DTR_OPTION_CHOICE_ROW(member, k, words) {k, words},
+      DTR_OPTION_CHOICES(DTR_OPTION_CHOICE_ROW)
+#undef DTR_OPTION_CHOICE_ROW
+  };
+  for (const auto& row : kChoices) {
+    if (key == row.key) return row.words;
+  }
+  return nullptr;
+}
+
+#define DTR_OPTION_CHOICE_CHECK(member, k, words)                                                  \
+  static_assert(std::is_same_v<decltype(Config::member), std::string>,                             \
+                "choices are for a text option");
+DTR_OPTION_CHOICES(DTR_OPTION_CHOICE_CHECK)
+#undef DTR_OPTION_CHOICE_CHECK
+
+bool is_choice(std::string_view words, std::string_view value) {
+  while (!words.empty()) {
+    const size_t comma = words.find(',');
+    if (trim(words.substr(0, comma)) == value) return true;
+    words = comma == std::string_view::npos ? std::string_view() : words.substr(comma + 1);
+  }
+  return false;
+}
+
 // `origin` says where the text came from, for messages: "", " in DTR_CONF",
 // " from DTR_SAMPLE", " (table default)".
 template <typename T>
@@ -490,6 +530,16 @@ void assign(T& member, const char* key, std::string_view value, std::string_view
     if (ok && range && !in_range(*range, static_cast<double>(parsed))) {
       why = "must be " + range_text(*range);
       ok = false;
+    }
+  }
+  if constexpr (std::is_same_v<T, std::string>) {
+    const char* words = choices_of(key);  // Note [Option choices]
+    if (ok && words && !is_choice(words, parsed)) {
+      const std::string_view first =
+          std::string_view(words).substr(0, std::string_view(words).find(','));
+      throw ConfigError("dtr: bad value " + quoted(value) + " for option " + quoted(key) +
+                        std::string(origin) + ": expected one of " + words +
+                        " (as in DTR_CONF=" + key + ":" + std::string(first) + ")");
     }
   }
   if (!ok) {
@@ -511,6 +561,8 @@ void set_option(Config& config, std::string_view key, std::string_view value, st
   throw_unknown_option(key, origin);
 }
 
+}  // namespace
+
 // Note [DTR_CONF tokenizing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // As PYTORCH_CUDA_ALLOC_CONF: `key:value` pairs separated by commas, whitespace around
@@ -519,7 +571,8 @@ void set_option(Config& config, std::string_view key, std::string_view value, st
 // brackets nest. Differences from PyTorch, all lenient: an unbracketed value runs to the
 // next comma and may hold ':' (so `trace:/tmp/a:b.trace` works), and empty entries (a
 // trailing comma, ",,") are skipped. A non-empty entry without ':' is an error.
-void apply_conf_text(Config& config, std::string_view conf) {
+std::vector<ConfEntry> split_conf(std::string_view conf) {
+  std::vector<ConfEntry> entries;
   size_t pos = 0;
   const auto skip_space = [&] {
     while (pos < conf.size() && is_space(conf[pos])) ++pos;
@@ -564,9 +617,17 @@ void apply_conf_text(Config& config, std::string_view conf) {
       while (pos < conf.size() && conf[pos] != ',') ++pos;
       value = trim(conf.substr(value_start, pos - value_start));
     }
-    set_option(config, key, value, " in DTR_CONF");
+    entries.push_back(ConfEntry{std::string(key), std::string(value)});
     if (pos < conf.size()) ++pos;  // ','
   }
+  return entries;
+}
+
+namespace {
+
+void apply_conf_text(Config& config, std::string_view conf) {
+  for (const ConfEntry& entry : split_conf(conf))
+    set_option(config, entry.key, entry.value, " in DTR_CONF");
 }
 
 // Keys of the options whose C++ type is T, in table order, as "`a`, `b`".
@@ -708,6 +769,7 @@ const std::vector<OptionInfo>& option_table() {
       DTR_PYTORCH_DEFAULTS(DTR_PYTORCH_INFO)
 #undef DTR_PYTORCH_INFO
       if (const OptionRange* range = range_of(row.key)) row.range = range_text(*range);
+      if (const char* words = choices_of(row.key)) row.range = std::string("one of ") + words;
     }
     return rows;
   }();

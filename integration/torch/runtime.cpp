@@ -462,11 +462,18 @@ int dtr_torch_set_budget(const char* text) {
     if (!rt) return 1;
     // A ratio is of the peak so far, as dtr.max_memory_allocated() reads it.
     const dtr::Budget budget = dtr::Budget::parse(text ? text : "");
-    const uint64_t bytes =
-        budget.kind == dtr::Budget::Kind::ratio
-            ? std::max<uint64_t>(1,
-                                 budget.resolve(rt->allocator().stats().allocated_bytes.all.peak))
-            : live_limit_bytes(budget, "budget");
+    const uint64_t peak = rt->allocator().stats().allocated_bytes.all.peak;
+    if (budget.kind == dtr::Budget::Kind::ratio && budget.resolve(peak) == 0) {
+      // Not a budget of one byte (it was, by max(1, ...)): nothing to take a ratio of.
+      last_error = "dtr: no peak to take " + budget.to_string() +
+                   " of: " + dtr::format_bytes(peak) +
+                   " allocated at most since the start or the last reset_peak_stats(); set "
+                   "the budget in bytes, or call it after a step has run";
+      return 2;
+    }
+    const uint64_t bytes = budget.kind == dtr::Budget::Kind::ratio
+                               ? budget.resolve(peak)
+                               : live_limit_bytes(budget, "budget");
     if (!rt->allocator().lower_budget(bytes)) {  // evicts down to it first
       last_error = "dtr: cannot lower the budget to " + dtr::format_bytes(bytes) + ": " +
                    dtr::format_bytes(rt->allocator().stats().allocated_bytes.all.current) +

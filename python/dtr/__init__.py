@@ -185,6 +185,8 @@ def set_budget(budget):
             raise ValueError(f"budget must be >= 0 bytes, not {budget}")
         text = str(budget)
     elif isinstance(budget, str):
+        if "\0" in budget:  # C would read only up to it
+            raise ValueError(f"budget {budget!r} holds a NUL character")
         text = budget
     else:
         raise TypeError("budget must be bytes (int) or a string such as '300M' or '0.5x'")
@@ -314,8 +316,10 @@ def disable():
         with dtr.disable():
             evaluate(model)
     """
-    _library().dtr_torch_set_recording(0)
-    return _Recording(previous=True)
+    lib = _library()
+    previous = bool(lib.dtr_torch_recording())  # nested: the outer block stays off
+    lib.dtr_torch_set_recording(0)
+    return _Recording(previous=previous)
 
 
 def enable():

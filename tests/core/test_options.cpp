@@ -417,9 +417,61 @@ TEST_CASE("number options outside their range are refused for every source", "[c
       CHECK(option.range == "0 (off) or at least 1");
     else if (key == "debug")
       CHECK(option.range == "0 to 3");
+    else if (key == "trial")  // Note [Option choices]: the words of a text option
+      CHECK(option.range == "one of replay, live");
+    else if (key == "allocator")
+      CHECK(option.range == "one of fake, host, none");
+    else if (key == "search" || key == "on_thrash" || key == "trace_constants" ||
+             key == "op_cost" || key == "snapshot_format")
+      CHECK(option.range.rfind("one of ", 0) == 0);
     else
       CHECK(option.range.empty());
   }
+}
+
+TEST_CASE("a text option that takes one of a few words refuses any other, from every source",
+          "[core][options]") {
+  // Note [Option choices]: checked where the value is set, not where a layer first reads
+  // it (the PyTorch host never read `allocator`; dtr-sim never read `op_cost`).
+  Config config;
+  const std::string conf = error_of([&] { config.apply_conf("search:nope"); });
+  CHECK_THAT(conf, Catch::Contains("'nope'") && Catch::Contains("'search'") &&
+                       Catch::Contains("in DTR_CONF") &&
+                       Catch::Contains("expected one of full, sample"));
+  CHECK(config.search == "full");  // the bad value was not taken
+  for (const char* key : {"trial", "search", "on_thrash", "allocator", "trace_constants", "op_cost",
+                          "snapshot_format"}) {
+    INFO(key);
+    CHECK_THROWS_AS(config.set(key, "nope"), dtr::ConfigError);
+    CHECK_THROWS_AS(config.set(key, ""), dtr::ConfigError);
+    const std::string words = error_of([&] { config.set(key, "NOPE"); });
+    const std::string first =
+        words.substr(words.find("one of ") + 7,
+                     words.find_first_of(",", words.find("one of ")) - words.find("one of ") - 7);
+    config.set(key, first);  // the first word is taken, as is
+    CHECK(config.get(key) == first);
+  }
+  config.set("allocator", "host");
+  CHECK(config.allocator == "host");
+  CHECK_THROWS_AS(config.set("allocator", "Host"), dtr::ConfigError);  // words are exact
+
+  EnvGuard guard;
+  clear_dtr_environment(guard);
+  guard.set("DTR_ON_THRASH", "stop");
+  Config from_env;
+  const std::string env = error_of([&] { from_env.apply_environment(); });
+  CHECK_THAT(env, Catch::Contains("from DTR_ON_THRASH") && Catch::Contains("warn, raise"));
+}
+
+TEST_CASE("split_conf gives DTR_CONF's entries in order, brackets off", "[core][options]") {
+  const std::vector<dtr::ConfEntry> e = dtr::split_conf(" budget:10M,,trace:[/a,b:c] , policy:x");
+  REQUIRE(e.size() == 3);
+  CHECK((e[0].key == "budget" && e[0].value == "10M"));
+  CHECK((e[1].key == "trace" && e[1].value == "/a,b:c"));
+  CHECK((e[2].key == "policy" && e[2].value == "x"));  // keys and values are not checked
+  CHECK_THROWS_AS(dtr::split_conf("budget"), dtr::ConfigError);
+  CHECK_THROWS_AS(dtr::split_conf("trace:[/a"), dtr::ConfigError);
+  CHECK(dtr::split_conf("").empty());
 }
 
 TEST_CASE("an unknown key lists the valid keys", "[core][options]") {

@@ -1,4 +1,4 @@
-"""build/bin/dtr-run: preloads the library for a command, with flags as DTR_CONF."""
+"""build/bin/dtr-run: preloads the library for a command, with flags as DTR_<NAME> variables."""
 import json
 
 from conftest import PYTHON, Result, clean_env, driver, run
@@ -45,6 +45,17 @@ def test_dtr_run_budget_is_enforced(lib, dtr_run):
               "    print('OOM', 'budget of 1.00 MiB' in str(e))\n")
     proc = run([dtr_run, "--budget", "1M", "--", PYTHON, "-c", script], clean_env())
     assert "OOM True" in proc.stdout
+    # Note [Flags win]: over an inherited DTR_CONF and DTR_BUDGET alike (the variable beat
+    # the flag, which went into DTR_CONF, without a word).
+    proc = run([dtr_run, "--budget", "1M", "--", PYTHON, "-c", script],
+               clean_env(DTR_BUDGET="64M", DTR_CONF="budget:32M"))
+    assert "OOM True" in proc.stdout, proc.stdout + proc.stderr
+    proc = run([dtr_run, "--budget", "1M", "--conf", "policy:msps", "--report", "--",
+                PYTHON, "-c", "import torch; torch.ones(10) * 2"],
+               clean_env(DTR_POLICY="lru", DTR_REPORT="0"))
+    report = next(l for l in proc.stderr.splitlines() if l.startswith("dtr: report "))
+    report = json.loads(report[len("dtr: report "):])
+    assert (report["budget_bytes"], report["dtr.policy"]) == (2**20, "msps"), report
 
 
 def test_dtr_run_reserved_limit_is_enforced(lib, dtr_run):
@@ -60,11 +71,19 @@ def test_dtr_run_exit_status_is_the_commands(dtr_run):
 
 
 def test_dtr_run_bad_flags_exit_2(dtr_run):
+    ran = [PYTHON, "-c", "print('ran')"]
     for args in (["--budget", "lots", "--", "true"], ["--no-such-flag", "--", "true"],
                  ["--conf", "bogus:1", "--", "true"],
-                 ["--reserved-limit", "0.5", "--", "true"], []):
+                 ["--reserved-limit", "0.5", "--", "true"], [],
+                 # checked before the command starts, not at its first `import torch`
+                 ["--policy", "nope", "--", *ran], ["--conf", "search:nope", "--", *ran],
+                 # a comma in a flag's value no longer smuggles in another option
+                 ["--budget", "1M", "--policy", "dtr_eq,budget:0", "--", *ran],
+                 ["--budget", "1M", "--svg", "/no/such/dir/x.svg", "--", *ran]):
         proc = run([dtr_run, *args], clean_env(), check=False)
-        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert proc.returncode == 2 and "ran" not in proc.stdout, (args, proc.stdout, proc.stderr)
+    proc = run([dtr_run, "--", *ran], clean_env(DTR_POLICY="nope"), check=False)
+    assert proc.returncode == 2 and "unknown policy 'nope'" in proc.stderr, proc.stderr
 
 
 def test_dtr_run_takes_a_ratio_budget(lib, dtr_run):

@@ -89,10 +89,25 @@ with dtr.disable():
 assert dtr.is_recording()
 z = y * 2                                              # recorded again
 assert dtr.memory_stats()["dtr.num_ops"] > ops
+with dtr.disable():
+    with dtr.disable():                                # nested: the outer block stays off
+        pass
+    assert not dtr.is_recording()
+assert dtr.is_recording()
 dtr.disable()
 assert not dtr.is_recording()
+with dtr.disable():
+    pass
+assert not dtr.is_recording()                          # as before the block
 dtr.enable()
 assert dtr.is_recording()
+
+try:
+    dtr.set_budget("10M\0garbage")                    # C would read "10M"
+except ValueError as e:
+    assert "NUL" in str(e), str(e)
+else:
+    raise SystemExit("a budget with a NUL was accepted")
 print("API OK")
 """
 
@@ -107,6 +122,14 @@ else:
     raise SystemExit("memory_stats without the library")
 dtr.load()
 assert dtr.is_enabled()
+assert dtr.max_memory_allocated() == 0                # what came before is not ours
+try:
+    dtr.set_budget("0.5x")                            # was a budget of 1 byte
+except dtr.DtrError as e:
+    assert "no peak to take 0.5x of" in str(e), str(e)
+else:
+    raise SystemExit("a ratio of no peak was accepted")
+assert dtr.get_budget() is None
 x = torch.ones(10)
 assert dtr.memory_stats()["allocation.all.allocated"] >= 1
 print("LOAD OK")

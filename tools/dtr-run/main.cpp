@@ -5,11 +5,21 @@
 //
 // Sets LD_PRELOAD to the library next to this tool (<dir of dtr-run>/../lib/
 // libdtr_torch.so, or --library), through the preload shim beside it where there is one
-// (libdtr_preload.so, which loads it only where PyTorch ops can run), appends the flags to DTR_CONF (after any DTR_CONF
-// already set, so the flags win) and execs the command: its exit status is the command's.
-// Options are checked here with the same parser the library uses, so a bad flag or a bad
-// inherited DTR_CONF exits with code 2 before anything runs (as the library would at
-// start). docs/pytorch.md has the whole story.
+// (libdtr_preload.so, which loads it only where PyTorch ops can run), sets each flag, and
+// each entry of --conf, as its option's DTR_<NAME> variable, and execs the command: its
+// exit status is the command's. Note [Flags win]. The options are checked here with the
+// same parser the library uses (and the policy against the registry), so a bad flag, a
+// bad inherited DTR_CONF or DTR_<NAME>, or an unknown policy exits with code 2 before
+// anything runs. docs/pytorch.md has the whole story.
+//
+// Note [Flags win]
+// ~~~~~~~~~~~~~~~~
+// The library reads DTR_CONF, then each DTR_<NAME> over it. Until 2026-12-07 dtr-run
+// appended its flags to DTR_CONF, so an inherited DTR_BUDGET=12M beat `--budget 10M`
+// without a word, and a flag's value went into DTR_CONF as it was: `--policy
+// 'dtr_eq,budget:0'` ran with no budget, and a TMPDIR with a comma broke --svg's runs.
+// Now each flag is its own variable, which nothing inherited outranks and no comma splits;
+// DTR_CONF is passed on as it came.
 //
 // With --svg PATH it runs the command twice instead of exec'ing it: once without a budget
 // (the baseline) and once as asked, each writing a timeline (DTR_TIMELINE) to a temporary
@@ -30,6 +40,8 @@
 
 #include "dtr/core/chrome_trace.h"
 #include "dtr/core/options.h"
+#include "dtr/core/output_file.h"
+#include "dtr/eviction/heuristic_registry.h"
 #include "dtr/sim/memory_picture.h"
 
 namespace {
@@ -47,20 +59,30 @@ std::string executable_dir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-void append_entry(std::string& conf, const std::string& entry) {
-  if (!conf.empty()) conf += ',';
-  conf += entry;
+using Settings = std::vector<dtr::ConfEntry>;
+
+// The DTR_<NAME> variable of option `key` (a key the parser accepted).
+std::string env_of(const std::string& key) {
+  for (const dtr::OptionInfo& option : dtr::option_table())
+    if (key == option.key) return option.env;
+  return {};
 }
 
-// Runs `command` with DTR_CONF=conf and waits; its exit status (128+signal if killed).
-int run_child(std::vector<std::string> command, const std::string& conf) {
+// Note [Flags win]: each setting as its option's DTR_<NAME>, in order (a later one wins).
+void set_variables(const Settings& settings) {
+  for (const dtr::ConfEntry& s : settings) setenv(env_of(s.key).c_str(), s.value.c_str(), 1);
+}
+
+// Runs `command` with `settings` over the environment and waits; its exit status
+// (128+signal if killed).
+int run_child(std::vector<std::string> command, const Settings& settings) {
   const pid_t pid = fork();
   if (pid < 0) {
     std::fprintf(stderr, "dtr-run: cannot fork: %s\n", std::strerror(errno));
     return kExitCannotRun;
   }
   if (pid == 0) {
-    setenv("DTR_CONF", conf.c_str(), 1);
+    set_variables(settings);
     std::vector<char*> args;
     for (std::string& arg : command) args.push_back(arg.data());
     args.push_back(nullptr);
@@ -76,7 +98,7 @@ int run_child(std::vector<std::string> command, const std::string& conf) {
 
 // --svg: the baseline run, the budgeted run, the picture. Note that the baseline keeps
 // every other option (policy, ...): only its budget and reserved limit are lifted.
-int run_for_picture(const std::vector<std::string>& command, const std::string& conf,
+int run_for_picture(const std::vector<std::string>& command, const Settings& settings,
                     const std::string& svg) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("dtr-run-" + std::to_string(getpid()));
@@ -84,10 +106,14 @@ int run_for_picture(const std::vector<std::string>& command, const std::string& 
   const std::string base_json = (dir / "baseline.json").string();
   const std::string run_json = (dir / "run.json").string();
   std::fprintf(stderr, "dtr-run: baseline run (no budget) for the picture\n");
-  const int base_status =
-      run_child(command, conf + ",budget:0,reserved_limit:0,timeline:" + base_json);
+  Settings baseline_settings = settings;
+  baseline_settings.insert(baseline_settings.end(),
+                           {{"budget", "0"}, {"reserved_limit", "0"}, {"timeline", base_json}});
+  const int base_status = run_child(command, baseline_settings);
   std::fprintf(stderr, "dtr-run: run under the budget\n");
-  const int status = run_child(command, conf + ",timeline:" + run_json);
+  Settings run_settings = settings;
+  run_settings.push_back({"timeline", run_json});
+  const int status = run_child(command, run_settings);
   int result = status;
   try {
     const dtr::Timeline run = dtr::load_chrome_trace(run_json);
@@ -124,7 +150,9 @@ int main(int argc, char** argv) {
                  "(option reserved_limit): 400M, 5G, 0 = unlimited");
   app.add_option("--policy", policy, "eviction heuristic, by registry name (see `dtr-sim policies`)");
   app.add_flag("--report", report, "print a summary of the allocator's stats at exit");
-  app.add_option("--conf", conf, "more DTR_CONF entries, e.g. debug:1");
+  app.add_option("--conf", conf,
+                 "more options, key:value,... as in DTR_CONF (e.g. debug:1); like the flags, they "
+                 "win over DTR_CONF and DTR_<NAME> variables already set");
   app.add_option("--library", library, "the library to preload (default: ../lib/libdtr_torch.so "
                  "next to this tool)");
   app.add_option("--svg", svg, "run twice (no budget, then as asked) and draw both runs' "
@@ -139,21 +167,31 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
-  std::string full_conf;
-  if (const char* inherited = std::getenv("DTR_CONF")) full_conf = inherited;
-  if (!conf.empty()) append_entry(full_conf, conf);
-  if (!budget.empty()) append_entry(full_conf, "budget:" + budget);
-  if (!reserved_limit.empty()) append_entry(full_conf, "reserved_limit:" + reserved_limit);
-  if (!policy.empty()) append_entry(full_conf, "policy:" + policy);
-  if (report) append_entry(full_conf, "report:True");
+  // Note [Flags win]: --conf's entries, then the flags, each as its DTR_<NAME>.
+  Settings settings;
   try {
-    dtr::Config check;
-    check.apply_conf(full_conf);
+    settings = dtr::split_conf(conf);
+    if (!budget.empty()) settings.push_back({"budget", budget});
+    if (!reserved_limit.empty()) settings.push_back({"reserved_limit", reserved_limit});
+    if (!policy.empty()) settings.push_back({"policy", policy});
+    if (report) settings.push_back({"report", "True"});
+    // What the library will read: DTR_CONF, the inherited DTR_<NAME>, then these.
+    dtr::Config check = dtr::Config::for_pytorch();
+    check.apply_environment();
+    for (const dtr::ConfEntry& s : settings) check.set(s.key, s.value);
+    if (!dtr::builtin_heuristics().find(check.policy))
+      throw dtr::ConfigError("dtr-run: unknown policy '" + check.policy +
+                             "'; valid policies: " + dtr::builtin_heuristics().names());
     // A budget may be a ratio (Note [Ratio budgets] in integration/torch/lineage.cpp).
     if (check.reserved_limit.kind == dtr::Budget::Kind::ratio)
       throw dtr::ConfigError("dtr-run: --reserved-limit " + check.reserved_limit.to_string() +
                              " is a ratio; a live run needs bytes, e.g. --reserved-limit 300M");
+    // Note [Output files]: the picture's path before two training runs.
+    if (!svg.empty()) dtr::check_writable(svg, "memory picture");
   } catch (const dtr::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kExitBadInput;
+  } catch (const dtr::OutputError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return kExitBadInput;
   }
@@ -175,11 +213,12 @@ int main(int argc, char** argv) {
   if (const char* inherited = std::getenv("LD_PRELOAD"); inherited && *inherited)
     preload += std::string(" ") + inherited;
   setenv("LD_PRELOAD", preload.c_str(), 1);
-  setenv("DTR_CONF", full_conf.c_str(), 1);
+
   // A fresh start: the command writes the files it is given, also when dtr-run itself runs
   // in a child of a dtr process (Note [Files of child processes] in runtime.cpp).
   unsetenv("DTR_PARENT_PID");
-  if (!svg.empty()) return run_for_picture(command, full_conf, svg);
+  if (!svg.empty()) return run_for_picture(command, settings, svg);
+  set_variables(settings);
 
   std::vector<char*> args;
   for (std::string& arg : command) args.push_back(arg.data());

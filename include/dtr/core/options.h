@@ -187,6 +187,20 @@ struct ByteSize {
   X(max_overhead, "max_overhead", 1.0, kNoLimit, true)                                             \
   X(debug, "debug", 0.0, 3.0, false)
 
+// The text options that take one of a few words, and the words. Any other value is a
+// ConfigError that lists them, at parse time, from every source (Note [Option choices] in
+// core/options.cpp); docs/config.md prints them. Policy names are not here: they are the
+// eviction layer's registry's (HeuristicRegistry::find).
+// X(member, "key", "word, word, ...")
+#define DTR_OPTION_CHOICES(X)                                                                      \
+  X(trial, "trial", "replay, live")                                                                \
+  X(search, "search", "full, sample")                                                              \
+  X(on_thrash, "on_thrash", "warn, raise")                                                         \
+  X(allocator, "allocator", "fake, host, none")                                                    \
+  X(trace_constants, "trace_constants", "read, allocated")                                         \
+  X(op_cost, "op_cost", "median, measured")                                                        \
+  X(snapshot_format, "snapshot_format", "dict, list")
+
 struct Config {
 #define DTR_OPTIONS_MEMBER(member, type, key, env, def, doc) type member{};
   DTR_OPTIONS(DTR_OPTIONS_MEMBER)
@@ -217,6 +231,16 @@ struct OptionInfo {
   std::string range;                      // "at least 1", "0 to 3"; empty: any value of its type
 };
 const std::vector<OptionInfo>& option_table();
+
+// One `key:value` entry of a DTR_CONF string, brackets taken off (Note [DTR_CONF
+// tokenizing] in core/options.cpp).
+struct ConfEntry {
+  std::string key;
+  std::string value;
+};
+// The entries of a DTR_CONF string in order, keys not yet checked; throws ConfigError
+// for an entry that does not parse (no ':', no key, an unclosed '[').
+std::vector<ConfEntry> split_conf(std::string_view conf);
 
 // Comma-separated list of valid keys, for error messages.
 std::string valid_option_keys();
