@@ -737,9 +737,9 @@ void Config::apply_conf(std::string_view conf) { apply_conf_text(*this, conf); }
 
 void Config::apply_environment() {
   if (const char* conf = std::getenv("DTR_CONF")) apply_conf_text(*this, conf);
-#define DTR_OPTIONS_ENV(member, type, k, env, def, doc)          \
-  if (const char* text = std::getenv(env); text && *text) {     \
-    assign<type>(member, k, text, std::string(" from ") + env); \
+#define DTR_OPTIONS_ENV(member, type, k, env, def, doc)                                            \
+  if (const char* text = std::getenv(env); text && !trim(text).empty()) {                          \
+    assign<type>(member, k, text, std::string(" from ") + env);                                    \
   }
   DTR_OPTIONS(DTR_OPTIONS_ENV)
 #undef DTR_OPTIONS_ENV
@@ -797,10 +797,13 @@ std::string config_markdown() {
          "the ones before it: the defaults, then `DTR_CONF` (several options in one string), "
          "then the individual `DTR_<NAME>` variables, such as `";
   out += table.empty() ? "DTR_BUDGET" : table.front().env;
-  out += "`. In short: defaults < `DTR_CONF` < `DTR_<NAME>`. An empty `DTR_<NAME>` variable "
-         "counts as unset. An unknown key or a value that does not parse is an error that "
-         "names the option and lists the valid keys. Options reach the runtime as a `Config` "
-         "value; the libraries hold no global configuration.\n\n";
+  out +=
+      "`. In short: defaults < `DTR_CONF` < `DTR_<NAME>`. An empty `DTR_<NAME>` variable, or one "
+      "of "
+      "whitespace only, counts as unset. An unknown key or a value that does not parse is an error "
+      "that "
+      "names the option and lists the valid keys. Options reach the runtime as a `Config` "
+      "value; the libraries hold no global configuration.\n\n";
   out +=
       "The defaults are the simulator's (`dtr-sim`), which replay DTR's logs as DTR's own "
       "simulator does. The PyTorch host starts from a few defaults of its own, measured "

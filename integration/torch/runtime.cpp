@@ -60,6 +60,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,7 @@
 #include "dtr/allocator/memory_snapshot.h"
 #include "dtr/core/clock.h"
 #include "dtr/core/options.h"
+#include "dtr/core/output_file.h"
 #include "dtr/core/status.h"
 #include "dtr/eviction/heuristic_registry.h"
 #include "dtr/eviction/op_costs.h"
@@ -331,6 +333,34 @@ void report_at_exit() {
   std::fflush(stderr);
 }
 
+// Note [Output paths at start]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The trace, timeline and snapshot are written at exit. Until 2026-12-07 a path in a
+// missing directory (or a directory, or one not writable) was found only then: the run
+// trained to its end, printed "could not write the trace" and exited 0, the file lost. A
+// relative path was taken against the working directory at exit, so a script that
+// chdir'd wrote elsewhere than it said. So each path is made absolute and checked as the
+// tools check theirs (Note [Output files] in core/output_file.cpp) before the script runs
+// (a bad one is a bad option: Note [Bad configuration]), and two options may not name
+// one file (the trace overwrote the timeline, both "wrote").
+void check_output_paths(Config& config) {
+  const std::pair<std::string*, const char*> outputs[] = {
+      {&config.trace, "trace"}, {&config.timeline, "timeline"}, {&config.snapshot, "snapshot"}};
+  for (const auto& [path, what] : outputs) {
+    if (path->empty()) continue;
+    std::error_code error;
+    const std::filesystem::path absolute = std::filesystem::absolute(*path, error);
+    if (!error) *path = absolute.lexically_normal().string();
+    check_writable(*path, std::string(what) + " (option " + what + ")");
+  }
+  for (size_t i = 0; i < std::size(outputs); ++i)
+    for (size_t j = i + 1; j < std::size(outputs); ++j)
+      if (!outputs[i].first->empty() && *outputs[i].first == *outputs[j].first)
+        throw ConfigError(std::string("dtr: options ") + outputs[i].second + " and " +
+                          outputs[j].second + " name the same file '" + *outputs[i].first +
+                          "'; give each its own");
+}
+
 void load_runtime() {
   if (!can_run_torch_ops()) {  // Note [Wrapper processes] in process_kind.cpp
     hand_ld_preload_to_shim(/*started=*/false);
@@ -359,7 +389,13 @@ void load_runtime() {
     parse_trial_mode(config.trial);                 // a bad value fails now
     constants_where_allocated(config);              // a bad value fails now
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
+    if (!builtin_heuristics().find(config.policy))  // also with remat:False, which uses none
+      throw ConfigError("dtr: unknown policy '" + config.policy +
+                        "'; valid policies: " + builtin_heuristics().names());
+    check_output_paths(config);
   } catch (const ConfigError& e) {
+    fail_at_start(e.what());
+  } catch (const OutputError& e) {
     fail_at_start(e.what());
   }
   // DTR_PLAN: a plan that cannot be followed is a bad option (Note [Bad configuration]).

@@ -77,8 +77,9 @@ def clean_env(**extra):
     return env
 
 
-def run(args, env, check=True, timeout=600):
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+def run(args, env, check=True, timeout=600, cwd=None):
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
                              f"stderr:\n{proc.stderr}")

@@ -86,3 +86,47 @@ def test_a_bad_size_fails_at_start(lib):
     proc = run([PYTHON, "-c", "print('STARTED')"],
                clean_env(LD_PRELOAD=lib, DTR_MIN_EVICTABLE="0.5x"), check=False)
     assert_fails_at_start(proc, "min_evictable", "expected a size")
+
+
+def test_options_the_host_never_read_fail_at_start(lib):
+    """Note [Option choices]: `allocator` (the simulator's) ran here without a word; and the
+    policy is checked with remat:False too, which uses none."""
+    for env in ({"DTR_ALLOCATOR": "nope"}, {"DTR_REMAT": "False", "DTR_POLICY": "nope"},
+                {"DTR_REMAT": "False", "DTR_SEARCH": "nope"}):
+        proc = run([PYTHON, "-c", "print('STARTED')"], clean_env(LD_PRELOAD=lib, **env),
+                   check=False)
+        assert_fails_at_start(proc, "nope")
+
+
+def test_output_paths_fail_at_start(lib, tmp_path):
+    """Note [Output paths at start]: a trace, timeline or snapshot that cannot be written
+    stopped nothing; the run trained, then said so at exit, with status 0."""
+    for env in ({"DTR_TRACE": str(tmp_path / "no" / "such.trace")},
+                {"DTR_TIMELINE": str(tmp_path)},
+                {"DTR_SNAPSHOT": "/proc/no-such/snapshot.pickle"},
+                {"DTR_TRACE": str(tmp_path / "a"), "DTR_TIMELINE": str(tmp_path / "a")}):
+        proc = run([PYTHON, "-c", "print('STARTED')"], clean_env(LD_PRELOAD=lib, **env),
+                   check=False)
+        assert_fails_at_start(proc, "cannot write" if len(env) == 1 else "the same file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_relative_output_path_is_where_the_run_started(lib, tmp_path):
+    """Note [Output paths at start]: taken against the working directory at exit, the
+    trace followed the script's chdir."""
+    (tmp_path / "sub").mkdir()
+    script = "import os, torch\nos.chdir('sub')\nx = torch.ones(3) * 2\n"
+    proc = run([PYTHON, "-c", script], clean_env(LD_PRELOAD=lib, DTR_TRACE="run.trace"),
+               cwd=tmp_path)
+    assert (tmp_path / "run.trace").exists(), proc.stderr
+    assert f"wrote trace {tmp_path / 'run.trace'}" in proc.stderr
+    assert list((tmp_path / "sub").iterdir()) == []
+
+
+def test_a_blank_variable_counts_as_unset(lib):
+    """docs/config.md: an empty DTR_<NAME>, or one of whitespace only, is unset; a blank
+    DTR_BUDGET dropped DTR_CONF's budget without a word."""
+    script = "import torch, dtr\nprint('BUDGET', dtr.get_budget())\n"
+    proc = run([PYTHON, "-c", script],
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:10M", DTR_BUDGET=" "))
+    assert f"BUDGET {10 * 2**20}" in proc.stdout, proc.stdout + proc.stderr
