@@ -648,3 +648,31 @@ TEST_CASE("docs/config.md matches config_markdown()", "[core][options]") {
             "Regenerate it: DTR_UPDATE_DOCS=1 dtr_tests \"docs/config.md matches config_markdown()\"");
   CHECK(on_disk == generated);
 }
+
+TEST_CASE("a variable near an option's is refused, naming the option", "[core][options]") {
+  // Note [Misspelled variables]: DTR_BUGDET=10M ran without a budget.
+  EnvGuard guard;
+  clear_dtr_environment(guard);
+  for (const auto& [var, meant] :
+       std::vector<std::pair<const char*, const char*>>{{"DTR_BUGDET", "DTR_BUDGET"},
+                                                        {"DTR_Budget", "DTR_BUDGET"},
+                                                        {"DTR_POLCY", "DTR_POLICY"},
+                                                        {"DTR_SEEED", "DTR_SEED"}}) {
+    INFO(var);
+    guard.set(var, "10M");
+    Config config;
+    const std::string error = error_of([&] { config.apply_environment(); });
+    CHECK_THAT(error, Catch::Contains(std::string("unknown environment variable ") + var) &&
+                          Catch::Contains(std::string("did you mean ") + meant));
+    guard.set(var, std::nullopt);
+  }
+  // The project's other variables, and any far from an option's, are left alone.
+  for (const char* var : {"DTR_LIBRARY", "DTR_PARENT_PID", "DTR_SIM", "DTR_RUN", "DTR_PLAN_TOOL",
+                          "DTR_DATA_DIR", "DTR_PYTHON", "DTR_SOMETHING_ELSE"}) {
+    INFO(var);
+    guard.set(var, "1");
+    Config config;
+    CHECK_NOTHROW(config.apply_environment());
+    guard.set(var, std::nullopt);
+  }
+}
