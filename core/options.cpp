@@ -532,8 +532,10 @@ void assign(T& member, const char* key, std::string_view value, std::string_view
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     const OptionRange* range = range_of(key);  // Note [Option ranges]
     if (ok && range && !in_range(*range, static_cast<double>(parsed))) {
-      why = "must be " + range_text(*range);
-      ok = false;
+      // The range alone: "expected an integer from 0 to 4294967295" after it read as a
+      // second, wider rule.
+      throw ConfigError("dtr: bad value " + quoted(value) + " for option " + quoted(key) +
+                        std::string(origin) + ": must be " + range_text(*range));
     }
   }
   if constexpr (std::is_same_v<T, std::string>) {

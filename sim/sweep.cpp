@@ -205,7 +205,7 @@ std::string format_sweep_table(const std::vector<ReplayResult>& results) {
             std::snprintf(cell, sizeof cell, "%.3f", r.overhead);
             text = cell;
           } else {
-            text = r.status.code == StatusCode::oom ? "OOM" : "thrash";
+            text = r.status.code == StatusCode::oom ? "oom" : "thrash";
           }
         }
         std::snprintf(cell, sizeof cell, " %7s", text.c_str());

@@ -71,16 +71,23 @@ struct CommonFlags {
 
 std::string format_result(const dtr::ReplayResult& r) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "%s  policy %s (%s)  budget %.3f = %s  status %s\n"
-                "  peak %s of baseline %s;  compute %.3f ms of baseline %.3f ms: overhead %.4f\n"
-                "  evictions %llu (+%llu eager)  remats %llu  remat compute %.3f ms  wall %.3f s\n",
-                r.trace.c_str(), r.policy.c_str(), r.search.c_str(), r.budget_ratio,
-                dtr::format_bytes(r.budget_bytes).c_str(), r.status_name.c_str(),
-                dtr::format_bytes(r.peak_bytes).c_str(), dtr::format_bytes(r.baseline_peak_bytes).c_str(),
-                r.compute_ns / 1e6, r.baseline_compute_ns / 1e6, r.overhead,
-                (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_eager_evictions,
-                (unsigned long long)r.stats.num_remats, r.stats.remat_compute_ns / 1e6, r.wall_seconds);
+  // No budget (0, unlimited) resolves to UINT64_MAX bytes: say so, not "16777216.00 TiB".
+  std::string budget = "unlimited";
+  if (r.budget_bytes != UINT64_MAX) {
+    std::snprintf(buf, sizeof buf, "%.3f = %s", r.budget_ratio,
+                  dtr::format_bytes(r.budget_bytes).c_str());
+    budget = buf;
+  }
+  std::snprintf(
+      buf, sizeof buf,
+      "%s  policy %s (%s)  budget %s  status %s\n"
+      "  peak %s of baseline %s;  compute %.3f ms of baseline %.3f ms: overhead %.4f\n"
+      "  evictions %llu (+%llu eager)  remats %llu  remat compute %.3f ms  wall %.3f s\n",
+      r.trace.c_str(), r.policy.c_str(), r.search.c_str(), budget.c_str(), r.status_name.c_str(),
+      dtr::format_bytes(r.peak_bytes).c_str(), dtr::format_bytes(r.baseline_peak_bytes).c_str(),
+      r.compute_ns / 1e6, r.baseline_compute_ns / 1e6, r.overhead,
+      (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_eager_evictions,
+      (unsigned long long)r.stats.num_remats, r.stats.remat_compute_ns / 1e6, r.wall_seconds);
   std::string out = buf;
   if (r.allocator != "none") {
     std::snprintf(buf, sizeof buf,
@@ -201,7 +208,8 @@ int main(int argc, char** argv) {
   int plot_columns = 3;
   CLI::App* plot = app.add_subcommand(
       "plot", "draw line plots from a CSV of points (columns panel,series,x,y) as SVG");
-  plot->add_option("--csv", plot_csv, "input CSV (sim/plot_csv.h)")->required();
+  plot->add_option("--csv", plot_csv, "input CSV (include/dtr/sim/plot_csv.h; docs/simulator.md)")
+      ->required();
   plot->add_option("--svg", plot_svg, "output SVG")->required();
   plot->add_option("--title", plot_title, "figure title");
   plot->add_option("--x-label", plot_x_label, "x axis label")->capture_default_str();
