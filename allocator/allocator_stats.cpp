@@ -76,6 +76,13 @@ nlohmann::ordered_json AllocatorStats::to_json() const {
   DTR_ALLOCATOR_STATS(DTR_ALLOCATOR_STATS_POOL_JSON, DTR_ALLOCATOR_STATS_SCALAR_JSON)
 #undef DTR_ALLOCATOR_STATS_POOL_JSON
 #undef DTR_ALLOCATOR_STATS_SCALAR_JSON
+  // PyTorch 1.13's memory_stats() has these, for its option max_split_size: blocks are
+  // split at any size here, as under its default (SIZE_MAX, which it reports as int64 -1),
+  // so no allocation or segment is oversize. One Stat each, no pools.
+  for (const char* family : {"oversize_allocations", "oversize_segments"})
+    for (const char* field : {"current", "peak", "allocated", "freed"})
+      out[std::string(family) + "." + field] = 0;
+  out["max_split_size"] = -1;
   return out;
 }
 
@@ -97,6 +104,12 @@ std::string AllocatorStats::describe() {
   DTR_ALLOCATOR_STATS(DTR_ALLOCATOR_STATS_POOL_DOC, DTR_ALLOCATOR_STATS_SCALAR_DOC)
 #undef DTR_ALLOCATOR_STATS_POOL_DOC
 #undef DTR_ALLOCATOR_STATS_SCALAR_DOC
+  out +=
+      "| `oversize_allocations.{current,peak,allocated,freed}`, `oversize_segments.*` | "
+      "always 0: no max_split_size here |\n";
+  out +=
+      "| `max_split_size` | always -1: blocks are split at any size (PyTorch 1.13's unlimited "
+      "default, as it reports it) |\n";
   return out;
 }
 

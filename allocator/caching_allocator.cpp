@@ -587,7 +587,7 @@ class CachingAllocator::Impl {
       Shortfall shortfall = Shortfall::none;
       Block* block = add_segment_locked(StatPool::large_pool, fresh, &shortfall);
       if (!block) return released;  // the backend refused it: nothing more moves
-      pool_for(StatPool::large_pool).insert(block);
+      pool_insert_locked(block);
       const Segment* into = block->segment;
       for (const Segment* segment : packed) {
         for (Block* from : live_blocks_largest_first(segment)) {
@@ -787,7 +787,7 @@ class CachingAllocator::Impl {
     BlockPool& free_blocks = pool_for(pool);
     Block* block = free_blocks.best_fit(need);
     if (block) {
-      free_blocks.erase(block);
+      pool_erase_locked(block);
     } else {
       const size_t segment_bytes = fresh_segment_locked(need);
       if (past_peak(stats_.reserved_bytes.all, segment_bytes))
@@ -832,6 +832,30 @@ class CachingAllocator::Impl {
     return block;
   }
 
+  // Note [Inactive splits]
+  // ~~~~~~~~~~~~~~~~~~~~~~~
+  // PyTorch's inactive_split counts the free blocks of segments that hold other blocks
+  // too (Block::is_split: a prev or a next), and inactive_split_bytes their bytes: free
+  // memory that a request larger than the block cannot use. A free block is in its pool,
+  // and its neighbours do not change while it is there (a split takes a block out first;
+  // two free neighbours are merged, the one in the pool taken out first), so a block is
+  // counted as it enters its pool and uncounted as it leaves.
+  void pool_insert_locked(Block* block) {
+    pool_for(block->pool).insert(block);
+    if (block->prev || block->next) {
+      stats_.inactive_split.increase(block->pool, 1);
+      stats_.inactive_split_bytes.increase(block->pool, block->size);
+    }
+  }
+
+  void pool_erase_locked(Block* block) {
+    pool_for(block->pool).erase(block);
+    if (block->prev || block->next) {
+      stats_.inactive_split.decrease(block->pool, 1);
+      stats_.inactive_split_bytes.decrease(block->pool, block->size);
+    }
+  }
+
   // Note [Allocated vs active]: a remainder is kept only when it is worth a block.
   static bool should_split(const Block& block, size_t need) {
     const size_t remaining = block.size - need;
@@ -849,7 +873,7 @@ class CachingAllocator::Impl {
     if (block->next) block->next->prev = rest;
     block->next = rest;
     block->size = need;
-    pool_for(rest->pool).insert(rest);
+    pool_insert_locked(rest);
   }
 
   Block* mark_allocated_locked(Block* block, size_t requested, uint64_t owner) {
@@ -863,6 +887,7 @@ class CachingAllocator::Impl {
     stats_.allocated_bytes.increase(block->pool, round_block_size(requested));
     stats_.active_bytes.increase(block->pool, block->size);
     stats_.allocation.increase(block->pool, 1);
+    stats_.active.increase(block->pool, 1);
     notify_locked(AllocatorAction::alloc, *block, block->size);
     return block;
   }
@@ -890,7 +915,7 @@ class CachingAllocator::Impl {
   // Note [Compaction]: `to` (free, same pool) takes `from`'s bytes and place; `from` is freed.
   void move_block_locked(Block* from, Block* to, BlockMover& mover) {
     const size_t need = round_block_size(from->requested_size);
-    pool_for(to->pool).erase(to);
+    pool_erase_locked(to);
     if (should_split(*to, need)) split_locked(to, need);
     backend_.copy(reinterpret_cast<void*>(to->ptr), reinterpret_cast<const void*>(from->ptr),
                   from->requested_size);
@@ -922,6 +947,7 @@ class CachingAllocator::Impl {
     stats_.allocated_bytes.decrease(block->pool, round_block_size(block->requested_size));
     stats_.active_bytes.decrease(block->pool, block->size);
     stats_.allocation.decrease(block->pool, 1);
+    stats_.active.decrease(block->pool, 1);
     if (!block->segment) {  // Note [Small path]
       backend_.free_small(reinterpret_cast<void*>(block->ptr), block->size);
       stats_.reserved_bytes.decrease(block->pool, block->size);
@@ -941,13 +967,13 @@ class CachingAllocator::Impl {
     block->unmovable = false;
     merge_locked(block, block->prev);
     merge_locked(block, block->next);
-    pool_for(block->pool).insert(block);
+    pool_insert_locked(block);
   }
 
   // Absorbs `neighbour` into `block` if it is free.
   void merge_locked(Block* block, Block* neighbour) {
     if (!neighbour || neighbour->allocated) return;
-    pool_for(neighbour->pool).erase(neighbour);
+    pool_erase_locked(neighbour);
     if (neighbour == block->prev) {
       block->ptr = neighbour->ptr;
       block->prev = neighbour->prev;
@@ -973,7 +999,7 @@ class CachingAllocator::Impl {
         ++it;
         continue;
       }
-      pool_for(segment.pool).erase(block);
+      pool_erase_locked(block);
       notify_locked(AllocatorAction::segment_free, *block, segment.size);
       arena_.recycle(block);
       backend_.free_segment(reinterpret_cast<void*>(segment.ptr), segment.size);
@@ -1030,6 +1056,7 @@ class CachingAllocator::Impl {
           recount.allocated_bytes.increase(b->pool, round_block_size(b->requested_size));
           recount.active_bytes.increase(b->pool, b->size);
           recount.allocation.increase(b->pool, 1);
+          recount.active.increase(b->pool, 1);
         } else {
           if (b->next && !b->next->allocated) return fail(where + ": two neighbouring free blocks");
           if (!pool_for(b->pool).contains(const_cast<Block*>(b)))
@@ -1037,6 +1064,10 @@ class CachingAllocator::Impl {
           if (b->owner || b->evictable || b->unmovable || b->requested_size)
             return fail(where + ": free block carries allocation data");
           ++free_seen[b->pool == StatPool::small_pool ? 0 : 1];
+          if (b->prev || b->next) {  // Note [Inactive splits]
+            recount.inactive_split.increase(b->pool, 1);
+            recount.inactive_split_bytes.increase(b->pool, b->size);
+          }
         }
       }
       if (expected != segment.ptr + segment.size) return fail(where + ": blocks do not tile it");
@@ -1054,6 +1085,7 @@ class CachingAllocator::Impl {
       recount.active_bytes.increase(b->pool, b->size);
       recount.reserved_bytes.increase(b->pool, b->size);
       recount.allocation.increase(b->pool, 1);
+      recount.active.increase(b->pool, 1);
     }
     if (allocated_seen != allocated_.size()) return fail("allocated map holds unknown blocks");
     if (small_blocks_.blocks().size() != free_seen[0]) return fail("small pool holds extra blocks");

@@ -343,10 +343,14 @@ TEST_CASE("allocator stats use PyTorch's memory_stats() keys", "[allocator]") {
   allocator.free(c);
   const nlohmann::ordered_json j = allocator.stats().to_json();
 
+  // PyTorch 1.13's keys (num_device_alloc and num_device_free are 2.x's).
   std::set<std::string> pytorch_keys = {"num_alloc_retries", "num_ooms", "num_device_alloc",
-                                        "num_device_free"};
-  for (const char* family :
-       {"allocated_bytes", "reserved_bytes", "active_bytes", "allocation", "segment"})
+                                        "num_device_free", "max_split_size"};
+  for (const char* family : {"oversize_allocations", "oversize_segments"})  // one Stat each
+    for (const char* field : {"current", "peak", "allocated", "freed"})
+      pytorch_keys.insert(std::string(family) + "." + field);
+  for (const char* family : {"allocated_bytes", "reserved_bytes", "active_bytes", "allocation",
+                             "segment", "active", "inactive_split", "inactive_split_bytes"})
     for (const char* pool : {"all", "small_pool", "large_pool"})
       for (const char* field : {"current", "peak", "allocated", "freed"})
         pytorch_keys.insert(std::string(family) + "." + pool + "." + field);
@@ -371,6 +375,16 @@ TEST_CASE("allocator stats use PyTorch's memory_stats() keys", "[allocator]") {
   CHECK(j["num_ooms"] == 0);
   CHECK(j["dtr.largest_free_block_bytes"] == 20 * kMiB - 3 * kMiB);
   CHECK_FALSE(AllocatorStats::describe().empty());
+  // Note [Inactive splits]: a's segment's 17 MiB tail, and the small segment's free rest
+  // beside b (c merged back into it).
+  CHECK(j["active.all.current"] == 2);
+  CHECK(j["active.all.peak"] == 3);
+  CHECK(j["inactive_split.all.current"] == 2);
+  CHECK(j["inactive_split.large_pool.current"] == 1);
+  CHECK(j["inactive_split_bytes.large_pool.current"] == 17 * kMiB);
+  CHECK(j["inactive_split_bytes.small_pool.current"] == 2 * kMiB - kKiB);
+  CHECK(j["oversize_allocations.current"] == 0);
+  CHECK(j["max_split_size"] == -1);
 
   // reset_peaks: peaks restart at the current values.
   allocator.free(a);
@@ -383,5 +397,8 @@ TEST_CASE("allocator stats use PyTorch's memory_stats() keys", "[allocator]") {
   CHECK(s.allocation.all.peak == 1);
   CHECK(s.reserved_bytes.all.peak == 22 * kMiB);
   CHECK(s.allocated_bytes.all.allocated == 3 * kMiB + 2 * kKiB);  // totals keep counting
+  // a's segment is one free block again: no split left in the large pool.
+  CHECK(s.inactive_split.large_pool.current == 0);
+  CHECK(s.inactive_split_bytes.large_pool.current == 0);
   allocator.free(b);
 }

@@ -171,3 +171,22 @@ print("PINNED <= ALLOCATED", s["dtr.pinned_bytes.current"] <= s["allocated_bytes
 def test_memory_stats_leave_out_what_died_since_the_last_op(lib):
     proc = run([PYTHON, "-c", PINNED_AFTER_DEL], clean_env(LD_PRELOAD=lib, DTR_CONF="budget:100M"))
     assert "FREED True" in proc.stdout and "PINNED <= ALLOCATED True" in proc.stdout, proc.stdout
+
+
+# PyTorch 1.13's own formatter reads every key of its memory_stats() (active, inactive_split,
+# oversize_*...); before 2026-12-07 it raised KeyError on dtr's dict (Note [Inactive splits]).
+TORCH_SUMMARY = r"""
+import torch, dtr, torch.cuda.memory as memory
+x = torch.randn(1000, 1000); y = x * 2; del x
+memory.memory_stats = lambda device=None: dtr.memory_stats()
+summary = memory.memory_summary(0)
+s = dtr.memory_stats()
+assert s["active.all.current"] == s["allocation.all.current"] > 0, s
+assert s["max_split_size"] == -1
+print("SUMMARY OK" if "Non-releasable allocs" in summary and "Oversize" in summary else summary)
+"""
+
+
+def test_pytorch_formats_our_memory_stats(lib):
+    proc = run([PYTHON, "-c", TORCH_SUMMARY], clean_env(LD_PRELOAD=lib))
+    assert "SUMMARY OK" in proc.stdout, proc.stdout + proc.stderr

@@ -32,6 +32,11 @@ namespace dtr {
   POOL(active_bytes, "active_bytes",                                                               \
        "bytes of allocated blocks, including a block's unsplit tail (PyTorch's block size)")       \
   POOL(allocation, "allocation", "allocated blocks (a count)")                                     \
+  POOL(active, "active",                                                                           \
+       "active blocks (a count): the allocated ones, as PyTorch's on a device without streams")    \
+  POOL(inactive_split, "inactive_split",                                                           \
+       "free blocks in a segment that holds other blocks (a count; Note [Inactive splits])")       \
+  POOL(inactive_split_bytes, "inactive_split_bytes", "the bytes of those free blocks")             \
   POOL(segment, "segment", "segments held from the backend (a count)")                             \
   SCALAR(num_alloc_retries, "num_alloc_retries",                                                   \
          "allocation attempts repeated after an eviction or a cache release")                      \
