@@ -673,6 +673,11 @@ class CachingAllocator::Impl {
     stats_.reset_peaks();
   }
 
+  void count_oom() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.num_ooms;
+  }
+
   bool is_valid(std::string* why) const {
     std::lock_guard<std::mutex> lock(mutex_);
     return is_valid_locked(why);
@@ -1193,6 +1198,7 @@ bool CachingAllocator::set_budget(uint64_t budget_bytes) {
   config_.budget_bytes = budget_bytes;
   return true;
 }
+void CachingAllocator::count_oom() { impl_->count_oom(); }
 bool CachingAllocator::lower_budget(uint64_t budget_bytes) {
   if (!impl_->lower_budget(budget_bytes)) return false;
   config_.budget_bytes = budget_bytes;

@@ -773,6 +773,7 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
   if (!ratio_error_.empty()) {                                    // Note [Ratio budgets]
     const std::string message = std::move(ratio_error_);
     ratio_error_.clear();
+    allocator_.count_oom();
     torch_compat::throw_out_of_memory(message);
   }
   thrash_watch_.mark_op(engine_->stats());                        // Note [Runaway cascades]
@@ -1731,6 +1732,7 @@ void Lineage::throw_status(const Status& status) {
   if (status.code == StatusCode::thrash && !thrash_error_.empty()) {
     const std::string message = std::move(thrash_error_);
     thrash_error_.clear();
+    allocator_.count_oom();
     torch_compat::throw_out_of_memory(message);
   }
   if (status.code == StatusCode::refused) {  // Note [Writes outside the dispatcher]

@@ -3,6 +3,7 @@ budget to half the peak over the first two training steps, at the end of the sec
 unmodified script then trains as without the library. One that cannot fit is told at its
 next op, one that never ends two steps at exit; python's dtr.set_budget takes a ratio of
 the peak so far, and lowers a budget below what is allocated by evicting."""
+import json
 import re
 
 from conftest import PYTHON, TRAINING_PRELUDE, clean_env, last_json, run
@@ -60,7 +61,7 @@ def test_a_ratio_budget_that_cannot_fit_raises_at_the_next_op(lib):
     set, and the program's next op raises PyTorch's out-of-memory error, which says what
     to try."""
     proc = run([PYTHON, "-c", MLP_ADAM, "4"],
-               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:0.1x"), check=False)
+               clean_env(LD_PRELOAD=lib, DTR_CONF="budget:0.1x,report:True"), check=False)
     assert proc.returncode != 0, proc.stdout
     assert "OutOfMemoryError" in proc.stderr, proc.stderr
     message = next(l for l in proc.stderr.splitlines()
@@ -68,6 +69,9 @@ def test_a_ratio_budget_that_cannot_fit_raises_at_the_next_op(lib):
     for needle in ("of the peak over the first 2 training steps", "stay allocated between "
                    "steps", "The budget was not set", "Try: a ratio of at least"):
         assert needle in message, message
+    # num_ooms counts it, as every out-of-memory error the program saw (it read 0).
+    report = next(l for l in proc.stderr.splitlines() if l.startswith("dtr: report "))
+    assert json.loads(report[len("dtr: report "):])["num_ooms"] == 1, report
 
 
 def test_a_ratio_budget_never_set_is_reported_at_exit(lib):

@@ -40,7 +40,10 @@ namespace dtr {
   POOL(segment, "segment", "segments held from the backend (a count)")                             \
   SCALAR(num_alloc_retries, "num_alloc_retries",                                                   \
          "allocation attempts repeated after an eviction or a cache release")                      \
-  SCALAR(num_ooms, "num_ooms", "requests that ended in an AllocatorOom")                           \
+  SCALAR(                                                                                          \
+      num_ooms, "num_ooms",                                                                        \
+      "out-of-memory errors: requests that ended in an AllocatorOom, and those the owner raised "  \
+      "without one (count_oom)")                                                                   \
   SCALAR(num_device_alloc, "num_device_alloc", "segments taken from the backend")                  \
   SCALAR(num_device_free, "num_device_free", "segments given back to the backend")                 \
   SCALAR(num_eviction_calls, "dtr.num_eviction_calls", "EvictionCallback::make_room calls")        \

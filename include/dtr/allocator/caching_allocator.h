@@ -264,6 +264,10 @@ class CachingAllocator {
 
   AllocatorStats stats() const;  // a copy, gauges filled in
   void reset_peaks();
+  // Counts in num_ooms an out-of-memory error its owner raised without a request failing
+  // here (a ratio budget that does not fit, on_thrash:raise): num_ooms counts every one the
+  // program saw, as PyTorch's counts every one its allocator threw.
+  void count_oom();
   // Checks every invariant listed above; on failure says which in *why (if given).
   bool is_valid(std::string* why = nullptr) const;
 
