@@ -161,11 +161,18 @@ Plan read_plan(const std::string& path) {
 void check_plan_matches(const Plan& plan, const Graph& graph, const std::string& plan_path,
                         const std::string& trace_name) {
   const std::string hash = graph_hash(graph);
-  if (plan.node_count != graph.size() || plan.graph_hash != hash)
+  if (plan.node_count != graph.size() || plan.graph_hash != hash) {
+    // The same name and node count: most likely the same trace, read into a graph by a
+    // dtr-plan that builds it otherwise (as after Note [Pin ends] changed in 2026-12).
+    const bool same_shape = plan.node_count == graph.size() && plan.trace == trace_name;
     throw PlanError(plan_path + ": plan for another trace: made for '" + plan.trace + "' (" +
                     std::to_string(plan.node_count) + " nodes, hash " + plan.graph_hash +
                     "), not for '" + trace_name + "' (" + std::to_string(graph.size()) +
-                    " nodes, hash " + hash + "); hint: make a plan for this trace with `dtr-plan`");
+                    " nodes, hash " + hash + "); hint: make a plan for this trace with `dtr-plan`" +
+                    (same_shape ? " (if it is the trace the plan was made from, the plan was made "
+                                  "by a dtr-plan that reads traces into graphs otherwise)"
+                                : ""));
+  }
   if (plan.decisions.size() != graph.size())
     throw PlanError(plan_path + ": " + std::to_string(plan.decisions.size()) + " decisions for " +
                     std::to_string(graph.size()) + " nodes; hint: the plan is corrupt");

@@ -393,6 +393,10 @@ void load_runtime() {
       throw ConfigError("dtr: unknown policy '" + config.policy +
                         "'; valid policies: " + builtin_heuristics().names());
     check_output_paths(config);
+    if (!config.plan_trace.empty() && config.plan.empty())
+      throw ConfigError(
+          "dtr: option plan_trace names the trace a plan was made from, and no "
+          "plan is set: set plan (DTR_PLAN) too, or drop plan_trace");
   } catch (const ConfigError& e) {
     fail_at_start(e.what());
   } catch (const OutputError& e) {

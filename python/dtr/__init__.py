@@ -26,6 +26,7 @@ allocates by surprise.
 
 import ctypes
 import json
+import numbers
 import os
 
 __all__ = [
@@ -180,7 +181,8 @@ def set_budget(budget):
         text = "unlimited"
     elif isinstance(budget, bool):
         raise TypeError("budget must be bytes (int) or a string such as '300M' or '0.5x'")
-    elif isinstance(budget, int):
+    elif isinstance(budget, numbers.Integral):  # numpy's and torch's integers too
+        budget = int(budget)
         if budget < 0:
             raise ValueError(f"budget must be >= 0 bytes, not {budget}")
         text = str(budget)

@@ -130,3 +130,10 @@ def test_a_blank_variable_counts_as_unset(lib):
     proc = run([PYTHON, "-c", script],
                clean_env(LD_PRELOAD=lib, DTR_CONF="budget:10M", DTR_BUDGET=" "))
     assert f"BUDGET {10 * 2**20}" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_plan_trace_without_a_plan_fails_at_start(lib, tmp_path):
+    """plan_trace names the trace a plan was made from; alone it was ignored silently."""
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_PLAN_TRACE=str(tmp_path / "t.trace")), check=False)
+    assert_fails_at_start(proc, "plan_trace", "set plan (DTR_PLAN) too")

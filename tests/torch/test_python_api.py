@@ -78,7 +78,8 @@ assert dtr.get_budget() == int(0.5 * dtr.max_memory_allocated()), dtr.get_budget
 dtr.set_budget(None)
 assert dtr.get_budget() is None
 more = torch.empty(4 * 1024 * 1024)                   # fits again
-dtr.set_budget(64 * 2**20)
+import numpy as np
+dtr.set_budget(np.int64(64 * 2**20))                  # any integer type (was a TypeError)
 assert dtr.get_budget() == 64 * 2**20
 assert dtr.is_recording()
 ops = dtr.memory_stats()["dtr.num_ops"]
