@@ -81,7 +81,7 @@ nlohmann::ordered_json AllocatorStats::to_json() const {
   // so no allocation or segment is oversize. One Stat each, no pools.
   for (const char* family : {"oversize_allocations", "oversize_segments"})
     for (const char* field : {"current", "peak", "allocated", "freed"})
-      out[std::string(family) + "." + field] = 0;
+      out[std::string(family) + "." + field] = uint64_t{0};
   out["max_split_size"] = -1;
   return out;
 }

@@ -273,6 +273,7 @@ std::string PluggableTable::stats_json(int device) {
     for (const auto& [stream, allocator] : it->second->streams) {
       const nlohmann::ordered_json streams_stats = allocator->stats().to_json();
       for (auto entry = streams_stats.begin(); entry != streams_stats.end(); ++entry) {
+        if (!entry.value().is_number_unsigned()) continue;  // max_split_size: -1, not a sum
         const uint64_t mine = entry.value().get<uint64_t>();
         const uint64_t sum = out[entry.key()].get<uint64_t>();
         out[entry.key()] =

@@ -293,10 +293,12 @@ TEST_CASE("dtr_cuda_memory_stats_json gives PyTorch's keys and the budget", "[cu
   CHECK(stats.at("dtr.budget_bytes") == 1048576);
   for (const char* key :
        {"allocated_bytes.all.current", "allocated_bytes.large_pool.peak", "reserved_bytes.all.peak",
-        "segment.small_pool.current", "num_alloc_retries", "num_ooms", "dtr.streams"}) {
+        "segment.small_pool.current", "num_alloc_retries", "num_ooms", "dtr.streams",
+        "active.all.current", "inactive_split_bytes.large_pool.peak", "oversize_segments.peak"}) {
     CAPTURE(key);
     CHECK(stats.contains(key));
   }
+  CHECK(stats.at("max_split_size") == -1);  // not summed over streams as a count is
   {
     EnvGuard unlimited("DTR_BUDGET", "0");
     dtr::pluggable_reload_config();
