@@ -844,7 +844,10 @@ class CachingAllocator::Impl {
   // memory that a request larger than the block cannot use. A free block is in its pool,
   // and its neighbours do not change while it is there (a split takes a block out first;
   // two free neighbours are merged, the one in the pool taken out first), so a block is
-  // counted as it enters its pool and uncounted as it leaves.
+  // counted as it enters its pool and uncounted as it leaves. So `.allocated` and `.freed`
+  // count every entry and exit, where PyTorch's count each operation's net change (a free
+  // that merges two split neighbours: 1 freed there, 2 freed and 1 allocated here);
+  // `.current` and `.peak` agree.
   void pool_insert_locked(Block* block) {
     pool_for(block->pool).insert(block);
     if (block->prev || block->next) {

@@ -27,8 +27,6 @@
 #include <type_traits>
 #include <vector>
 
-extern char** environ;  // POSIX: the process's environment
-
 namespace dtr {
 namespace {
 
@@ -741,57 +739,6 @@ void Config::set(std::string_view key, std::string_view value) { set_option(*thi
 
 void Config::apply_conf(std::string_view conf) { apply_conf_text(*this, conf); }
 
-namespace {
-
-// Levenshtein distance of two short names, stopping early past `most`.
-size_t edit_distance(std::string_view a, std::string_view b, size_t most) {
-  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > most) return most + 1;
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// Note [Misspelled variables]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A DTR_<NAME> the table does not have is not read, so DTR_BUGDET=10M ran without a budget
-// and without a word. The project's own tools read other DTR_ variables (DTR_LIBRARY,
-// DTR_PARENT_PID, the tests' DTR_SIM...), and a user's environment may hold any, so an
-// unknown one is an error only where it is near an option's variable: the same name in
-// another case, or at most two letters off (Levenshtein); it names the one meant.
-void check_misspelled_variables() {
-  for (char** entry = ::environ; entry && *entry; ++entry) {
-    const std::string_view var =
-        std::string_view(*entry).substr(0, std::string_view(*entry).find('='));
-    if (var.substr(0, 4) != "DTR_" || var == "DTR_CONF") continue;
-    const OptionInfo* near = nullptr;
-    bool known = false;
-    for (const OptionInfo& option : option_table()) {
-      const std::string_view env = option.env;
-      if (var == env) {
-        known = true;
-        break;
-      }
-      if (!near && (iequals(var, env) || edit_distance(var.substr(4), env.substr(4), 2) <= 2))
-        near = &option;
-    }
-    if (!known && near)
-      throw ConfigError("dtr: unknown environment variable " + std::string(var) +
-                        "; did you mean " + near->env + " (option " + near->key +
-                        ")? Unset it or fix its name (docs/config.md lists the options)");
-  }
-}
-
-}  // namespace
-
 void Config::apply_environment() {
   check_misspelled_variables();  // Note [Misspelled variables]
   if (const char* conf = std::getenv("DTR_CONF")) apply_conf_text(*this, conf);
@@ -856,15 +803,13 @@ std::string config_markdown() {
          "then the individual `DTR_<NAME>` variables, such as `";
   out += table.empty() ? "DTR_BUDGET" : table.front().env;
   out +=
-      "`. In short: defaults < `DTR_CONF` < `DTR_<NAME>`. An empty `DTR_<NAME>` variable, or one "
-      "of "
-      "whitespace only, counts as unset; one whose name is near an option's variable "
-      "(`DTR_BUGDET`, `DTR_Budget`: "
-      "another case, or at most two letters off) is an error that names the option meant. An "
-      "unknown key or a value that does not parse is an error "
-      "that "
-      "names the option and lists the valid keys. Options reach the runtime as a `Config` "
-      "value; the libraries hold no global configuration.\n\n";
+      "`. In short: defaults < `DTR_CONF` < `DTR_<NAME>`. An empty `DTR_<NAME>` variable, "
+      "or one of whitespace only, counts as unset; one whose name is near an option's "
+      "variable or `DTR_CONF` (`DTR_BUGDET`, `DTR_Budget`, `DTR_CONFIG`: Note [Misspelled "
+      "variables]) is an error that names the one meant. An unknown key or a value that "
+      "does not parse is an error that names the option and lists the valid keys. Options "
+      "reach the runtime as a `Config` value; the libraries hold no global "
+      "configuration.\n\n";
   out +=
       "The defaults are the simulator's (`dtr-sim`), which replay DTR's logs as DTR's own "
       "simulator does. The PyTorch host starts from a few defaults of its own, measured "

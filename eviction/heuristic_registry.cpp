@@ -98,12 +98,16 @@ std::vector<std::string> HeuristicRegistry::names_without(uint32_t features) con
   return out;
 }
 
-std::unique_ptr<Heuristic> HeuristicRegistry::make(const std::string& name,
-                                                   const HeuristicParams& params) const {
+const HeuristicInfo& HeuristicRegistry::require(const std::string& name) const {
   const HeuristicInfo* info = find(name);
   if (!info)
     throw ConfigError("dtr: unknown policy '" + name + "'; valid policies: " + names());
-  return info->make(params);
+  return *info;
+}
+
+std::unique_ptr<Heuristic> HeuristicRegistry::make(const std::string& name,
+                                                   const HeuristicParams& params) const {
+  return require(name).make(params);
 }
 
 const HeuristicRegistry& builtin_heuristics() {

@@ -664,8 +664,10 @@ class CheckmatePlanner : public Planner {
     // the chain methods, best_of_attempts in chain_view.cpp). LP rounding need not find it:
     // checkmate-lp recomputed 0.8% at the baseline peak of a recorded residual trace.
     const StageSchedule whole = StageSchedule::no_remat(graph);
-    if (evaluate_stage_schedule(graph, whole).peak_bytes <= budget_bytes) {
-      res.plan = plan_from_stage_schedule(graph, whole, name());
+    // Valid for any graph that validates; plan_from_stage_schedule evaluates it.
+    Plan keep_all = plan_from_stage_schedule(graph, whole, name());
+    if (keep_all.predicted_peak_bytes <= budget_bytes) {
+      res.plan = std::move(keep_all);
       res.feasible = true;
       res.predicted_compute_ns = res.plan.predicted_compute_ns;
       res.predicted_peak_bytes = res.plan.predicted_peak_bytes;

@@ -139,7 +139,9 @@
 // the trace's baseline peak, 259.86 MiB, and the floor 0.433 of it.
 // The RELEASE of a pinned node's last name ends its pin the same way, at the later of that
 // node and the same last use, where no DISCARD came first (a DISCARD of a PIN unpins; one
-// of a CONSTANT may follow the release): the program reads nothing after it lets go (the
+// of a CONSTANT may follow the release). So does a MUTATE or a COPY_FROM that rebinds its
+// last name (a CONSTANT written in place: its old version's pin ends at the new version).
+// The program reads nothing of it after it lets go (the
 // trace reader refuses it: Note [Names stay defined] in core/trace_reader.cpp), and the
 // trace's baseline frees it there. Pinned to the end, a bias gradient's 40-byte sum (the
 // host pins op results under `min_evictable`: Note [Small storages] in

@@ -162,15 +162,17 @@ void check_plan_matches(const Plan& plan, const Graph& graph, const std::string&
                         const std::string& trace_name) {
   const std::string hash = graph_hash(graph);
   if (plan.node_count != graph.size() || plan.graph_hash != hash) {
-    // The same name and node count: most likely the same trace, read into a graph by a
-    // dtr-plan that builds it otherwise (as after Note [Pin ends] changed in 2026-12).
+    // The same name and node count: the trace recorded again (op times are in the hash),
+    // or read into a graph by a dtr-plan that builds it otherwise (as after Note [Pin ends]
+    // changed in 2026-12).
     const bool same_shape = plan.node_count == graph.size() && plan.trace == trace_name;
     throw PlanError(plan_path + ": plan for another trace: made for '" + plan.trace + "' (" +
                     std::to_string(plan.node_count) + " nodes, hash " + plan.graph_hash +
                     "), not for '" + trace_name + "' (" + std::to_string(graph.size()) +
                     " nodes, hash " + hash + "); hint: make a plan for this trace with `dtr-plan`" +
-                    (same_shape ? " (if it is the trace the plan was made from, the plan was made "
-                                  "by a dtr-plan that reads traces into graphs otherwise)"
+                    (same_shape ? " (the same name and size: a trace recorded again has other "
+                                  "op times, and a plan made by another dtr-plan version may "
+                                  "read the trace into another graph)"
                                 : ""));
   }
   if (plan.decisions.size() != graph.size())

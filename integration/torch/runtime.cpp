@@ -339,20 +339,35 @@ void report_at_exit() {
 // missing directory (or a directory, or one not writable) was found only then: the run
 // trained to its end, printed "could not write the trace" and exited 0, the file lost. A
 // relative path was taken against the working directory at exit, so a script that
-// chdir'd wrote elsewhere than it said. So each path is made absolute and checked as the
-// tools check theirs (Note [Output files] in core/output_file.cpp) before the script runs
-// (a bad one is a bad option: Note [Bad configuration]), and two options may not name
-// one file (the trace overwrote the timeline, both "wrote").
-void check_output_paths(Config& config) {
-  const std::pair<std::string*, const char*> outputs[] = {
-      {&config.trace, "trace"}, {&config.timeline, "timeline"}, {&config.snapshot, "snapshot"}};
-  for (const auto& [path, what] : outputs) {
+// chdir'd wrote elsewhere than it said. So:
+//  - each path is made absolute against the working directory where the library starts
+//    (absolute_output_paths), and handed to child processes so (its DTR_<NAME> is set to
+//    it): a child started in another directory writes `<path>.<pid>` beside its parent's
+//    file (Note [Files of child processes]), where it failed at start, that directory
+//    having no `out/` of its own;
+//  - each process's own path is checked as the tools check theirs (Note [Output files] in
+//    include/dtr/core/output_file.h) before the script runs (a bad one is a bad option:
+//    Note [Bad configuration]), and two options may not name one file (the trace
+//    overwrote the timeline, both "wrote"): check_output_paths.
+void absolute_output_paths(Config& config) {
+  const std::pair<std::string*, const char*> outputs[] = {{&config.trace, "DTR_TRACE"},
+                                                          {&config.timeline, "DTR_TIMELINE"},
+                                                          {&config.snapshot, "DTR_SNAPSHOT"}};
+  for (const auto& [path, env] : outputs) {
     if (path->empty()) continue;
     std::error_code error;
     const std::filesystem::path absolute = std::filesystem::absolute(*path, error);
-    if (!error) *path = absolute.lexically_normal().string();
-    check_writable(*path, std::string(what) + " (option " + what + ")");
+    if (error) continue;  // check_output_paths says what is wrong with it
+    *path = absolute.lexically_normal().string();
+    setenv(env, path->c_str(), 1);
   }
+}
+
+void check_output_paths(const Config& config) {
+  const std::pair<const std::string*, const char*> outputs[] = {
+      {&config.trace, "trace"}, {&config.timeline, "timeline"}, {&config.snapshot, "snapshot"}};
+  for (const auto& [path, what] : outputs)
+    if (!path->empty()) check_writable(*path, std::string(what) + " (option " + what + ")");
   for (size_t i = 0; i < std::size(outputs); ++i)
     for (size_t j = i + 1; j < std::size(outputs); ++j)
       if (!outputs[i].first->empty() && *outputs[i].first == *outputs[j].first)
@@ -373,6 +388,7 @@ void load_runtime() {
   uint64_t reserved_limit_bytes = kUnlimitedBytes;
   try {
     config.apply_environment();
+    absolute_output_paths(config);  // Note [Output paths at start]
     // Note [Files of child processes]
     const bool child = child_of_a_dtr_process(preload_named_library);
     for (std::string* path : {&config.trace, &config.timeline, &config.snapshot})
@@ -389,9 +405,7 @@ void load_runtime() {
     parse_trial_mode(config.trial);                 // a bad value fails now
     constants_where_allocated(config);              // a bad value fails now
     parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
-    if (!builtin_heuristics().find(config.policy))  // also with remat:False, which uses none
-      throw ConfigError("dtr: unknown policy '" + config.policy +
-                        "'; valid policies: " + builtin_heuristics().names());
+    builtin_heuristics().require(config.policy);    // also with remat:False, which uses none
     check_output_paths(config);
     if (!config.plan_trace.empty() && config.plan.empty())
       throw ConfigError(

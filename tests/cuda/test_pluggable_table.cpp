@@ -169,6 +169,8 @@ TEST_CASE("pluggable table: device stats are device-wide where a sum would be wr
   CHECK(json.at("dtr.streams") == 2);
   CHECK(json.at("dtr.budget_bytes") == nullptr);
   CHECK(json.at("dtr.largest_free_block_bytes") == dtr::kLargeBuffer);  // the largest, not a sum
+  CHECK(json.at("max_split_size") == -1);  // neither: summed, it read 2^64 - 3 over two streams
+  CHECK(json.at("active.all.current") == 1);
   release(table, b, 3 << 20);
   table.empty_cache(0);
   table.reset_peaks(0);

@@ -5,10 +5,18 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <sstream>
 
+#include "dtr/allocator/memory_snapshot.h"
 #include "dtr/core/chrome_trace.h"
+#include "dtr/core/options.h"
 #include "dtr/core/trace.h"
+#include "dtr/eviction/engine.h"
+#include "dtr/eviction/heuristic_registry.h"
+#include "dtr/eviction/op_costs.h"
+#include "dtr/eviction/thrash_watch.h"
 #include "dtr/sim/replay.h"
 #include "dtr/sim/sweep.h"
 #include "dtr/sim/synthetic_trace.h"
@@ -848,4 +856,36 @@ TEST_CASE("auto's trial by replay: each candidate's replayed period, and the lea
   // A budget no replay fits under: every candidate's replay says why.
   for (const ReplayedPeriod& p : replay_last_period(trace, o, baseline.peak_bytes / 10, names))
     CHECK(p.failure == "oom");
+}
+
+TEST_CASE("every word an option's table row allows, its layer's parser takes", "[core][options]") {
+  // Note [Option choices]: the words are checked where the option is set; each layer still
+  // parses its own into an enum. The two lists must agree. (trace_constants' parser is the
+  // PyTorch host's, tests/torch/test_trace.py.)
+  const std::map<std::string, std::function<void(const std::string&)>> parsers = {
+      {"trial", [](const std::string& w) { parse_trial_mode(w); }},
+      {"search", [](const std::string& w) { parse_search_mode(w); }},
+      {"on_thrash", [](const std::string& w) { parse_thrash_action(w); }},
+      {"allocator", [](const std::string& w) { parse_memory_model(w); }},
+      {"op_cost", [](const std::string& w) { parse_op_cost(w); }},
+      {"snapshot_format", [](const std::string& w) { parse_snapshot_format(w); }},
+  };
+  size_t checked = 0;
+  for (const OptionInfo& option : option_table()) {
+    if (option.range.rfind("one of ", 0) != 0) continue;
+    const auto parser = parsers.find(option.key);
+    if (parser == parsers.end()) {
+      CHECK(std::string(option.key) == "trace_constants");
+      continue;
+    }
+    std::stringstream words(option.range.substr(7));
+    for (std::string word; std::getline(words, word, ',');) {
+      word.erase(0, word.find_first_not_of(' '));
+      INFO(option.key << ": " << word);
+      CHECK_NOTHROW(parser->second(word));
+      ++checked;
+    }
+    CHECK_THROWS_AS(parser->second("nope"), ConfigError);
+  }
+  CHECK(checked == 13);
 }

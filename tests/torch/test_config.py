@@ -137,3 +137,19 @@ def test_a_plan_trace_without_a_plan_fails_at_start(lib, tmp_path):
     proc = run([PYTHON, "-c", "print('STARTED')"],
                clean_env(LD_PRELOAD=lib, DTR_PLAN_TRACE=str(tmp_path / "t.trace")), check=False)
     assert_fails_at_start(proc, "plan_trace", "set plan (DTR_PLAN) too")
+
+
+def test_a_child_in_another_directory_writes_beside_its_parent(lib, tmp_path):
+    """Note [Output paths at start]: the parent hands its paths on absolute. Taken against
+    its own directory, a child started in `sub/` (which has no `out/`) failed at start."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "sub").mkdir()
+    child = "import torch; x = torch.ones(3) * 2"
+    parent = ("import subprocess, sys, torch\nx = torch.ones(3) * 2\n"
+              f"subprocess.run([sys.executable, '-c', {child!r}], cwd='sub', check=True)\n")
+    proc = run([PYTHON, "-c", parent], clean_env(LD_PRELOAD=lib, DTR_TRACE="out/rel.trace"),
+               cwd=tmp_path)
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written[0] == "rel.trace" and len(written) == 2, (written, proc.stderr)
+    assert written[1].startswith("rel.trace."), written
+    assert list((tmp_path / "sub").iterdir()) == []

@@ -79,7 +79,9 @@ def test_dtr_run_bad_flags_exit_2(dtr_run):
                  ["--policy", "nope", "--", *ran], ["--conf", "search:nope", "--", *ran],
                  # a comma in a flag's value no longer smuggles in another option
                  ["--budget", "1M", "--policy", "dtr_eq,budget:0", "--", *ran],
-                 ["--budget", "1M", "--svg", "/no/such/dir/x.svg", "--", *ran]):
+                 ["--budget", "1M", "--svg", "/no/such/dir/x.svg", "--", *ran],
+                 # an empty DTR_<NAME> counts as unset: it would lose to DTR_CONF
+                 ["--conf", "budget:", "--", *ran], ["--budget", "", "--", *ran]):
         proc = run([dtr_run, *args], clean_env(), check=False)
         assert proc.returncode == 2 and "ran" not in proc.stdout, (args, proc.stdout, proc.stderr)
     proc = run([dtr_run, "--", *ran], clean_env(DTR_POLICY="nope"), check=False)

@@ -171,17 +171,22 @@ int main(int argc, char** argv) {
   Settings settings;
   try {
     settings = dtr::split_conf(conf);
-    if (!budget.empty()) settings.push_back({"budget", budget});
-    if (!reserved_limit.empty()) settings.push_back({"reserved_limit", reserved_limit});
-    if (!policy.empty()) settings.push_back({"policy", policy});
+    if (app.count("--budget") > 0) settings.push_back({"budget", budget});
+    if (app.count("--reserved-limit") > 0) settings.push_back({"reserved_limit", reserved_limit});
+    if (app.count("--policy") > 0) settings.push_back({"policy", policy});
     if (report) settings.push_back({"report", "True"});
+    // Note [Flags win]: an empty DTR_<NAME> counts as unset, so an empty value would lose
+    // to an inherited DTR_CONF entry where the flag meant to clear it.
+    for (const dtr::ConfEntry& s : settings)
+      if (s.value.find_first_not_of(" \t") == std::string::npos)
+        throw dtr::ConfigError("dtr-run: option " + s.key +
+                               " has an empty value; give one (budget:0 and "
+                               "reserved_limit:0 lift a limit)");
     // What the library will read: DTR_CONF, the inherited DTR_<NAME>, then these.
     dtr::Config check = dtr::Config::for_pytorch();
     check.apply_environment();
     for (const dtr::ConfEntry& s : settings) check.set(s.key, s.value);
-    if (!dtr::builtin_heuristics().find(check.policy))
-      throw dtr::ConfigError("dtr-run: unknown policy '" + check.policy +
-                             "'; valid policies: " + dtr::builtin_heuristics().names());
+    dtr::builtin_heuristics().require(check.policy);
     // A budget may be a ratio (Note [Ratio budgets] in integration/torch/lineage.cpp).
     if (check.reserved_limit.kind == dtr::Budget::Kind::ratio)
       throw dtr::ConfigError("dtr-run: --reserved-limit " + check.reserved_limit.to_string() +

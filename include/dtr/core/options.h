@@ -232,6 +232,11 @@ struct OptionInfo {
 };
 const std::vector<OptionInfo>& option_table();
 
+// Throws ConfigError for a DTR_ variable in the environment whose name is near an option's
+// (or DTR_CONF's) and is not one (Note [Misspelled variables] in
+// core/misspelled_variables.cpp). Config::apply_environment calls it first.
+void check_misspelled_variables();
+
 // One `key:value` entry of a DTR_CONF string, brackets taken off (Note [DTR_CONF
 // tokenizing] in core/options.cpp).
 struct ConfEntry {

@@ -25,6 +25,9 @@ class HeuristicRegistry {
  public:
   void add(HeuristicInfo info);  // replaces an entry of the same name
   const HeuristicInfo* find(const std::string& name) const;
+  // find, or throws ConfigError naming the unknown policy and listing the known ones (a
+  // policy option checked at start, where nothing is made yet: the PyTorch host, dtr-run).
+  const HeuristicInfo& require(const std::string& name) const;
   // Throws ConfigError naming the unknown policy and listing the known ones.
   std::unique_ptr<Heuristic> make(const std::string& name, const HeuristicParams& params) const;
   const std::vector<HeuristicInfo>& entries() const { return entries_; }
