@@ -147,7 +147,7 @@
 // host pins op results under `min_evictable`: Note [Small storages] in
 // integration/torch/lineage.cpp) held a recorded 2-step mlp trace's keep-all peak 36
 // bytes above its baseline peak, so every chain method recomputed at `--budget 1.0`
-// (checkpoint-subset: overhead 1.34), and a CONSTANT the program released unread held its
+// (checkpoint-subset: overhead 1.28), and a CONSTANT the program released unread held its
 // bytes to the end of a hand trace.
 #include "dtr/planner/graph.h"
 

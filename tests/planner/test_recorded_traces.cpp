@@ -414,7 +414,7 @@ TEST_CASE("where keeping everything fits, every plan keeps everything",
   // Note [Pin ends]: a pinned node ends its pin at the RELEASE of its last name. Pinned to
   // the end, mlp_steps' 40-byte bias gradient sum held the graph's keep-all peak 36 B above
   // the trace's baseline peak (6937212 against 6937176 B), and every chain method
-  // recomputed at --budget 1.0 (checkpoint-subset: overhead 1.34). kusumoto-approx (whose
+  // recomputed at --budget 1.0 (checkpoint-subset: overhead 1.28). kusumoto-approx (whose
   // lower-set DP missed keep-all: 1.02 at the same budget) and checkmate-lp (whose rounding
   // missed it: 1.008 on residual_steps) now take keep-all where it fits, as the chain
   // methods do. resnet18_scratch's keep-all stays 917500 B above its baseline: a storage
