@@ -678,6 +678,20 @@ class CachingAllocator::Impl {
     ++stats_.num_ooms;
   }
 
+  // Note [Fork]
+  // ~~~~~~~~~~~
+  // fork() copies only the calling thread. If another thread held the mutex then, the
+  // child's copy stays locked for good, and its first allocation that takes the lock
+  // blocks forever: a DataLoader forked its workers while a second thread trained, and
+  // one worker in about a thousand hung (a probe, 2026-12-07; also with remat:False). So
+  // the PyTorch host's pthread_atfork handlers (integration/torch/runtime.cpp) take the
+  // mutex before the fork, after the engine's lock (the order every other path takes
+  // them in: the allocator calls the engine only with its mutex released, Note [Lock
+  // rules]), and release it after, in the parent and in the child, whose one thread is a
+  // copy of the one that took it.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+
   bool is_valid(std::string* why) const {
     std::lock_guard<std::mutex> lock(mutex_);
     return is_valid_locked(why);
@@ -1202,6 +1216,8 @@ bool CachingAllocator::set_budget(uint64_t budget_bytes) {
   return true;
 }
 void CachingAllocator::count_oom() { impl_->count_oom(); }
+void CachingAllocator::lock_for_fork() { impl_->lock_for_fork(); }
+void CachingAllocator::unlock_after_fork() { impl_->unlock_after_fork(); }
 bool CachingAllocator::lower_budget(uint64_t budget_bytes) {
   if (!impl_->lower_budget(budget_bytes)) return false;
   config_.budget_bytes = budget_bytes;

@@ -53,6 +53,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -442,6 +443,12 @@ void load_runtime() {
       return;
   }
   runtime_ptr.store(rt, std::memory_order_release);
+  // Note [Fork] in allocator/caching_allocator.cpp. Registered before the engine's handlers
+  // (Note [Fork] in dispatch_hook.cpp): prepare handlers run in the reverse order, so the
+  // engine's lock is taken first, as every other path takes the two.
+  pthread_atfork([] { runtime()->allocator().lock_for_fork(); },
+                 [] { runtime()->allocator().unlock_after_fork(); },
+                 [] { runtime()->allocator().unlock_after_fork(); });
   if (compiled_torch_version() != tested_torch_version())
     std::fprintf(stderr,
                  "dtr: warning: built against PyTorch %s, tested against %s only. Under 2.11 "
