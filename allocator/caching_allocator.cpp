@@ -678,8 +678,8 @@ class CachingAllocator::Impl {
     ++stats_.num_ooms;
   }
 
-  // Note [Fork]
-  // ~~~~~~~~~~~
+  // Note [Forking beside the allocator]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // fork() copies only the calling thread. If another thread held the mutex then, the
   // child's copy stays locked for good, and its first allocation that takes the lock
   // blocks forever: a DataLoader forked its workers while a second thread trained, and

@@ -443,9 +443,10 @@ void load_runtime() {
       return;
   }
   runtime_ptr.store(rt, std::memory_order_release);
-  // Note [Fork] in allocator/caching_allocator.cpp. Registered before the engine's handlers
-  // (Note [Fork] in dispatch_hook.cpp): prepare handlers run in the reverse order, so the
-  // engine's lock is taken first, as every other path takes the two.
+  // Note [Forking beside the allocator] in allocator/caching_allocator.cpp. Registered
+  // before the engine's handlers (Note [Fork] in dispatch_hook.cpp): prepare handlers run
+  // in the reverse order, so the engine's lock is taken first, as every other path takes
+  // the two.
   pthread_atfork([] { runtime()->allocator().lock_for_fork(); },
                  [] { runtime()->allocator().unlock_after_fork(); },
                  [] { runtime()->allocator().unlock_after_fork(); });

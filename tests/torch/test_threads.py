@@ -138,10 +138,11 @@ def test_threads_starting_ops_at_once_install_the_guard_once(lib):
         assert "GUARDED True" in proc.stdout, proc.stdout + proc.stderr
 
 
-# Note [Fork] in allocator/caching_allocator.cpp: a thread keeps taking the allocator's lock
-# (a fresh 64 MiB segment, then back to the system) while the main thread forks; each child
-# allocates, which takes the lock. Before the lock was held across fork(), 10 of 60 children
-# hung here (and one in about a thousand DataLoader workers forked beside a training thread).
+# Note [Forking beside the allocator] in allocator/caching_allocator.cpp: a thread keeps
+# taking the allocator's lock (a fresh 64 MiB segment, then back to the system) while the
+# main thread forks; each child allocates, which takes the lock. Before the lock was held
+# across fork(), 10 and 14 of 60 children hung here in two runs (and one in about a
+# thousand DataLoader workers forked beside a training thread).
 FORK_BESIDE_A_THREAD = r"""
 import os, sys, threading, time, torch, dtr
 stop = False

@@ -268,9 +268,9 @@ class CachingAllocator {
   // here (a ratio budget that does not fit, on_thrash:raise): num_ooms counts every one the
   // program saw, as PyTorch's counts every one its allocator threw.
   void count_oom();
-  // Note [Fork] in allocator/caching_allocator.cpp: pthread_atfork's prepare handler takes
-  // the allocator's lock, and its parent and child handlers release it, so a child is
-  // never forked while another thread is inside the allocator.
+  // Note [Forking beside the allocator] in allocator/caching_allocator.cpp: pthread_atfork's
+  // prepare handler takes the allocator's lock, and its parent and child handlers release
+  // it, so a child is never forked while another thread is inside the allocator.
   void lock_for_fork();
   void unlock_after_fork();
   // Checks every invariant listed above; on failure says which in *why (if given).
