@@ -682,8 +682,9 @@ class CachingAllocator::Impl {
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // fork() copies only the calling thread. If another thread held the mutex then, the
   // child's copy stays locked for good, and its first allocation that takes the lock
-  // blocks forever: a DataLoader forked its workers while a second thread trained, and
-  // one worker in about a thousand hung (a probe, 2026-12-07; also with remat:False). So
+  // blocks forever: beside a training thread, one child in about a thousand forks hung,
+  // and a DataLoader's workers stuck at its 143rd loader (a probe, 2026-12-07; also with
+  // remat:False). So
   // the PyTorch host's pthread_atfork handlers (integration/torch/runtime.cpp) take the
   // mutex before the fork, after the engine's lock (the order every other path takes
   // them in: the allocator calls the engine only with its mutex released, Note [Lock

@@ -141,8 +141,8 @@ def test_threads_starting_ops_at_once_install_the_guard_once(lib):
 # Note [Forking beside the allocator] in allocator/caching_allocator.cpp: a thread keeps
 # taking the allocator's lock (a fresh 64 MiB segment, then back to the system) while the
 # main thread forks; each child allocates, which takes the lock. Before the lock was held
-# across fork(), 10 and 14 of 60 children hung here in two runs (and one in about a
-# thousand DataLoader workers forked beside a training thread).
+# across fork(), 10 and 14 of 60 children hung here in two runs (beside a training thread,
+# one fork in about a thousand, and a DataLoader's workers at its 143rd loader).
 FORK_BESIDE_A_THREAD = r"""
 import os, sys, threading, time, torch, dtr
 stop = False
