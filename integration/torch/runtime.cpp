@@ -350,30 +350,38 @@ void report_at_exit() {
 //    include/dtr/core/output_file.h) before the script runs (a bad one is a bad option:
 //    Note [Bad configuration]), and two options may not name one file (the trace
 //    overwrote the timeline, both "wrote"): check_output_paths.
+// The options whose files are written at exit, with their variables.
+struct OutputOption {
+  std::string Config::*path;
+  const char* key;
+  const char* env;
+};
+constexpr OutputOption kOutputOptions[] = {{&Config::trace, "trace", "DTR_TRACE"},
+                                           {&Config::timeline, "timeline", "DTR_TIMELINE"},
+                                           {&Config::snapshot, "snapshot", "DTR_SNAPSHOT"}};
+
 void absolute_output_paths(Config& config) {
-  const std::pair<std::string*, const char*> outputs[] = {{&config.trace, "DTR_TRACE"},
-                                                          {&config.timeline, "DTR_TIMELINE"},
-                                                          {&config.snapshot, "DTR_SNAPSHOT"}};
-  for (const auto& [path, env] : outputs) {
-    if (path->empty()) continue;
+  for (const OutputOption& output : kOutputOptions) {
+    std::string& path = config.*output.path;
+    if (path.empty()) continue;
     std::error_code error;
-    const std::filesystem::path absolute = std::filesystem::absolute(*path, error);
+    const std::filesystem::path absolute = std::filesystem::absolute(path, error);
     if (error) continue;  // check_output_paths says what is wrong with it
-    *path = absolute.lexically_normal().string();
-    setenv(env, path->c_str(), 1);
+    path = absolute.lexically_normal().string();
+    setenv(output.env, path.c_str(), 1);
   }
 }
 
 void check_output_paths(const Config& config) {
-  const std::pair<const std::string*, const char*> outputs[] = {
-      {&config.trace, "trace"}, {&config.timeline, "timeline"}, {&config.snapshot, "snapshot"}};
-  for (const auto& [path, what] : outputs)
-    if (!path->empty()) check_writable(*path, std::string(what) + " (option " + what + ")");
-  for (size_t i = 0; i < std::size(outputs); ++i)
-    for (size_t j = i + 1; j < std::size(outputs); ++j)
-      if (!outputs[i].first->empty() && *outputs[i].first == *outputs[j].first)
-        throw ConfigError(std::string("dtr: options ") + outputs[i].second + " and " +
-                          outputs[j].second + " name the same file '" + *outputs[i].first +
+  for (const OutputOption& output : kOutputOptions)
+    if (const std::string& path = config.*output.path; !path.empty())
+      check_writable(path, std::string(output.key) + " (option " + output.key + ")");
+  for (size_t i = 0; i < std::size(kOutputOptions); ++i)
+    for (size_t j = i + 1; j < std::size(kOutputOptions); ++j)
+      if (const std::string& path = config.*kOutputOptions[i].path;
+          !path.empty() && path == config.*kOutputOptions[j].path)
+        throw ConfigError(std::string("dtr: options ") + kOutputOptions[i].key + " and " +
+                          kOutputOptions[j].key + " name the same file '" + path +
                           "'; give each its own");
 }
 
@@ -392,8 +400,8 @@ void load_runtime() {
     absolute_output_paths(config);  // Note [Output paths at start]
     // Note [Files of child processes]
     const bool child = child_of_a_dtr_process(preload_named_library);
-    for (std::string* path : {&config.trace, &config.timeline, &config.snapshot})
-      *path = path_for_this_process(*path, child);
+    for (const OutputOption& output : kOutputOptions)
+      config.*output.path = path_for_this_process(config.*output.path, child);
     budget_bytes = live_budget_bytes(config);
     reserved_limit_bytes = live_limit_bytes(config.reserved_limit, "reserved_limit");
     if (config.lazy_release)  // Note [Lazy release] in eviction/engine.cpp
@@ -401,12 +409,9 @@ void load_runtime() {
           "dtr: option lazy_release makes a replay in dtr-sim keep dead storages "
           "until the next eviction request, as this runtime always does; it has "
           "no meaning here: drop it from DTR_CONF / DTR_LAZY_RELEASE");
-    parse_op_cost(config.op_cost);                  // a bad value fails now
-    parse_thrash_action(config.on_thrash);          // a bad value fails now
-    parse_trial_mode(config.trial);                 // a bad value fails now
-    constants_where_allocated(config);              // a bad value fails now
-    parse_snapshot_format(config.snapshot_format);  // a bad value fails now, not at exit
-    builtin_heuristics().require(config.policy);    // also with remat:False, which uses none
+    // op_cost, on_thrash, trial, trace_constants, snapshot_format: Note [Option choices]
+    // checked them as they were set.
+    builtin_heuristics().require(config.policy);  // also with remat:False, which uses none
     check_output_paths(config);
     if (!config.plan_trace.empty() && config.plan.empty())
       throw ConfigError(
