@@ -386,6 +386,7 @@
 #include <unordered_set>
 
 #include "integration/torch/cpu_allocator.h"
+#include "integration/torch/exit_writers.h"
 #include "integration/torch/lineage.h"
 #include "integration/torch/lineage_impl.h"
 
@@ -813,6 +814,7 @@ void guard_raw_access() {
     return;
   }
   if (!is_init()) return;
+  hook_python_exit();  // Note [Outputs at exit] in exit_writers.cpp
   // One installer at a time. The Python code can give up the GIL part way (imports), and
   // a second thread's first op then ran it again: both defined and deleted the function
   // in __main__, and one raised NameError (seen with three threads starting ops at once).

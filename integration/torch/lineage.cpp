@@ -167,6 +167,7 @@
 #include "dtr/eviction/heuristic_registry.h"
 #include "integration/torch/compat.h"
 #include "integration/torch/cpu_allocator.h"
+#include "integration/torch/exit_writers.h"
 
 namespace dtr::torch_integration {
 
@@ -2490,8 +2491,9 @@ void start_lineage(const Config& config, CachingAllocator& allocator, MemoryHist
   auto* lineage = new Lineage(config, allocator, history, std::move(plan));  // never deleted: Note [Immortal allocator]
   lineage_ptr.store(lineage, std::memory_order_release);
   loader_pid = getpid();
-  if (!config.trace.empty() || !config.timeline.empty()) std::atexit(write_recordings_at_exit);
-  if (config.budget.kind == Budget::Kind::ratio) std::atexit(warn_ratio_budget_at_exit);
+  // Note [Outputs at exit] in exit_writers.cpp
+  if (!config.trace.empty() || !config.timeline.empty()) write_at_exit(write_recordings_at_exit);
+  if (config.budget.kind == Budget::Kind::ratio) write_at_exit(warn_ratio_budget_at_exit);
   if (register_dispatch_hook()) {
     enable_hook_on_this_thread(true);
     set_allocation_observer(&record_if_python_thread);  // Note [Threads]

@@ -12,7 +12,8 @@
 //     its pid (Note [Files of child processes]);
 //  3. build the CachingAllocator over a HostBackend with the budget, and install it as
 //     PyTorch's CPU allocator; a second load in the same process changes nothing;
-//  4. with `report` (DTR_REPORT=1), register the summary printed at exit.
+//  4. with `report` (DTR_REPORT=1), register the summary printed at exit (Note [Outputs
+//     at exit] in exit_writers.cpp).
 //
 // Note [Files of child processes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -38,6 +39,17 @@
 // exit(2): before the script's first line under LD_PRELOAD / dtr-run, inside the call
 // under torch.ops.load_library. Exit status 2 is the usual one for a usage error (dtr-run
 // uses it for bad flags too).
+// Under dtr.load() the process is a Python program already running, perhaps a notebook's
+// kernel, and exit(2) lost it whole: no `finally` ran, nothing could catch it. So
+// dtr.load() sets DTR_LOAD_RAISES to its pid around its dlopen, and then a bad option makes the
+// library keep the message and stay off, with nothing installed (no allocator, no
+// fallback) and no variable changed that a later start reads (Note [Output paths at
+// start]: the paths are handed to children only once every check passed); dtr.load
+// raises DtrError with the message, and calling it again after the environment is fixed
+// starts the library (dtr_torch_start). torch.ops.load_library itself keeps exit(2): it
+// has no way to ask. A failure after the allocator is installed (the lineage's own, which
+// the checks before it leave unreachable from the options) always exits: the allocator
+// cannot be taken back.
 //
 // Note [Eviction hook-up]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -81,6 +93,7 @@
 #include "dtr/eviction/thrash_watch.h"
 #include "dtr/planner/warm_start.h"
 #include "integration/torch/cpu_allocator.h"
+#include "integration/torch/exit_writers.h"
 #include "integration/torch/lineage.h"
 #include "integration/torch/process_kind.h"
 #include "integration/torch/recording.h"
@@ -232,23 +245,52 @@ std::string path_for_this_process(const std::string& path, bool child) {
 
 // Note [Files of child processes]: true in a process the shim started the library in,
 // under another dtr process. Tells this process's own children that it is their parent.
+// Answered once per process: a second start after a failed one (Note [Bad configuration])
+// finds DTR_PARENT_PID set to its own pid by the first.
 bool child_of_a_dtr_process(bool preload_named_library) {
+  static pid_t asked_in = 0;
+  static bool child = false;
+  if (asked_in == getpid()) return child;
+  asked_in = getpid();
   const std::string own = std::to_string(getpid());
   const char* parent = getenv("DTR_PARENT_PID");
-  const bool child = !preload_named_library && parent && *parent && own != parent;
+  child = !preload_named_library && parent && *parent && own != parent;
   setenv("DTR_PARENT_PID", own.c_str(), 1);
   return child;
 }
 
-[[noreturn]] void fail_at_start(const std::string& message) {
-  // Note [Bad configuration]
-  std::fprintf(stderr, "%s\n", message.c_str());
+// Note [Bad configuration]: the message a start that failed gives, with the valid keys.
+std::string start_failure_text(const std::string& message) {
+  std::string text = message;
   if (message.find("valid keys") == std::string::npos)
-    std::fprintf(stderr, "dtr: valid keys: %s (docs/config.md)\n", valid_option_keys().c_str());
-  std::fprintf(stderr,
-               "dtr: libdtr_torch.so not started: fix DTR_CONF / DTR_* and run again\n");
+    text += "\ndtr: valid keys: " + valid_option_keys() + " (docs/config.md)";
+  return text;
+}
+
+[[noreturn]] void exit_at_start(const std::string& message) {
+  std::fprintf(stderr, "%s\ndtr: libdtr_torch.so not started: fix DTR_CONF / DTR_* and run again\n",
+               start_failure_text(message).c_str());
   std::fflush(stderr);
   std::exit(2);
+}
+
+// Note [Bad configuration]: under dtr.load() (DTR_LOAD_RAISES) a failed start is kept
+// here, and the library stays off; set and read by the loading thread (dtr.load holds the
+// GIL).
+// A function's static: the library's initializer runs before this file's dynamic
+// initializers may have.
+bool start_errors_raise = false;
+std::string& start_error() {
+  static std::string message;
+  return message;
+}
+struct StartFailure {
+  std::string message;
+};
+
+[[noreturn]] void fail_at_start(const std::string& message) {
+  if (start_errors_raise) throw StartFailure{message};
+  exit_at_start(message);
 }
 
 // Note [Snapshot history]
@@ -342,10 +384,11 @@ void report_at_exit() {
 // relative path was taken against the working directory at exit, so a script that
 // chdir'd wrote elsewhere than it said. So:
 //  - each path is made absolute against the working directory where the library starts
-//    (absolute_output_paths), and handed to child processes so (its DTR_<NAME> is set to
-//    it): a child started in another directory writes `<path>.<pid>` beside its parent's
-//    file (Note [Files of child processes]), where it failed at start, that directory
-//    having no `out/` of its own;
+//    (absolute_output_paths), and handed to child processes so once every check passed
+//    (its DTR_<NAME> is set to it: export_output_paths; before, a start that failed would
+//    leave it to the next start, Note [Bad configuration]): a child started in another
+//    directory writes `<path>.<pid>` beside its parent's file (Note [Files of child
+//    processes]), where it failed at start, that directory having no `out/` of its own;
 //  - each process's own path is checked as the tools check theirs (Note [Output files] in
 //    include/dtr/core/output_file.h) before the script runs (a bad one is a bad option:
 //    Note [Bad configuration]), and two options may not name one file (the trace
@@ -368,8 +411,14 @@ void absolute_output_paths(Config& config) {
     const std::filesystem::path absolute = std::filesystem::absolute(path, error);
     if (error) continue;  // check_output_paths says what is wrong with it
     path = absolute.lexically_normal().string();
-    setenv(output.env, path.c_str(), 1);
   }
+}
+
+// `absolute`: the config after absolute_output_paths, before a child's `<path>.<pid>`.
+void export_output_paths(const Config& absolute) {
+  for (const OutputOption& output : kOutputOptions)
+    if (const std::string& path = absolute.*output.path; !path.empty())
+      setenv(output.env, path.c_str(), 1);
 }
 
 void check_output_paths(const Config& config) {
@@ -385,7 +434,7 @@ void check_output_paths(const Config& config) {
                           "'; give each its own");
 }
 
-void load_runtime() {
+void start_runtime() {
   if (!can_run_torch_ops()) {  // Note [Wrapper processes] in process_kind.cpp
     hand_ld_preload_to_shim(/*started=*/false);
     return;
@@ -395,9 +444,11 @@ void load_runtime() {
   Config config = Config::for_pytorch();
   uint64_t budget_bytes = kUnlimitedBytes;
   uint64_t reserved_limit_bytes = kUnlimitedBytes;
+  Config absolute;  // for export_output_paths
   try {
     config.apply_environment();
     absolute_output_paths(config);  // Note [Output paths at start]
+    absolute = config;
     // Note [Files of child processes]
     const bool child = child_of_a_dtr_process(preload_named_library);
     for (const OutputOption& output : kOutputOptions)
@@ -434,6 +485,7 @@ void load_runtime() {
     std::fprintf(stderr, "dtr: note: plan=%s is not followed with remat:False (nothing is "
                  "evicted or recomputed)\n", config.plan.c_str());
   }
+  export_output_paths(absolute);  // Note [Output paths at start]
   const bool report = config.report;
   auto* rt =
       new TorchRuntime(std::move(config), budget_bytes, reserved_limit_bytes);  // never deleted
@@ -468,10 +520,29 @@ void load_runtime() {
     else
       install_storage_guard();
   } catch (const ConfigError& e) {
-    fail_at_start(e.what());
+    exit_at_start(e.what());  // the allocator is in: Note [Bad configuration]
   }
-  if (report) std::atexit(report_at_exit);
-  if (!rt->config().snapshot.empty()) std::atexit(snapshot_at_exit);
+  // Note [Outputs at exit] in exit_writers.cpp
+  if (report) write_at_exit(report_at_exit);
+  if (!rt->config().snapshot.empty()) write_at_exit(snapshot_at_exit);
+  hook_python_exit();  // loaded by Python (torch.ops.load_library, dtr.load): it is up
+}
+
+// Note [Bad configuration]
+void load_runtime() {
+  // Its value is the loading process's pid: an inherited one (a child, or a variable left
+  // set) does not count, so LD_PRELOAD and the shim keep exit(2) whatever the environment.
+  const char* raises = getenv("DTR_LOAD_RAISES");
+  start_errors_raise = raises && std::string(raises) == std::to_string(getpid());
+  start_error().clear();
+  try {
+    start_runtime();
+  } catch (const StartFailure& failure) {
+    start_error() = start_failure_text(failure.message) +
+                    "\ndtr: libdtr_torch.so not started: fix DTR_CONF / DTR_* (os.environ) and "
+                    "call dtr.load() again";
+  }
+  start_errors_raise = false;
 }
 
 __attribute__((constructor)) void dtr_torch_initializer() { load_runtime(); }
@@ -572,6 +643,14 @@ void dtr_torch_reset_peak_stats(void) {
 uint64_t dtr_torch_empty_cache(void) {
   dtr::torch_integration::TorchRuntime* rt = runtime();
   return rt ? rt->allocator().empty_cache() : 0;
+}
+
+int dtr_torch_start(int again) {
+  using namespace dtr::torch_integration;
+  if (again && !runtime() && !start_error().empty()) load_runtime();
+  if (start_error().empty()) return 0;
+  last_error = start_error();
+  return 1;
 }
 
 const char* dtr_torch_last_error(void) {

@@ -11,7 +11,8 @@
 // Failure at start. A bad DTR_CONF or DTR_* value, or a budget the live runtime cannot
 // use (a ratio: only the simulator knows a baseline peak), prints the reason and the
 // valid keys on stderr and ends the process with exit status 2, before the script runs
-// (LD_PRELOAD) or inside torch.ops.load_library. A static initializer cannot raise a
+// (LD_PRELOAD) or inside torch.ops.load_library; under dtr.load() it raises DtrError
+// instead (dtr_torch_start). A static initializer cannot raise a
 // Python exception, and running on without the requested budget would be the silent
 // failure the options table exists to prevent (Note [Bad configuration] in runtime.cpp).
 //
@@ -47,6 +48,12 @@ DTR_TORCH_API void dtr_torch_reset_peak_stats(void);
 // the small path]); returns the segment bytes released, 0 when not enabled. Live tensors
 // and the budget are not touched; evicted tensors stay evicted.
 DTR_TORCH_API uint64_t dtr_torch_empty_cache(void);
+// Whether the library started: 0 when it did (or this process runs no PyTorch ops), 1 when
+// its options stopped it and dtr_torch_last_error() says why. That happens only in a
+// start under dtr.load(), which sets DTR_LOAD_RAISES to its pid (Note [Bad configuration] in
+// runtime.cpp: otherwise a bad option ends the process). With `again` nonzero, a start
+// that failed so is tried again, reading the environment anew.
+DTR_TORCH_API int dtr_torch_start(int again);
 // The message of this thread's last failed call.
 DTR_TORCH_API const char* dtr_torch_last_error(void);
 // "1.13": the PyTorch version the library was compiled against.

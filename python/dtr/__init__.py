@@ -53,6 +53,9 @@ __all__ = [
 ]
 
 LIBRARY_NAME = "libdtr_torch.so"
+# Set to this process's pid while load() starts the library, which then keeps a bad
+# option's message for load() to raise, where it would end the process.
+_LOAD_RAISES = "DTR_LOAD_RAISES"
 _UNLIMITED = 2**64 - 1
 _lib = None
 
@@ -102,6 +105,8 @@ def _bind(lib):
     lib.dtr_torch_reserved_limit_bytes.restype = ctypes.c_uint64
     lib.dtr_torch_reset_peak_stats.restype = None
     lib.dtr_torch_empty_cache.restype = ctypes.c_uint64
+    lib.dtr_torch_start.argtypes = [ctypes.c_int]
+    lib.dtr_torch_start.restype = ctypes.c_int
     lib.dtr_torch_last_error.restype = ctypes.c_char_p
     lib.dtr_torch_compiled_torch_version.restype = ctypes.c_char_p
     lib.dtr_torch_set_recording.argtypes = [ctypes.c_int]
@@ -120,8 +125,13 @@ def is_loaded():
 
 def load(path=None):
     """Loads libdtr_torch.so into this process (as torch.ops.load_library would), which
-    installs its CPU allocator, and returns its path. A no-op when it is loaded already.
-    Import torch first: the library needs libtorch."""
+    installs its CPU allocator, and returns its path. A no-op when it is loaded and
+    started already. Import torch first: the library needs libtorch.
+
+    A bad option (DTR_CONF, DTR_*) raises DtrError with the reason and the valid keys,
+    and the library stays off; fix os.environ and call load() again. (Loaded any other way,
+    the library ends the process with status 2 instead: Note [Bad configuration] in
+    integration/torch/runtime.cpp.)"""
     global _lib
     loaded = _loaded_path()
     target = loaded or path or library_path()
@@ -129,7 +139,19 @@ def load(path=None):
         raise DtrError(
             f"{target} does not exist: build the dtr_torch target "
             "(cmake --build build --target dtr_torch) or set DTR_LIBRARY")
-    _lib = _bind(ctypes.CDLL(target))
+    previous = os.environ.get(_LOAD_RAISES)
+    os.environ[_LOAD_RAISES] = str(os.getpid())
+    try:
+        lib = _bind(ctypes.CDLL(target))
+        failed = lib.dtr_torch_start(1 if loaded else 0)
+    finally:
+        if previous is None:
+            del os.environ[_LOAD_RAISES]
+        else:
+            os.environ[_LOAD_RAISES] = previous
+    _lib = lib
+    if failed:
+        raise DtrError(lib.dtr_torch_last_error().decode())
     return target
 
 
@@ -156,6 +178,8 @@ def is_enabled():
 def _enabled_library():
     lib = _library()
     if not lib.dtr_torch_is_enabled():
+        if lib.dtr_torch_start(0):  # dtr.load() raised: its options stopped it
+            raise DtrError(lib.dtr_torch_last_error().decode())
         raise DtrError(f"{LIBRARY_NAME} is loaded but not enabled in this process")
     return lib
 

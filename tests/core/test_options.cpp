@@ -672,9 +672,9 @@ TEST_CASE("a variable near an option's is refused, naming the option", "[core][o
   // The project's other variables, and any far from an option's, are left alone; short
   // names are near ordinary words (a first rule of two edits on any name refused these).
   for (const char* var :
-       {"DTR_LIBRARY", "DTR_PARENT_PID", "DTR_SIM", "DTR_RUN", "DTR_PLAN_TOOL", "DTR_DATA_DIR",
-        "DTR_PYTHON", "DTR_SOMETHING_ELSE", "DTR_PORT", "DTR_PLOT", "DTR_SPEED", "DTR_ARCH",
-        "DTR_TRACES", "DTR_PLANS", "DTR_REPO"}) {
+       {"DTR_LIBRARY", "DTR_PARENT_PID", "DTR_LOAD_RAISES", "DTR_SIM", "DTR_RUN", "DTR_PLAN_TOOL",
+        "DTR_DATA_DIR", "DTR_PYTHON", "DTR_SOMETHING_ELSE", "DTR_PORT", "DTR_PLOT", "DTR_SPEED",
+        "DTR_ARCH", "DTR_TRACES", "DTR_PLANS", "DTR_REPO"}) {
     INFO(var);
     guard.set(var, "1");
     Config config;

@@ -153,3 +153,54 @@ def test_a_child_in_another_directory_writes_beside_its_parent(lib, tmp_path):
     assert written[0] == "rel.trace" and len(written) == 2, (written, proc.stderr)
     assert written[1].startswith("rel.trace."), written
     assert list((tmp_path / "sub").iterdir()) == []
+
+
+def test_a_bad_option_under_dtr_load_raises_and_a_fixed_one_starts(lib, tmp_path):
+    """Note [Bad configuration]: under dtr.load() the process is already running (perhaps a
+    notebook's kernel); exit(2) ended it with no `finally` run and nothing to catch. Now
+    DtrError says why, the library stays off, and load() after the fix starts it."""
+    script = f"""
+import os, torch, dtr
+for bad in ("budget:300M,bogus:1", "budget:300M,trace:{tmp_path}/no/such.trace"):
+    os.environ["DTR_CONF"] = bad
+    try:
+        dtr.load()
+    except dtr.DtrError as e:
+        print("RAISED", bad, "|", str(e).replace(chr(10), " "))
+    finally:
+        print("FINALLY")
+    print("ENABLED", dtr.is_enabled(), "LEFT", os.environ.get("DTR_LOAD_RAISES"))
+    try:
+        dtr.memory_stats()
+    except dtr.DtrError as e:
+        print("STATS RAISED", "valid keys" in str(e))
+os.environ["DTR_CONF"] = "budget:300M,report:True"
+print("PATH", dtr.load())
+print("ENABLED", dtr.is_enabled(), "BUDGET", dtr.get_budget())
+x = torch.randn(256, 256)
+print("SUM", float((x @ x).sum()) == float((x @ x).sum()))
+"""
+    proc = run([PYTHON, "-c", script], clean_env(DTR_LIBRARY=lib), cwd=tmp_path)
+    out = proc.stdout
+    assert out.count("FINALLY") == 2, out + proc.stderr
+    assert "RAISED budget:300M,bogus:1 | dtr: " in out and "bogus" in out
+    assert f"RAISED budget:300M,trace:{tmp_path}/no/such.trace | " in out
+    for line in out.splitlines():
+        if line.startswith("RAISED"):
+            assert "valid keys: budget" in line and "call dtr.load() again" in line, line
+    assert out.count("ENABLED False LEFT None") == 2, out
+    assert out.count("STATS RAISED True") == 2, out
+    assert f"ENABLED True BUDGET {300 * 2**20}" in out, out
+    assert "SUM True" in out
+    assert '"budget_bytes":314572800' in proc.stderr, proc.stderr  # the report at exit
+    assert "dtr: " not in proc.stderr.replace("dtr: report", ""), proc.stderr
+
+
+def test_an_inherited_load_raises_variable_does_not_stop_the_exit(lib):
+    """DTR_LOAD_RAISES counts only with the loading process's own pid: left set, or handed
+    to a child, it must not turn LD_PRELOAD's exit(2) into a library silently off."""
+    for value in ("1", "0", str(2**22 + 17)):
+        proc = run([PYTHON, "-c", "print('STARTED')"],
+                   clean_env(LD_PRELOAD=lib, DTR_CONF="bogus:1", DTR_LOAD_RAISES=value),
+                   check=False)
+        assert_fails_at_start(proc, "bogus")

@@ -1,0 +1,74 @@
+// exit_writers.cpp: the library's outputs at the end of the process (exit_writers.h).
+//
+// Note [Outputs at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// The report (DTR_REPORT), the snapshot (DTR_SNAPSHOT), the trace and the timeline are
+// written when the process ends. Until 2026-12-07 each was a C atexit handler, and a run
+// stopped by Ctrl-C wrote none of them and said nothing: Python ends an uncaught
+// KeyboardInterrupt by finalizing the interpreter and then killing itself with SIGINT
+// (so that its parent sees the signal, bpo-1054041), and exit() never runs. So the
+// writers are registered here, once each, and run once, by the first of:
+//  - Python's low-level exit functions (Py_AtExit), which Py_FinalizeEx calls last,
+//    after the interpreter is torn down (so every tensor the program held is freed, as
+//    under atexit before), on every way a Python program ends normally: the script's
+//    end, sys.exit, an uncaught exception, and the KeyboardInterrupt above;
+//  - C's atexit, for a process that is not Python (a libtorch program) or exits without
+//    finalizing Python (os._exit skips both; a signal's default action too).
+// Py_AtExit is looked up in the process (dlsym: the library does not link libpython) and
+// called only once the interpreter is up: under LD_PRELOAD the library starts before
+// Python does, whose start-up may reset what was registered before it. The first op run
+// once Python is up registers it (hook_python_exit, from the raw-access guard, which
+// waits for the same moment). A run killed by a signal whose default action ends it
+// (SIGTERM: multiprocessing.Pool's terminate) still writes nothing; a handler that calls
+// sys.exit does (docs/open-items.md).
+#include "integration/torch/exit_writers.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+namespace dtr::torch_integration {
+
+namespace {
+
+constexpr int kMaxWriters = 8;
+std::mutex writers_mutex;
+void (*writers[kMaxWriters])() = {};
+int num_writers = 0;
+
+void run_writers() {
+  static std::atomic<bool> ran{false};
+  if (ran.exchange(true)) return;
+  int count;
+  {
+    std::lock_guard<std::mutex> lock(writers_mutex);
+    count = num_writers;
+  }
+  for (int i = count - 1; i >= 0; --i) writers[i]();
+}
+
+}  // namespace
+
+void write_at_exit(void (*writer)()) {
+  std::lock_guard<std::mutex> lock(writers_mutex);
+  if (num_writers == 0) std::atexit(run_writers);
+  if (num_writers == kMaxWriters) std::abort();  // a programming error: raise kMaxWriters
+  writers[num_writers++] = writer;
+}
+
+void hook_python_exit() {
+  static std::atomic<bool> hooked{false};
+  if (hooked.load(std::memory_order_relaxed)) return;
+  using IsInit = int (*)();
+  using AtExit = int (*)(void (*)());
+  static const auto is_init = reinterpret_cast<IsInit>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  static const auto at_exit = reinterpret_cast<AtExit>(dlsym(RTLD_DEFAULT, "Py_AtExit"));
+  if (!is_init || !at_exit || !is_init()) return;
+  if (hooked.exchange(true)) return;
+  // -1 when Python's 32 slots are full: the writers then run from atexit alone.
+  at_exit(run_writers);
+}
+
+}  // namespace dtr::torch_integration
