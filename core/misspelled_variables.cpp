@@ -4,7 +4,7 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A DTR_<NAME> the option table does not have is not read, so DTR_BUGDET=10M ran without a
 // budget and without a word. But the project's own tools read other DTR_ variables
-// (DTR_LIBRARY, DTR_PARENT_PID, the tests' DTR_SIM, ...), and a user's environment may hold
+// (DTR_LIBRARY, DTR_PARENT_PID, DTR_LOAD_RAISES, the tests' DTR_SIM, ...), and a user's environment may hold
 // any (DTR_PORT, DTR_PLANS), so an unknown one is an error only where it is near the
 // variable of an option, or DTR_CONF:
 //  - the same name in another case (DTR_Budget, DTR_conf);
@@ -27,15 +27,6 @@ extern char** environ;  // POSIX: the process's environment
 namespace dtr {
 
 namespace {
-
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool same_ignoring_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (lower(a[i]) != lower(b[i])) return false;
-  return true;
-}
 
 // Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
 // neighbouring letters, each 1.
@@ -60,9 +51,9 @@ constexpr std::string_view kPrefix = "DTR_";
 // How near `var` is to the variable `env` under the rules above (0: another case), or
 // kNotNear.
 size_t nearness(std::string_view var, std::string_view env) {
-  if (same_ignoring_case(var, env)) return 0;
+  if (iequals(var, env)) return 0;
   if (env == "DTR_CONF")
-    return var.size() <= env.size() + 4 && same_ignoring_case(var.substr(0, env.size()), env)
+    return var.size() <= env.size() + 4 && iequals(var.substr(0, env.size()), env)
                ? var.size() - env.size()
                : kNotNear;
   const std::string_view name = env.substr(kPrefix.size());

@@ -53,14 +53,6 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (to_lower(a[i]) != to_lower(b[i])) return false;
-  }
-  return true;
-}
-
 std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 // ---- numbers ---------------------------------------------------------------------------
@@ -779,6 +771,14 @@ const std::vector<OptionInfo>& option_table() {
     return rows;
   }();
   return table;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (to_lower(a[i]) != to_lower(b[i])) return false;
+  }
+  return true;
 }
 
 std::string valid_option_keys() {

@@ -255,6 +255,10 @@ std::string config_markdown();
 // "512", "4K", "300M", "2G", "1.5G" (binary multiples). Throws ConfigError.
 uint64_t parse_size(std::string_view text);
 
+// Equal but for the case of ASCII letters: option keys, size suffixes, "unlimited", and
+// variables near an option's (Note [Misspelled variables]).
+bool iequals(std::string_view a, std::string_view b);
+
 class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
