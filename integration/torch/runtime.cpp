@@ -275,11 +275,11 @@ std::string start_failure_text(const std::string& message) {
 }
 
 // Note [Bad configuration]: under dtr.load() (DTR_LOAD_RAISES) a failed start is kept
-// here, and the library stays off; set and read by the loading thread (dtr.load holds the
-// GIL).
-// A function's static: the library's initializer runs before this file's dynamic
-// initializers may have.
+// in start_error(), and the library stays off; set and read by the loading thread
+// (dtr.load holds the GIL).
 bool start_errors_raise = false;
+// A function's static: the library's initializer may run before this file's dynamic
+// initializers have (a global std::string crashed there).
 std::string& start_error() {
   static std::string message;
   return message;
