@@ -42,6 +42,7 @@
 #include <stdexcept>
 
 #include "dtr/core/options.h"
+#include "dtr/core/output_file.h"
 #include "dtr/core/pickle.h"
 
 namespace dtr {
@@ -184,8 +185,8 @@ void write_snapshot(const std::string& path, const ordered_json& snapshot) {
   if (out) out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (out) out.close();
   if (!out)
-    throw std::runtime_error("dtr: cannot write the memory snapshot to '" + path +
-                             "': " + std::strerror(errno));
+    throw OutputError("dtr: cannot write snapshot '" + path + "': " + std::strerror(errno) +
+                      "; check free disk space and permissions");  // Note [Output files]
 }
 
 }  // namespace dtr

@@ -23,6 +23,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dtr/core/output_file.h"
+
 namespace dtr {
 
 namespace {
@@ -216,8 +218,7 @@ ojson to_chrome_trace(const Timeline& timeline, const ChromeTraceInfo& info) {
 void write_chrome_trace(const std::string& path, const Timeline& timeline,
                         const ChromeTraceInfo& info) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out)
-    throw std::runtime_error("dtr: cannot write timeline '" + path + "': " + std::strerror(errno));
+  if (!out) throw OutputError("dtr: cannot write timeline '" + path + "': " + std::strerror(errno));
   // Note [Streaming the trace]: the same keys as to_chrome_trace, one event per line.
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << other_data(timeline, info).dump()
       << ",\"traceEvents\":[\n";
@@ -229,7 +230,9 @@ void write_chrome_trace(const std::string& path, const Timeline& timeline,
   });
   out << "\n]}\n";
   out.flush();
-  if (!out) throw std::runtime_error("dtr: cannot write timeline '" + path + "': write failed");
+  if (!out)  // Note [Output files]: OutputError, which the tools report with status 2
+    throw OutputError("dtr: cannot write timeline '" + path +
+                      "': write failed; check free disk space and permissions");
 }
 
 Timeline parse_chrome_trace(const nlohmann::json& doc, const std::string& where) {

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <iostream>
 #include <stdexcept>
 
 #include <sys/stat.h>
@@ -39,6 +41,58 @@ void check_writable(const std::string& path, std::string_view what) {
     fail(path, what, "the directory '" + dir + "' does not exist; create it first");
   if (access(dir.c_str(), W_OK) != 0)
     fail(path, what, "the directory '" + dir + "' is not writable (" + std::strerror(errno) + ")");
+}
+
+// Note [Outputs that are inputs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// check_writable says whether a path can be written, not whether writing it loses
+// something. A probe of the tools (2026-12-07) found `dtr-sim run --trace in.log --timeline
+// in.log` replace the trace it had just replayed, with status 0, and the same for every
+// output flag of dtr-sim and dtr-plan and for DTR_TIMELINE; `sweep --csv F --svg F` kept
+// only the plot. Two paths name one file when both exist and are one inode (links, `./`,
+// `a/../`), or when neither exists and they are the same absolute path made lexically
+// normal. A device such as /dev/null is left alone: writing it twice loses nothing.
+namespace {
+
+bool same_file(const std::string& a, const std::string& b, bool* regular) {
+  struct stat sa, sb;
+  const bool a_exists = stat(a.c_str(), &sa) == 0, b_exists = stat(b.c_str(), &sb) == 0;
+  *regular = !(a_exists && !S_ISREG(sa.st_mode)) && !(b_exists && !S_ISREG(sb.st_mode));
+  if (a_exists && b_exists) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (a_exists != b_exists) return false;
+  std::error_code error;
+  const std::filesystem::path pa = std::filesystem::absolute(a, error).lexically_normal();
+  const std::filesystem::path pb = std::filesystem::absolute(b, error).lexically_normal();
+  return !error && pa == pb;
+}
+
+}  // namespace
+
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  for (const NamedPath& out : outputs)
+    if (!out.path.empty()) check_writable(out.path, out.what);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& out = outputs[i];
+    if (out.path.empty()) continue;
+    bool regular = true;
+    for (const NamedPath& in : inputs)
+      if (!in.path.empty() && same_file(out.path, in.path, &regular) && regular)
+        fail(out.path, out.what,
+             "it is the " + in.what + " this command reads ('" + in.path +
+                 "'), which writing it would destroy; give another path");
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same_file(out.path, outputs[j].path, &regular) && regular)
+        fail(out.path, out.what,
+             "the " + outputs[j].what + " is written there too ('" + outputs[j].path +
+                 "'); give each its own path");
+  }
+}
+
+int finish_standard_output(const char* tool, int status) {
+  std::cout.flush();
+  if (std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  std::fprintf(stderr, "%s: cannot write standard output: %s\n", tool, std::strerror(errno));
+  return status == 0 ? 2 : status;
 }
 
 void write_file(const std::string& path, std::string_view text, std::string_view what) {

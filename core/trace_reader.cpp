@@ -112,6 +112,7 @@ constexpr const char* kFieldsHint =
 
 // Note [Quantities that sum]: the largest size or time a trace may give.
 constexpr uint64_t kMaxQuantity = uint64_t{1} << 50;
+constexpr uint64_t kMaxSum = uint64_t{1} << 60;  // of all a trace's bytes, or nanoseconds
 
 constexpr const char* kDefinitionHint =
     "a name is defined by a CALL RESULT, a CONSTANT NAME or a COPY DST";
@@ -265,8 +266,10 @@ std::string describe_parse_error(const json::parse_error& error) {
 // Sizes and times are summed everywhere (live bytes, an op's outputs and scratch, a
 // step's compute), in 64 bits. A WORKSPACE of 2^64-1 wrapped the engine's room request
 // and aborted a replay on its budget check, two TIMEs of 2^64-1 summed to a baseline
-// below either. So a size or time above 2^50 (1 PiB; 13 days in nanoseconds) is refused:
-// a trace would need thousands of such values before a sum could overflow.
+// below either. So a size or time above 2^50 (1 PiB; 13 days in nanoseconds) is refused,
+// and so is a trace whose sizes, or times, add up to more than 2^60: 16 384 TIMEs of 2^50
+// wrapped the baseline's compute (a probe, 2026-12-07). Each of those sums is below 2^60,
+// and no tool adds more than a few of them together.
 class TraceParser {
  public:
   TraceParser(const std::string& path, const std::string& text)
@@ -314,6 +317,10 @@ class TraceParser {
     } catch (const json::parse_error& error) {
       fail("bad JSON at " + describe_parse_error(error) +
            "; each line must be one complete JSON object");
+    } catch (const json::out_of_range&) {  // 1e999: nlohmann's 406, which named no line
+      fail(
+          "a number on this line is out of range (not finite as a double); sizes and "
+          "times are whole numbers");
     }
     if (!value.is_object()) {
       fail("line is not a JSON object (it is " + json_type_name(value) +
@@ -405,6 +412,15 @@ class TraceParser {
            ", above the 2^50 (" + (u == "bytes" ? "1 PiB" : "13 days") +
            ") this reader takes: the tools sum such " +
            "values, and sums of larger ones overflow; a real trace's are far smaller");
+    }
+    if (u == "bytes" || u == "nanoseconds") {
+      // Note [Quantities that sum]: so do their sums, which 16 384 values of 2^50 wrapped.
+      uint64_t& sum = u == "bytes" ? bytes_sum_ : nanoseconds_sum_;
+      sum += result.magnitude;
+      if (sum > kMaxSum)
+        fail(what + " in " + instruction_ + " brings the trace's " + unit +
+             " to more than 2^60 in all, which the tools' sums cannot hold; a real trace's "
+             "are far fewer");
     }
     return result.magnitude;
   }
@@ -697,6 +713,7 @@ class TraceParser {
   uint32_t line_ = 0;              // number of the line being read, for errors
   const char* instruction_ = "";  // its INSTRUCTION, for errors
   uint32_t skipped_until_line_ = 0;  // line of START when lines before it were skipped
+  uint64_t bytes_sum_ = 0, nanoseconds_sum_ = 0;  // Note [Quantities that sum]
   Trace trace_;
   std::unordered_map<std::string, NameId> ids_;  // name -> NameId, for defined names
   std::vector<uint32_t> definition_lines_;       // NameId -> line that defined it

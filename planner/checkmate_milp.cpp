@@ -306,6 +306,11 @@ std::vector<ScheduleStep> stage_schedule_steps(const Graph& graph, const StageSc
       resident[k] = 1;
       for (uint32_t i : deps[k]) {
         if (graph.never_freed(i, t) || !resident[i]) continue;
+        // In the stage its pin ends in, a pinned node is held until that stage's own node
+        // is computed: a remat computed before it (k < t) may not free it (a probe,
+        // 2026-12-07: kusumoto-approx's plan freed one there, which evaluate_schedule
+        // refused as "frees a pinned node").
+        if (graph.pinned_at(i, t) && k < t) continue;
         if (t + 1 < n && s.keep[t + 1][i]) continue;
         bool read_later = false;
         for (uint32_t j : users[i]) read_later = read_later || (j > k && j <= t && r[j]);

@@ -157,9 +157,12 @@
 #include <istream>
 #include <map>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+
+#include <sys/stat.h>
 
 #include "dtr/core/options.h"
 #include "dtr/core/trace.h"
@@ -603,6 +606,11 @@ Graph graph_from_trace(const Trace& trace) {
 
 namespace {
 
+// Costs and sizes a graph file may give (Note [Quantities that sum] in
+// core/trace_reader.cpp).
+constexpr uint64_t kMaxGraphQuantity = uint64_t{1} << 50;
+constexpr uint64_t kMaxGraphSum = uint64_t{1} << 60;
+
 bool parse_u64(const std::string& text, uint64_t& out) {
   if (text.empty()) return false;
   const char* end = text.data() + text.size();
@@ -646,6 +654,10 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
     for (std::string tok; ss >> tok;) l.tokens.push_back(tok);
     if (!l.tokens.empty()) lines.push_back(std::move(l));
   }
+  if (lines.empty())  // an empty file planned as an empty graph, "feasible" (a probe)
+    throw PlanError(path +
+                    ": no nodes: the graph is empty; each line is `node NAME cost=C "
+                    "size=S [deps=A,B] ...` (docs/plan-format.md)");
   // First pass: every name and its line, so a forward reference can be told from a typo.
   std::map<std::string, std::pair<uint32_t, size_t>> index;  // name -> (node, line)
   for (const Line& l : lines) {
@@ -662,17 +674,25 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       throw PlanError(graph_error(path, l.number, "node '" + l.tokens[1] + "' defined twice",
                                   "first defined on line " + std::to_string(it->second.second)));
   }
-  // size= and workspace=: bytes with an optional K/M/G suffix.
+  // size= and workspace=: bytes with an optional K/M/G suffix, at most 2^50 as in a trace
+  // (Note [Quantities that sum] in core/trace_reader.cpp: two costs of 2^63 summed to 0,
+  // "feasible", and sizes of 9000000T planned).
   auto bytes_value = [&](const std::string& key, const std::string& value, size_t line) {
+    uint64_t bytes = 0;
     try {
-      return parse_size(value);
+      bytes = parse_size(value);
     } catch (const ConfigError&) {
       throw PlanError(graph_error(path, line, "bad " + key + " '" + value + "'",
                                   key + " is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
     }
+    if (bytes > kMaxGraphQuantity)
+      throw PlanError(graph_error(path, line, key + " '" + value + "' is above 2^50 bytes (1 PiB)",
+                                  "the planner sums sizes, and larger ones overflow"));
+    return bytes;
   };
   Graph g;
   bool seen_backward = false;
+  uint64_t cost_sum = 0, bytes_sum = 0;  // Note [Quantities that sum]
   for (const Line& l : lines) {
     GraphNode n;
     n.name = l.tokens[1];
@@ -699,14 +719,14 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       } else if (key == "reads" && eq != std::string::npos) {
         reads = value;
       } else if (key == "cost" && eq != std::string::npos) {
-        if (!parse_u64(value, n.compute_ns))
+        if (!parse_u64(value, n.compute_ns) || n.compute_ns > kMaxGraphQuantity)
           throw PlanError(graph_error(path, l.number, "bad cost '" + value + "'",
-                                      "cost is a non-negative integer (ns)"));
+                                      "cost is a non-negative integer (ns), at most 2^50"));
         have_cost = true;
       } else if (key == "remat-cost" && eq != std::string::npos) {
-        if (!parse_u64(value, n.remat_ns) || n.remat_ns == GraphNode::kSameCost)
+        if (!parse_u64(value, n.remat_ns) || n.remat_ns > kMaxGraphQuantity)
           throw PlanError(graph_error(path, l.number, "bad remat-cost '" + value + "'",
-                                      "remat-cost is a non-negative integer (ns)"));
+                                      "remat-cost is a non-negative integer (ns), at most 2^50"));
       } else if (key == "workspace" && eq != std::string::npos) {
         n.workspace_bytes = bytes_value(key, value, l.number);
       } else if (key == "size" && eq != std::string::npos) {
@@ -776,6 +796,13 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
     if (n.same_op_as_prev && self == 0)
       throw PlanError(graph_error(path, l.number, "same-op on the first node",
                                   "same-op marks another output of the previous node's op"));
+    cost_sum += n.compute_ns + (n.remat_ns == GraphNode::kSameCost ? 0 : n.remat_ns);
+    bytes_sum += n.size_bytes + n.workspace_bytes;
+    if (cost_sum > kMaxGraphSum || bytes_sum > kMaxGraphSum)
+      throw PlanError(graph_error(path, l.number,
+                                  "the graph's costs or sizes add up to more than 2^60 here",
+                                  "the planner's sums cannot hold them; a real graph's are far "
+                                  "smaller"));
     g.nodes.push_back(std::move(n));
   }
   if (!seen_backward) g.first_backward = static_cast<uint32_t>(g.nodes.size());
@@ -784,30 +811,62 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
 }
 
 Graph read_graph_text(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw PlanError(path + ": is a directory; give a graph file (dtr-plan graph --out)");
   std::ifstream in(path);
   if (!in) throw PlanError(path + ": cannot open graph file; check the path");
   return read_graph_text(in, path);
 }
 
+// Note [Graph names]
+// ~~~~~~~~~~~~~~~~~~
+// A trace's names are any text ("a b", "x,y"), and a storage's versions are named by
+// suffix ("y.v1"), which a name in the trace may already end with; the text format's
+// names have no spaces, commas, '=' or '#', and are unique. Until 2026-12-07 `dtr-plan
+// graph` wrote them as they were, and `--graph` refused what it had written (a probe). So
+// the writer spells each node's name with '_' for each such character and, where that
+// name is taken, a `~N` suffix; the graph written is the same graph, its names aside.
+namespace {
+
+std::vector<std::string> text_names(const Graph& graph) {
+  std::vector<std::string> names;
+  std::set<std::string> taken;
+  for (const GraphNode& n : graph.nodes) {
+    std::string name = n.name.empty() ? std::string("_") : n.name;
+    for (char& c : name)
+      if (c == ',' || c == '=' || c == '#' || static_cast<unsigned char>(c) <= ' ') c = '_';
+    if (taken.count(name)) {
+      size_t k = 2;
+      while (taken.count(name + "~" + std::to_string(k))) ++k;
+      name += "~" + std::to_string(k);
+    }
+    taken.insert(name);
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+}  // namespace
+
 void write_graph_text(const Graph& graph, std::ostream& out) {
   out << "# dtr graph: " << graph.size() << " nodes (docs/plan-format.md)\n";
+  const std::vector<std::string> name = text_names(graph);  // Note [Graph names]
   for (uint32_t i = 0; i < graph.nodes.size(); ++i) {
     const GraphNode& n = graph.nodes[i];
-    out << "node " << n.name << " cost=" << n.compute_ns;
+    out << "node " << name[i] << " cost=" << n.compute_ns;
     if (n.remat_ns != GraphNode::kSameCost) out << " remat-cost=" << n.remat_ns;
     out << " size=" << n.size_bytes;
     if (!n.deps.empty()) {
       out << " deps=";
-      for (size_t k = 0; k < n.deps.size(); ++k)
-        out << (k ? "," : "") << graph.nodes[n.deps[k]].name;
+      for (size_t k = 0; k < n.deps.size(); ++k) out << (k ? "," : "") << name[n.deps[k]];
     }
     if (n.backward) out << " backward";
     if (n.pinned) out << " pinned";
-    if (graph.pinned_late(i)) out << " pinned-from=" << graph.nodes[n.pinned_from].name;
-    if (graph.pin_ends(i)) out << " pinned-until=" << graph.nodes[n.pinned_until].name;
+    if (graph.pinned_late(i)) out << " pinned-from=" << name[n.pinned_from];
+    if (graph.pin_ends(i)) out << " pinned-until=" << name[n.pinned_until];
     if (n.same_op_as_prev) out << " same-op";
-    for (size_t k = 0; k < n.reads.size(); ++k)
-      out << (k ? "," : " reads=") << graph.nodes[n.reads[k]].name;
+    for (size_t k = 0; k < n.reads.size(); ++k) out << (k ? "," : " reads=") << name[n.reads[k]];
     if (n.workspace_bytes) out << " workspace=" << n.workspace_bytes;
     out << "\n";
   }

@@ -11,6 +11,7 @@
 // stays small and diffable. Any structural problem is a PlanError naming the file.
 #include <fstream>
 #include <istream>
+#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -79,34 +80,75 @@ void write_plan(const Plan& plan, const std::string& path) {
   write_file(path, out.str(), "plan");  // Note [Output files]
 }
 
+// A plan's fields, each named where it is missing or of another type or range (a probe,
+// 2026-12-07: "budget_bytes": -5 read as 2^64 - 5, "a budget of 16777216 TiB: fits";
+// 1.5 as 1; "nodes": 2^32 + 680 as 680; "abc" gave nlohmann's "type must be number").
+const nlohmann::json& field(const nlohmann::json& object, const char* key, const char* where,
+                            const std::string& path) {
+  if (!object.is_object() || !object.contains(key))
+    fail(path, std::string("missing field \"") + key + "\"" + where, kHint);
+  return object[key];
+}
+
+std::string text_field(const nlohmann::json& object, const char* key, const char* where,
+                       const std::string& path) {
+  const nlohmann::json& value = field(object, key, where, path);
+  if (!value.is_string())
+    fail(path,
+         std::string("field \"") + key + "\"" + where + " is " + value.type_name() + ", not text",
+         kHint);
+  return value.get<std::string>();
+}
+
+uint64_t count_field(const nlohmann::json& object, const char* key, const char* where, uint64_t max,
+                     const std::string& path) {
+  const nlohmann::json& value = field(object, key, where, path);
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > max)
+    fail(path,
+         std::string("field \"") + key + "\"" + where + " is " + value.dump() +
+             ", not a whole number from 0 to " + std::to_string(max),
+         kHint);
+  return value.get<uint64_t>();
+}
+
 Plan read_plan(std::istream& in, const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, a number out of range
     fail(path, std::string("not valid JSON (") + e.what() + ")", kHint);
   }
   if (!j.is_object() || !j.contains("format") || j["format"] != "dtr-plan")
     fail(path, "missing \"format\": \"dtr-plan\"", kHint);
   if (!j.contains("version") || !j["version"].is_number_unsigned())
-    fail(path, "missing or non-integer \"version\"", kHint);
+    fail(path, "\"version\" is missing or not a whole number from 1",
+         "this dtr-plan reads version " + std::to_string(kPlanFormatVersion));
   const uint64_t version = j["version"].get<uint64_t>();
   if (version == 0 || version > kPlanFormatVersion)
     fail(path, "plan format version " + std::to_string(version) + " is not supported",
-         "this dtr-plan reads version " + std::to_string(kPlanFormatVersion) + "; upgrade dtr");
+         "this dtr-plan reads version " + std::to_string(kPlanFormatVersion) +
+             (version == 0 ? "; make the plan again with this dtr-plan"
+                           : "; upgrade dtr, or make the plan again with this dtr-plan"));
   Plan p;
   try {
-    p.method = j.at("method").get<std::string>();
-    const auto& t = j.at("trace");
-    p.trace = t.at("file").get<std::string>();
-    p.node_count = t.at("nodes").get<uint32_t>();
-    p.graph_hash = t.at("hash").get<std::string>();
-    p.budget_bytes = j.at("budget_bytes").get<uint64_t>();
+    p.method = text_field(j, "method", "", path);
+    const nlohmann::json& t = field(j, "trace", "", path);
+    p.trace = text_field(t, "file", " of \"trace\"", path);
+    p.node_count = static_cast<uint32_t>(
+        count_field(t, "nodes", " of \"trace\"", std::numeric_limits<uint32_t>::max(), path));
+    p.graph_hash = text_field(t, "hash", " of \"trace\"", path);
+    p.budget_bytes = count_field(j, "budget_bytes", "", std::numeric_limits<uint64_t>::max(), path);
     if (j.contains("predicted")) {
-      p.predicted_compute_ns = j["predicted"].value("compute_ns", uint64_t{0});
-      p.predicted_peak_bytes = j["predicted"].value("peak_bytes", uint64_t{0});
+      const nlohmann::json& predicted = j["predicted"];
+      const uint64_t max = std::numeric_limits<uint64_t>::max();
+      if (predicted.is_object() && predicted.contains("compute_ns"))
+        p.predicted_compute_ns =
+            count_field(predicted, "compute_ns", " of \"predicted\"", max, path);
+      if (predicted.is_object() && predicted.contains("peak_bytes"))
+        p.predicted_peak_bytes =
+            count_field(predicted, "peak_bytes", " of \"predicted\"", max, path);
     }
-    const std::string decisions = j.at("decisions").get<std::string>();
+    const std::string decisions = text_field(j, "decisions", "", path);
     if (decisions.size() != p.node_count)
       fail(path, "\"decisions\" has " + std::to_string(decisions.size()) + " entries but the plan has " +
                      std::to_string(p.node_count) + " nodes",

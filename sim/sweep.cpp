@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -51,7 +52,17 @@ std::vector<double> parse_ratio_list(const std::string& text) {
     const double start = number(parts[0]), stop = number(parts[1]), step = number(parts[2]);
     if (step <= 0 || stop < start)
       throw ConfigError("dtr: bad budget range '" + text + "'; need START <= STOP and STEP > 0");
-    const int n = static_cast<int>(std::floor((stop - start) / step + 1e-9)) + 1;
+    // A range of more budgets than anyone plots is a typo for a larger step: 0.1:0.9:1e-7
+    // took 13 GB before it was stopped.
+    const double count = std::floor((stop - start) / step + 1e-9) + 1;
+    if (!(count <= kMaxSweepBudgets))
+      throw ConfigError(
+          "dtr: budget range '" + text + "' makes " +
+          (count < 1e15
+               ? std::to_string(static_cast<uint64_t>(count))
+               : std::string("about 1e") + std::to_string(static_cast<int>(std::log10(count)))) +
+          " budgets, more than " + std::to_string(kMaxSweepBudgets) + "; give a larger STEP");
+    const int n = static_cast<int>(count);
     for (int i = 0; i < n; ++i) out.push_back(std::round((start + i * step) * 1e6) / 1e6);
   } else {
     std::stringstream ss(text);
@@ -92,6 +103,15 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
     for (const std::string& p : spec.policies)
       for (double r : spec.ratios) cells.push_back({t, p, r});
 
+  // Traces are named in the results by their file's base name; where two share one
+  // (a/m.log, b/m.log), by the path as given, or the table and the plot merged them.
+  std::vector<std::string> names, labels;
+  for (const Trace& trace : traces)
+    names.push_back(std::filesystem::path(trace.path).filename().string());
+  for (size_t t = 0; t < traces.size(); ++t)
+    labels.push_back(std::count(names.begin(), names.end(), names[t]) > 1 ? traces[t].path
+                                                                          : names[t]);
+
   std::vector<ReplayResult> results(cells.size());
   ProgressBar bar(cells.size(), "sweep");
   if (!spec.progress) bar.finish();
@@ -101,6 +121,7 @@ std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
     o.budget.kind = Budget::Kind::ratio;
     o.budget.ratio = cells[i].ratio;
     results[i] = replay(traces[cells[i].trace], baselines[cells[i].trace], o);
+    results[i].trace = labels[cells[i].trace];
     if (spec.progress) bar.tick();
   });
   bar.finish();

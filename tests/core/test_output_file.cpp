@@ -45,3 +45,34 @@ TEST_CASE("write_file writes the text whole, or says why not", "[core][output]")
                     Contains("dtr: cannot write plan '/dev/full': No space left on device"));
   CHECK_THROWS_WITH(dtr::write_file("/tmp", "x", "graph"), Contains("'/tmp'"));
 }
+
+TEST_CASE("check_outputs refuses an output that is an input or another output", "[core][output]") {
+  // Note [Outputs that are inputs]: `--timeline in.log` replaced the trace it replayed.
+  const std::string dir = "/tmp/dtr_outputs_test_" + std::to_string(getpid());
+  mkdir(dir.c_str(), 0755);
+  const std::string in = dir + "/in.log";
+  dtr::write_file(in, "trace\n", "trace");
+  CHECK_THROWS_WITH(dtr::check_outputs({{in, "timeline"}}, {{in, "trace"}}),
+                    Contains("cannot write timeline '" + in +
+                             "': it is the trace this command "
+                             "reads"));
+  // The same file by another spelling, and through a link.
+  CHECK_THROWS_AS(dtr::check_outputs({{dir + "/./in.log", "plan"}}, {{in, "trace"}}),
+                  dtr::OutputError);
+  const std::string link = dir + "/link.log";
+  REQUIRE(symlink(in.c_str(), link.c_str()) == 0);
+  CHECK_THROWS_AS(dtr::check_outputs({{link, "CSV"}}, {{in, "trace"}}), dtr::OutputError);
+  // Two outputs on one file that does not exist yet: the second would replace the first.
+  CHECK_THROWS_WITH(
+      dtr::check_outputs({{dir + "/f", "CSV"}, {dir + "/../" + dir.substr(5) + "/f", "plot"}}, {}),
+      Contains("cannot write plot") && Contains("the CSV is written there too"));
+  // Distinct files, empty paths, and a device named twice are fine.
+  CHECK_NOTHROW(dtr::check_outputs({{dir + "/a", "CSV"}, {dir + "/b", "plot"}, {"", "graph"}},
+                                   {{in, "trace"}, {"", "plan"}}));
+  CHECK_NOTHROW(dtr::check_outputs({{"/dev/null", "CSV"}, {"/dev/null", "plot"}}, {}));
+  // The writability checks still come first.
+  CHECK_THROWS_WITH(dtr::check_outputs({{"/tmp", "CSV"}}, {}), Contains("it is a directory"));
+  unlink(link.c_str());
+  unlink(in.c_str());
+  rmdir(dir.c_str());
+}

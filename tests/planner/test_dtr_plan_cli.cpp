@@ -284,3 +284,83 @@ TEST_CASE("dtr-plan graph writes a trace's graph, which plans as the trace does"
   CHECK(missing.exit_code == 2);
   std::remove(graph.c_str());
 }
+
+TEST_CASE("dtr-plan: outputs on inputs, bad time limits, full disks and empty graphs exit 2",
+          "[planner][cli]") {
+  // A probe of 2026-12-07 (Note [Outputs that are inputs], Note [Output files]).
+  require_bin();
+  const std::string trace = tmp("in.trace");
+  run_command("cp " + test_data("planner/two_steps.trace") + " " + trace);
+  const std::string dir = tmp("dir");
+  run_command("mkdir -p " + dir + " && : > " + tmp("empty.graph"));
+  struct Case {
+    std::string command, message;
+  };
+  const std::vector<Case> cases = {
+      {plan_bin() + " --trace " + trace + " --budget 0.8 --out " + trace,
+       "cannot write plan '" + trace + "': it is the trace this command reads"},
+      {plan_bin() + " graph --trace " + trace + " --out " + trace, "cannot write graph"},
+      // In braces: run_command's own 2>&1 then takes the message, not /dev/full.
+      {"{ " + plan_bin() + " graph --trace " + trace + " > /dev/full; }",
+       "dtr-plan: cannot write standard output"},
+      {plan_bin() + " --trace " + trace + " --budget 0.8 --time-limit -1",
+       "'-1' is not a number of seconds above 0"},
+      {plan_bin() + " --trace " + trace + " --budget 0.8 --time-limit nan", "'nan'"},
+      {plan_bin() + " --trace " + trace + " --budget 0.8 --time-limit inf", "'inf'"},
+      {plan_bin() + " --graph " + dir + " --budget 300M", "is a directory; give a graph file"},
+      {plan_bin() + " --graph " + tmp("empty.graph") + " --budget 300M",
+       "no nodes: the graph is empty"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_command(c.command);
+    INFO(c.command << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+  CHECK(run_command("cmp " + trace + " " + test_data("planner/two_steps.trace")).exit_code == 0);
+  run_command("rm -rf " + dir + " " + trace + " " + tmp("empty.graph"));
+}
+
+TEST_CASE("dtr-plan graph writes names --graph reads: odd characters, taken names",
+          "[planner][cli]") {
+  // Note [Graph names]: a trace name with a space, and a name like the version suffix the
+  // graph gives a storage written in place ("y.v1" beside y's second version), were
+  // written as they were, and --graph refused them.
+  require_bin();
+  const std::string trace = tmp("names.trace");
+  {
+    std::ofstream out(trace);
+    out << R"({"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"})"
+        << "\n"
+        << R"({"INSTRUCTION":"CONSTANT","NAME":"a b,c=d#e"})"
+        << "\n"
+        << R"({"INSTRUCTION":"MEMORY","MEMORY":8,"NAME":"a b,c=d#e"})"
+        << "\n"
+        << R"({"ARGS":["a b,c=d#e"],"INSTRUCTION":"CALL","NAME":"f","RESULT":["y.v1"],"TIME":5})"
+        << "\n"
+        << R"({"INSTRUCTION":"MEMORY","MEMORY":8,"NAME":"y.v1"})"
+        << "\n"
+        << R"({"ALIAS":-1,"INSTRUCTION":"ALIAS","NAME":"y.v1"})"
+        << "\n"
+        << R"({"ARGS":["a b,c=d#e"],"INSTRUCTION":"CALL","NAME":"g","RESULT":["y"],"TIME":5})"
+        << "\n"
+        << R"({"INSTRUCTION":"MEMORY","MEMORY":8,"NAME":"y"})"
+        << "\n"
+        << R"({"ALIAS":-1,"INSTRUCTION":"ALIAS","NAME":"y"})"
+        << "\n"
+        << R"({"ARGS":["y","y.v1"],"INSTRUCTION":"MUTATE","MUTATE":[0],"NAME":"add_","TIME":3})"
+        << "\n";
+  }
+  const std::string graph = tmp("names.graph");
+  const auto written = run_command(plan_bin() + " graph --trace " + trace + " --out " + graph);
+  INFO(written.output);
+  REQUIRE(written.exit_code == 0);
+  const auto text = run_command("cat " + graph).output;
+  INFO(text);
+  CHECK(text.find("node a_b_c_d_e ") != std::string::npos);
+  CHECK(text.find("y.v1~2") != std::string::npos);  // the second "y.v1"
+  const auto planned = run_command(plan_bin() + " --graph " + graph + " --budget 1.0");
+  INFO(planned.output);
+  CHECK(planned.exit_code == 0);
+  run_command("rm -f " + trace + " " + graph);
+}

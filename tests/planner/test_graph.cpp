@@ -107,6 +107,23 @@ TEST_CASE("bad graph text is a PlanError naming file, line and problem", "[plann
   CHECK_THAT(error_of("undefined_dep.graph"),
              Catch::Contains("undefined_dep.graph:2:") && Catch::Contains("'nosuch' is not defined"));
   CHECK_THAT(error_of("bad_size.graph"), Catch::Contains("bad_size.graph:1: bad size 'lots'"));
+  // Costs and sizes over 2^50, and sums over 2^60, as in a trace (Note [Quantities that
+  // sum]): two costs of 2^63 summed to 0, "feasible" (a probe, 2026-12-07).
+  std::istringstream huge_cost("node a cost=9223372036854775808 size=1\n");
+  CHECK_THROWS_WITH(dtr::read_graph_text(huge_cost, "h"), Catch::Contains("h:1: bad cost"));
+  std::istringstream huge_size("node a cost=1 size=9000000T\n");
+  CHECK_THROWS_WITH(dtr::read_graph_text(huge_size, "h"),
+                    Catch::Contains("h:1: size '9000000T' is above 2^50 bytes"));
+  std::string many;
+  for (int i = 0; i < 1030; ++i)
+    many += "node n" + std::to_string(i) + " cost=1125899906842624 size=1\n";
+  std::istringstream sums(many);
+  CHECK_THROWS_WITH(dtr::read_graph_text(sums, "h"),
+                    Catch::Contains("h:1025: the graph's costs or sizes add up to more than 2^60"));
+  std::istringstream empty("# nothing\n\n");
+  CHECK_THROWS_WITH(dtr::read_graph_text(empty, "e"), Catch::Contains("e: no nodes"));
+  CHECK_THROWS_WITH(dtr::read_graph_text(std::string("/tmp")),
+                    Catch::Contains("/tmp: is a directory"));
   std::istringstream dup("node a cost=1 size=1\nnode a cost=1 size=1\n");
   CHECK_THROWS_WITH(dtr::read_graph_text(dup, "dup"), Catch::Contains("dup:2: node 'a' defined twice"));
   // A forward node after a backward one is the next training step, not an error (Note

@@ -252,3 +252,31 @@ TEST_CASE("a pinned node's pin ends at the release of its last name", "[planner]
   CHECK(chen.feasible);
   CHECK(chen.predicted_compute_ns == g.total_compute_ns());
 }
+
+TEST_CASE("a remat in the stage a pin ends in does not free the pinned node early",
+          "[planner][graph][pins]") {
+  // tests/data/planner/pin_end_remat.trace: a fuzzed trace (a probe, 2026-12-07) cut down
+  // to 64 lines. x2 is pinned until x56; x56's stage first remakes x2.v1, which reads x2,
+  // and stage_schedule_steps freed x2 right after that remat, before x56 was computed:
+  // kusumoto-approx's plan at 0.6 then failed its own evaluation ("frees a pinned node").
+  const Trace trace = read_trace(test::test_data("planner/pin_end_remat.trace"));
+  const Graph g = graph_from_trace(trace);
+  const uint32_t x2 = node_named(g, "x2");
+  REQUIRE(g.pin_ends(x2));
+  REQUIRE(g.nodes[x2].pinned_until == node_named(g, "x56"));
+  const uint64_t peak = evaluate_stage_schedule(g, StageSchedule::no_remat(g)).peak_bytes;
+  PlanOptions o;
+  o.time_limit_s = 2;
+  for (const PlannerInfo& p : planner_registry()) {
+    for (double ratio : {0.6, 0.8, 1.0}) {
+      INFO(p.name << " at " << ratio);
+      const auto budget = static_cast<uint64_t>(ratio * static_cast<double>(peak));
+      try {
+        const PlanResult r = run_planner(*p.make(), g, budget, o);
+        if (!r.plan.schedule.empty()) CHECK_NOTHROW(evaluate_plan(g, r.plan));
+      } catch (const BudgetBelowOpNeed&) {
+        // below the largest op's need: no method can plan it, and that is said
+      }
+    }
+  }
+}

@@ -56,6 +56,33 @@ TEST_CASE("corrupt plan files are PlanErrors naming the problem", "[planner][pla
   std::istringstream bad_step(
       R"({"format":"dtr-plan","version":1,"method":"m","trace":{"file":"f","nodes":1,"hash":"0"},"budget_bytes":1,"decisions":"K","schedule":[["run",0]]})");
   CHECK_THROWS_WITH(dtr::read_plan(bad_step, "s"), Catch::Contains("has kind 'run'"));
+  // Each field checked for its type and range, and named (a probe, 2026-12-07: -5 bytes read
+  // as a budget of 16777216 TiB, 2^32 + 3 nodes as 3, "abc" as nlohmann's type message).
+  auto plan_with = [](const std::string& nodes, const std::string& budget) {
+    return R"({"format":"dtr-plan","version":1,"method":"m","trace":{"file":"f","nodes":)" + nodes +
+           R"(,"hash":"0"},"budget_bytes":)" + budget + R"(,"decisions":"KKK"})";
+  };
+  struct Case {
+    std::string text, words;
+  };
+  const Case cases[] = {
+      {plan_with("3", "-5"), "field \"budget_bytes\" is -5, not a whole number from 0"},
+      {plan_with("3", "1.5"), "field \"budget_bytes\" is 1.5"},
+      {plan_with("3", "1e300"), "field \"budget_bytes\" is 1e+300"},
+      {plan_with("3", "\"abc\""), "field \"budget_bytes\" is \"abc\""},
+      {plan_with("4294967299", "1"), "field \"nodes\" of \"trace\" is 4294967299"},
+      {plan_with("3", "1e999"), "not valid JSON"},
+      {R"({"format":"dtr-plan","version":1,"trace":{}})", "missing field \"method\""},
+      {R"({"format":"dtr-plan","version":0})", "make the plan again with this dtr-plan"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    std::istringstream in(c.text);
+    CHECK_THROWS_WITH(dtr::read_plan(in, "p.json"),
+                      Catch::Contains("p.json: ") && Catch::Contains(c.words));
+  }
+  std::istringstream good(plan_with("3", "1"));
+  CHECK(dtr::read_plan(good, "p.json").node_count == 3);
 }
 
 TEST_CASE("a plan for another trace is refused", "[planner][plan]") {

@@ -83,6 +83,59 @@ TEST_CASE("dtr-sim: bad output paths and empty lists exit 2 before any work", "[
   CHECK(env.output.find("cannot write timeline '/tmp': it is a directory") != std::string::npos);
 }
 
+TEST_CASE("dtr-sim: outputs on inputs, huge ranges, full disks exit 2 and lose nothing",
+          "[sim][cli]") {
+  // A probe of 2026-12-07 (Note [Outputs that are inputs], Note [Output files]).
+  const std::string dir = "/tmp/dtr-sim-cli-inputs";
+  run_command("rm -rf " + dir + " && mkdir -p " + dir + "/a " + dir + "/b");
+  const std::string in = dir + "/in.log";
+  run_command("cp " + test_data("golden/small.log") + " " + in);
+  const auto before = run_command("cat " + in).output;
+  struct Case {
+    std::string command, message;
+  };
+  const std::vector<Case> cases = {
+      {sim() + " run --trace " + in + " --budget 0.5 --timeline " + in,
+       "it is the trace this command reads"},
+      {sim() + " run --trace " + in + " --budget 0.5 --svg " + dir + "/../" + dir.substr(5) +
+           "/in.log",
+       "cannot write memory picture"},
+      {"DTR_SNAPSHOT=" + in + " " + sim() + " run --trace " + in + " --budget 0.5",
+       "cannot write snapshot"},
+      {sim() + " convert --trace " + in + " --out " + in, "it is the trace this command reads"},
+      {sim() + " sweep --trace " + in + " --budgets 0.5 --quiet --csv " + dir + "/f --svg " + dir +
+           "/f",
+       "the CSV is written there too"},
+      {sim() + " sweep --trace " + in + " --quiet --budgets 0.1:0.9:0.0000001",
+       "makes 8000001 budgets, more than 10000; give a larger STEP"},
+      {sim() + " sweep --trace " + in + " --quiet --budgets 0.1:0.9:1e-300",
+       "makes about 1e299 budgets"},
+      {sim() + " run --trace " + in + " --budget 0.5 --timeline /dev/full",
+       "cannot write timeline '/dev/full': write failed"},
+      // In braces: run_command's own 2>&1 then takes the message, not /dev/full.
+      {"{ " + sim() + " run --trace " + in + " --budget 0.5 --json > /dev/full; }",
+       "dtr-sim: cannot write standard output"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_command(c.command);
+    INFO(c.command << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+  CHECK(run_command("cat " + in).output == before);
+  // Two traces with one base name are told apart by their paths, not merged.
+  run_command("cp " + in + " " + dir + "/a/m.log && cp " + test_data("golden/small.log") + " " +
+              dir + "/b/m.log");
+  const auto sweep = run_command(sim() + " sweep --trace " + dir + "/a/m.log " + dir +
+                                 "/b/m.log --policies dtr_eq --budgets 0.5 --allocator none " +
+                                 "--csv " + dir + "/out.csv");
+  REQUIRE(sweep.exit_code == 0);
+  const auto csv = run_command("cat " + dir + "/out.csv").output;
+  CHECK(csv.find("\n" + dir + "/a/m.log,dtr_eq,") != std::string::npos);
+  CHECK(csv.find("\n" + dir + "/b/m.log,dtr_eq,") != std::string::npos);
+  run_command("rm -rf " + dir);
+}
+
 TEST_CASE("dtr-sim policies lists every policy with one line each", "[sim][cli]") {
   const auto r = run_command(sim() + " policies");
   REQUIRE(r.exit_code == 0);

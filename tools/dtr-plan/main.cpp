@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -158,7 +159,7 @@ struct Row {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   CLI::App app{"dtr-plan: static rematerialization plans (chen, revolve, rotor, ...) for a trace"};
   app.require_subcommand(0, 1);
   std::string trace_path, graph_path, budget_text, method = "rotor", out_path;
@@ -171,7 +172,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-stages", popts.max_stages, "chain methods on a DAG: stages at most")->capture_default_str();
   app.add_option("--time-limit", popts.time_limit_s,
                  "time limit of checkmate's solver and kusumoto's DPs, seconds")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // -1, 0 and nan became 0.01 s without a word, inf no limit at all (a probe).
+            char* end = nullptr;
+            const double seconds = std::strtod(text.c_str(), &end);
+            if (end == text.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0)
+              return "'" + text + "' is not a number of seconds above 0 (e.g. 60)";
+            return std::string();
+          },
+          "SECONDS > 0"));
   app.add_option("--milp-max-nodes", popts.milp_max_nodes,
                  "checkmate methods refuse larger graphs (0: checkmate " +
                      std::to_string(dtr::kCheckmateMilpMaxNodes) + ", checkmate-lp " +
@@ -226,10 +237,18 @@ int main(int argc, char** argv) {
   }
 
   try {
-    // Note [Output files]: before any work.
-    for (const auto& [path, what] : {std::pair{&out_path, "plan"}, std::pair{&cmp_csv, "CSV"},
-                                     std::pair{&cmp_svg, "plot"}, std::pair{&graph_out, "graph"}})
-      if (!path->empty()) dtr::check_writable(*path, what);
+    // Note [Output files]: before any work, and against the files read (Note [Outputs that
+    // are inputs]).
+    dtr::check_outputs(
+        {{out_path, "plan"}, {cmp_csv, "CSV"}, {cmp_svg, "plot"}, {graph_out, "graph"}},
+        {{trace_path, "trace"},
+         {graph_path, "graph"},
+         {eval_trace, "trace"},
+         {eval_graph, "graph"},
+         {eval_plan, "plan"},
+         {cmp_trace, "trace"},
+         {cmp_graph, "graph"},
+         {graph_trace, "trace"}});
     if (*methods) {
       for (const dtr::PlannerInfo& p : dtr::planner_registry())
         std::printf("%-18s %s\n", p.name.c_str(), p.summary.c_str());
@@ -483,4 +502,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtr-plan: %s\n", e.what());
     return 1;
   }
+}
+
+int main(int argc, char** argv) {
+  return dtr::finish_standard_output("dtr-plan", run_main(argc, argv));  // Note [Output files]
 }

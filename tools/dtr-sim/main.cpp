@@ -125,7 +125,7 @@ std::string format_result(const dtr::ReplayResult& r) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   CLI::App app{"dtr-sim: replay training traces under a memory budget with any eviction policy"};
   app.require_subcommand(1);
 
@@ -235,13 +235,22 @@ int main(int argc, char** argv) {
   try {
     dtr::Config config;
     config.apply_environment();
-    // Note [Output files]: every output path is checked before the work that fills it.
-    for (const auto& [path, what] :
-         {std::pair{&run_timeline, "timeline"}, std::pair{&run_snapshot, "snapshot"},
-          std::pair{&run_svg, "memory picture"}, std::pair{&sweep_csv, "CSV"},
-          std::pair{&sweep_svg, "plot"}, std::pair{&convert_out, "trace"},
-          std::pair{&plot_svg, "plot"}})
-      if (!path->empty()) dtr::check_writable(*path, what);
+    // Note [Output files]: every output path is checked before the work that fills it, and
+    // against the files read (Note [Outputs that are inputs]); one subcommand's are set.
+    std::vector<dtr::NamedPath> inputs = {{run_trace, "trace"},
+                                          {run_plan, "plan"},
+                                          {bound_trace, "trace"},
+                                          {convert_in, "trace"},
+                                          {plot_csv, "CSV"}};
+    for (const std::string& path : sweep_traces) inputs.push_back({path, "trace"});
+    dtr::check_outputs({{run_timeline, "timeline"},
+                        {run_snapshot, "snapshot"},
+                        {run_svg, "memory picture"},
+                        {sweep_csv, "CSV"},
+                        {sweep_svg, "plot"},
+                        {convert_out, "trace"},
+                        {plot_svg, "plot"}},
+                       inputs);
 
     if (*policies) {
       for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
@@ -331,9 +340,11 @@ int main(int argc, char** argv) {
       if (!run_snapshot.empty()) config.set("snapshot", run_snapshot);
       if (!run_snapshot_format.empty()) config.set("snapshot_format", run_snapshot_format);
       run_flags.apply(config);
-      // The same for paths the environment gave (DTR_TIMELINE, DTR_SNAPSHOT).
-      if (!config.timeline.empty()) dtr::check_writable(config.timeline, "timeline");
-      if (!config.snapshot.empty()) dtr::check_writable(config.snapshot, "snapshot");
+      // The same for paths the environment gave (DTR_TIMELINE, DTR_SNAPSHOT, DTR_PLAN).
+      dtr::check_outputs({{config.timeline, "timeline"},
+                          {config.snapshot, "snapshot"},
+                          {run_svg, "memory picture"}},
+                         {{run_trace, "trace"}, {config.plan, "plan"}});
       const dtr::Trace trace = dtr::read_trace(run_trace);
       // --svg: the baseline pass and the replay each record a timeline for the picture.
       dtr::Timeline baseline_timeline, run_timeline_data;
@@ -416,4 +427,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return dtr::finish_standard_output("dtr-sim", run_main(argc, argv));  // Note [Output files]
 }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dtr {
 
@@ -25,6 +26,23 @@ class OutputError : public std::runtime_error {
 // be written now: not a directory, and its directory exists and is writable (an existing
 // file must be writable too). Creates nothing.
 void check_writable(const std::string& path, std::string_view what);
+
+// A file a tool reads or writes, and what it is ("trace", "CSV"); an empty path is none.
+struct NamedPath {
+  std::string path;
+  std::string what;
+};
+
+// Note [Outputs that are inputs] in core/output_file.cpp: check_writable for each output,
+// then throws OutputError where an output is the same file as an input (`--timeline in.log`
+// replaced the trace it replayed) or as another output (`--csv F --svg F` kept only the
+// plot). Files that are not regular (/dev/null) may be named any number of times.
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+// A tool's exit status once its standard output is flushed: `status`, or 2 with a message
+// on stderr naming `tool` where the output could not be written (a full disk under
+// `dtr-plan graph > g.txt` exited 0 with the graph cut short).
+int finish_standard_output(const char* tool, int status);
 
 // Writes `text` to PATH, replacing what was there; throws as check_writable does when the
 // open, a write or the close fails (a full disk among them).

@@ -26,7 +26,9 @@ struct SweepSpec {
 std::vector<ReplayResult> run_sweep(const SweepSpec& spec);
 
 // "0.1:0.9:0.1" -> {0.1, 0.2, ..., 0.9}; "0.3" -> {0.3}; "0.2,0.5" -> {0.2, 0.5}.
-// Throws ConfigError on bad text or ratios outside (0, 1].
+// Throws ConfigError on bad text, ratios outside (0, 1], or a range of more than
+// kMaxSweepBudgets budgets.
+constexpr size_t kMaxSweepBudgets = 10000;
 std::vector<double> parse_ratio_list(const std::string& text);
 
 // "dtr_eq,,msps" -> {"dtr_eq", "msps"}: a comma list of the tools' options, empty items
