@@ -135,17 +135,18 @@ void write_sweep_csv(const std::string& path, const std::vector<ReplayResult>& r
          "allocator,peak_reserved_bytes,fragmentation,contiguous_failures,"
          "reserved_limit_bytes,block_moves,moved_bytes\n";
   for (const ReplayResult& r : results) {
+    // The names first, quoted where they must be (csv_field) and not cut by the buffer.
+    out << csv_field(r.trace) << ',' << csv_field(r.policy) << ',';
     char line[1024];
     std::snprintf(line, sizeof line,
-                  "%s,%s,%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f,%s,%llu,%.6f,%llu,"
+                  "%s,%.4f,%llu,%llu,%llu,%llu,%llu,%.6f,%llu,%llu,%s,%.6f,%s,%llu,%.6f,%llu,"
                   "%llu,%llu,%llu\n",
-                  r.trace.c_str(), r.policy.c_str(), r.search.c_str(), r.budget_ratio,
-                  (unsigned long long)r.budget_bytes, (unsigned long long)r.baseline_peak_bytes,
-                  (unsigned long long)r.peak_bytes, (unsigned long long)r.baseline_compute_ns,
-                  (unsigned long long)r.compute_ns, r.overhead,
-                  (unsigned long long)r.stats.num_evictions, (unsigned long long)r.stats.num_remats,
-                  r.status_name.c_str(), r.wall_seconds, r.allocator.c_str(),
-                  (unsigned long long)r.peak_reserved_bytes, r.fragmentation,
+                  r.search.c_str(), r.budget_ratio, (unsigned long long)r.budget_bytes,
+                  (unsigned long long)r.baseline_peak_bytes, (unsigned long long)r.peak_bytes,
+                  (unsigned long long)r.baseline_compute_ns, (unsigned long long)r.compute_ns,
+                  r.overhead, (unsigned long long)r.stats.num_evictions,
+                  (unsigned long long)r.stats.num_remats, r.status_name.c_str(), r.wall_seconds,
+                  r.allocator.c_str(), (unsigned long long)r.peak_reserved_bytes, r.fragmentation,
                   (unsigned long long)r.contiguous_failures,
                   (unsigned long long)r.reserved_limit_bytes,
                   (unsigned long long)r.allocator_stats.num_block_moves,

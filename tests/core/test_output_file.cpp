@@ -76,3 +76,10 @@ TEST_CASE("check_outputs refuses an output that is an input or another output", 
   unlink(in.c_str());
   rmdir(dir.c_str());
 }
+
+TEST_CASE("csv_field quotes what RFC 4180 says to", "[core][output]") {
+  CHECK(dtr::csv_field("resnet32.log") == "resnet32.log");
+  CHECK(dtr::csv_field("a,b\"c.trace") == "\"a,b\"\"c.trace\"");
+  CHECK(dtr::csv_field("two\nlines") == "\"two\nlines\"");
+  CHECK(dtr::csv_field("") == "");
+}

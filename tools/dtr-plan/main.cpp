@@ -430,13 +430,15 @@ int run_main(int argc, char** argv) {
         csv << "trace,budget_ratio,budget_bytes,kind,method,status,overhead,peak_bytes,compute_ns,seconds,"
                "evictions,eviction_searches,candidates_scored,plan_drops\n";
         for (const Row& r : rows) {
+          csv << dtr::csv_field(in.name) << ',';  // a file name may hold a comma
           char buf[512];
-          std::snprintf(buf, sizeof buf, "%s,%.4f,%llu,%s,%s,%s,%.6f,%llu,%llu,%.6f,%llu,%llu,%llu,%llu\n",
-                        in.name.c_str(), r.ratio, (unsigned long long)r.budget_bytes, r.kind.c_str(),
-                        r.method.c_str(), r.status.c_str(), r.overhead, (unsigned long long)r.peak_bytes,
-                        (unsigned long long)r.compute_ns, r.seconds, (unsigned long long)r.evictions,
-                        (unsigned long long)r.searches, (unsigned long long)r.scored,
-                        (unsigned long long)r.plan_drops);
+          std::snprintf(buf, sizeof buf,
+                        "%.4f,%llu,%s,%s,%s,%.6f,%llu,%llu,%.6f,%llu,%llu,%llu,%llu\n", r.ratio,
+                        (unsigned long long)r.budget_bytes, r.kind.c_str(), r.method.c_str(),
+                        r.status.c_str(), r.overhead, (unsigned long long)r.peak_bytes,
+                        (unsigned long long)r.compute_ns, r.seconds,
+                        (unsigned long long)r.evictions, (unsigned long long)r.searches,
+                        (unsigned long long)r.scored, (unsigned long long)r.plan_drops);
           csv << buf;
         }
         dtr::write_file(cmp_csv, csv.str(), "CSV");  // Note [Output files]

@@ -39,6 +39,11 @@ struct NamedPath {
 // plot). Files that are not regular (/dev/null) may be named any number of times.
 void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
+// One field of a CSV row as RFC 4180 writes it: as it is, or in double quotes (quotes
+// doubled) where it holds a comma, a quote or a line break (a trace named `a,b"c.trace`
+// gave a row of 22 fields under a header of 21).
+std::string csv_field(std::string_view text);
+
 // A tool's exit status once its standard output is flushed: `status`, or 2 with a message
 // on stderr naming `tool` where the output could not be written (a full disk under
 // `dtr-plan graph > g.txt` exited 0 with the graph cut short).
