@@ -300,7 +300,10 @@ uint64_t min_evictable_bytes(const Config& config) {
 //    pass, which the engine runs with grad mode off, came back without it, and the library
 //    died reading its storage (tests/torch/torch2_check.sh, 2026-11-30). No 1.13 kernel is
 //    known to read it; test_op_context.py registers one that does.
-// `OpRec::context` (op_context.h) packs the last two into one word when the op is
+//  - The quantized engine (torch.backends.quantized.engine), process state that picks
+//    which kernel quantized::add and its kin run: results made under onednn and remade
+//    after the program switched to qnnpack came back with other bits (a probe, 2026-12-07).
+// `OpRec::context` (op_context.h) packs the last three into one word when the op is
 // recorded, and OpContextScope puts it back around the remat where it differs from the
 // current one, then restores. A program that never changes them pays one read of each per
 // recorded op and per remat (about 34 ns an op here, 7-9 ns more for the thread count).
@@ -1453,6 +1456,14 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           if (specs[i].alias >= 0) continue;
           const StorageId s = engine_->storage_of(outputs[i]);
           adopt(s, impls[i], outputs[i]);
+          // Note [Results outside the allocator]: memory another deleter frees (a file that
+          // from_file(shared=True) mapped) can change outside the dispatcher, as an external
+          // constant's can (Note [Writes outside the dispatcher]): its readers are
+          // fingerprinted, so a remat after a change is refused, not wrong.
+          if (const c10::StorageImpl* impl = impls[i]._unsafe_get_target(); is_external(*impl)) {
+            storages_[s].exposed = true;
+            any_exposed_ = true;
+          }
           if (evictable[i] != kKeepEvictable) {
             const Status pinned = pin_tensor(outputs[i]);
             DTR_CHECK(pinned.ok(), "pinning a material storage cannot fail");
@@ -1807,11 +1818,13 @@ bool Lineage::may_recompute(OpId op) {
                (r.op ? r.op->schema().name() : std::string("an op")) +
                ": the memory of one of its inputs was written outside the dispatcher after the "
                "op read it (through a numpy array, DLPack, data_ptr() or storage() of the "
-               "tensor, the array it was made from with torch.from_numpy, or another process "
-               "sharing its memory), so a remat would compute other values. Write such "
+               "tensor, the array it was made from with torch.from_numpy, another process "
+               "sharing its memory, or the file torch.from_file(..., shared=True) mapped), so "
+               "a remat would compute other values. Write such "
                "tensors with torch ops, which dtr sees (t.copy_(torch.from_numpy(a)), t[:] = "
-               "...), or change a clone() through numpy; memory that other processes write "
-               "(share_memory(), Hogwild) needs a budget at which no result computed from it "
+               "...), or change a clone() through numpy; memory that others write "
+               "(share_memory(), Hogwild, a shared file) needs a budget at which no result "
+               "computed from it "
                "is evicted, or no budget (Note [Writes outside the dispatcher])";
     return false;
   }
@@ -1915,6 +1928,10 @@ void Lineage::on_compute(OpId op, bool remat) {
   c10::impl::ExcludeDispatchKeyGuard no_hook(kDtrKey);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  // Legacy vmap (jacobian(vectorize=True), is_grads_batched) puts VmapMode in the thread's
+  // included keys: the ops a kernel calls inside (randn's normal_) reached its random-op
+  // check in a remat the program's own op never made there (a probe, 2026-12-07).
+  c10::impl::ExcludeDispatchKeyGuard no_vmap_mode(c10::DispatchKey::VmapMode);
   OpContextScope context(r.context, /*raise_threads=*/!forked_child_);
   MemoryHistory::ContextScope remat_allocations(history_, MemoryContext::remat);
   torch::jit::Stack stack(r.args.begin(), r.args.end());
@@ -2304,7 +2321,11 @@ void Lineage::print_storages() const {
 // pinned while it lives, and it is not in the allocator's counts either: a program that
 // keeps such results grows past its budget with no out-of-memory error to say so. Under a
 // budget the first one prints a warning, once a run, naming the op;
-// dtr.outside_bytes.current counts them (Note [Memory outside the allocator]).
+// dtr.outside_bytes.current counts them (Note [Memory outside the allocator]). Such a
+// result whose memory another deleter frees (is_external: torch.from_file(shared=True)'s
+// mapping, which another process or mapping may write) is exposed as an external constant
+// is (Note [Writes outside the dispatcher]); until 2026-12-07 its readers were remade from
+// the changed file without a word.
 void Lineage::warn_outside(const c10::OperatorHandle& op, const at::Tensor& result) {
   if (warned_outside_ || budget_bytes_ == kUnlimitedBytes) return;
   warned_outside_ = true;

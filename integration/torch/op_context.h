@@ -29,7 +29,8 @@ struct OpContext {
   // Bits 0-7: default dtype (c10::ScalarType); 8: mkldnn enabled; 9-10: deterministic
   // algorithms and their warn-only mode; 11-12: the calling thread's MXCSR flush-to-zero
   // and denormals-are-zero (torch.set_flush_denormal); 13: the thread's grad mode; 16-31:
-  // the intra-op thread count (at most 65535).
+  // the intra-op thread count (at most 65535); 32-39: the quantized engine
+  // (torch.backends.quantized.engine, at::QEngine), which picks quantized::add's kernel.
   uint64_t word = 0;
 
   static constexpr uint64_t kMkldnn = uint64_t{1} << 8;
@@ -40,6 +41,8 @@ struct OpContext {
   static constexpr uint64_t kGradMode = uint64_t{1} << 13;
   static constexpr int kThreadsShift = 16;
   static constexpr uint64_t kThreads = uint64_t{0xffff} << kThreadsShift;
+  static constexpr int kQEngineShift = 32;
+  static constexpr uint64_t kQEngine = uint64_t{0xff} << kQEngineShift;
 
   static OpContext current() {
     const at::Context& ctx = at::globalContext();
@@ -49,6 +52,7 @@ struct OpContext {
     if (ctx.deterministicAlgorithmsWarnOnly()) w |= kWarnOnly;
     if (c10::GradMode::is_enabled()) w |= kGradMode;
     w |= static_cast<uint64_t>(std::min(at::get_num_threads(), 0xffff)) << kThreadsShift;
+    w |= static_cast<uint64_t>(static_cast<uint8_t>(ctx.qEngine())) << kQEngineShift;
 #if DTR_HAVE_MXCSR
     const unsigned csr = _mm_getcsr();
     if (csr & 0x8000) w |= kFlushToZero;
@@ -59,6 +63,9 @@ struct OpContext {
 
   c10::ScalarType default_dtype() const { return static_cast<c10::ScalarType>(word & 0xff); }
   int threads() const { return static_cast<int>((word & kThreads) >> kThreadsShift); }
+  at::QEngine qengine() const {
+    return static_cast<at::QEngine>((word & kQEngine) >> kQEngineShift);
+  }
   OpContext with_threads(int n) const {
     return OpContext{(word & ~kThreads) | (static_cast<uint64_t>(n) << kThreadsShift)};
   }
@@ -98,6 +105,7 @@ class OpContextScope {
     if ((to.word ^ from.word) & OpContext::kGradMode)
       c10::GradMode::set_enabled((to.word & OpContext::kGradMode) != 0);
     if (to.threads() != from.threads()) torch_compat::set_intra_op_threads_here(to.threads());
+    if (to.qengine() != from.qengine()) ctx.setQEngine(to.qengine());
 #if DTR_HAVE_MXCSR
     const uint64_t fp = OpContext::kFlushToZero | OpContext::kDenormalsAreZero;
     if ((to.word & fp) != (from.word & fp)) {

@@ -301,3 +301,43 @@ def test_a_result_whose_input_changed_before_an_eviction_stays(lib, change):
     assert values == [l for l in plain.stdout.splitlines() if l.startswith("VALUES")], proc.stdout
     counts = re.search(r"EVICTIONS (\d+) KEPT (\d+)", proc.stdout)
     assert counts and int(counts[1]) > 0 and int(counts[2]) > 0, proc.stdout
+
+
+FROM_FILE = r"""
+import sys, torch
+try:
+    import dtr
+except ImportError:
+    dtr = None
+path = sys.argv[1]
+n = 1024 * 1024
+torch.manual_seed(0)
+with open(path, "wb") as f:
+    f.write(torch.randn(n).numpy().tobytes())
+base = torch.from_file(path, shared=True, size=n).view(1024, 1024)
+w = torch.randn(1024, 1024) * 0.03
+ds = [torch.tanh(base @ w + i) for i in range(16)]
+if dtr is not None and dtr.is_enabled():
+    print("EVICTED", dtr.memory_stats()["dtr.num_evictions"] > 0, flush=True)
+with open(path, "r+b") as f:  # another writer changes the mapped file
+    f.write(bytes(4096))
+try:
+    print("SUM", sum(float(d.sum()) for d in ds))
+except RuntimeError as e:
+    print("REFUSED", str(e).splitlines()[0])
+"""
+
+
+def test_results_read_from_a_shared_file_are_not_remade_from_its_new_contents(lib, tmp_path):
+    """Note [Results outside the allocator]: from_file(shared=True)'s result is memory another
+    deleter frees, which a write to the file changes. Its readers were remade from the new
+    contents (a probe, 2026-12-07: another sum, status 0); now they are fingerprinted, as an
+    external constant's are, and the remat is refused."""
+    plain = run([PYTHON, "-c", FROM_FILE, str(tmp_path / "plain.bin")], clean_env())
+    assert "SUM " in plain.stdout, plain.stdout + plain.stderr
+    proc = run([PYTHON, "-c", FROM_FILE, str(tmp_path / "dtr.bin")],
+               clean_env(LD_PRELOAD=lib, DTR_BUDGET="40M"))
+    assert "EVICTED True" in proc.stdout, proc.stdout + proc.stderr
+    refused = next((l for l in proc.stdout.splitlines() if l.startswith("REFUSED ")), None)
+    assert refused is not None, (plain.stdout, proc.stdout + proc.stderr)
+    assert "cannot recompute" in refused and "from_file" in refused, refused

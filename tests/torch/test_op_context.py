@@ -8,8 +8,9 @@ after torch.set_default_dtype(torch.float64) an integer division came back in fl
 with mkldnn enabled again a convolution made without it came back from the other
 kernel (the sum of one of the three read 3981088.25 against 3981088.5), under no_grad a
 kernel that reads grad mode computed its other branch (PyTorch 2.11's LSTM kernel returned
-no workspace, and backward died on it), and a kernel that reads the thread count used
-the reader's count after torch.set_num_threads."""
+no workspace, and backward died on it), a kernel that reads the thread count used
+the reader's count after torch.set_num_threads, and quantized::add ran the reader's
+quantized engine."""
 import re
 
 import pytest
@@ -85,6 +86,18 @@ CASES = {
              + "ys = [torch.sinh(w + i) for i in range(3)]",
         READ="torch.set_num_threads(1)\nif True:",
         BUDGET='"24M"', FILLER="3 * 2 ** 20"),
+    # quantized::add picks its kernel by torch.backends.quantized.engine: made under onednn,
+    # read after the program switched to qnnpack (a probe, 2026-12-07: 31 remats, other
+    # bits). int_repr() reads the quantized values (numpy cannot take a quantized tensor).
+    "qengine": dict(
+        MAKE="torch.backends.quantized.engine = 'onednn'\n"
+             "a = torch.quantize_per_tensor(torch.randn(1024, 1024), 0.05, 128, torch.quint8)\n"
+             "b = torch.quantize_per_tensor(torch.randn(1024, 1024), 0.04, 120, torch.quint8)\n"
+             "qs = [torch.ops.quantized.add(a, b, 0.07 + 0.001 * i, 128) for i in range(3)]\n"
+             "ys = qs",
+        READ="torch.backends.quantized.engine = 'qnnpack'\nys = [q.int_repr() for q in qs]\n"
+             "if True:",
+        BUDGET='"7M"', FILLER="2 ** 20"),
     "threads_raised": dict(
         MAKE=sinh_kernel("x * (2 + torch.get_num_threads())") + "torch.set_num_threads(1)\n"
              "ys = [torch.sinh(w + i) for i in range(3)]",

@@ -10,6 +10,7 @@ the `_like` factories (Note [Seeded like factories]).
 And since Note [Vector masks] (core/packed_mask.cpp) float32 masks pack through SSE2: the
 dropout test below checks those bits too."""
 import json
+import re
 from types import SimpleNamespace
 
 from conftest import PYTHON, clean_env, run
@@ -207,3 +208,36 @@ def test_like_factories_are_recomputed_bit_identical(lib, tmp_path):
     for c in calls:
         if c["NAME"] in ("aten::normal_", "aten::uniform_", "aten::random_"):
             assert c["ARGS"] == [], c  # overwrites its empty_like whole: reads nothing
+
+
+JACOBIAN = r"""
+import hashlib, torch
+torch.manual_seed(0)
+w1 = torch.randn(64, 256) * 0.1  # drawn in grad mode: recorded, remade by a seeded replay
+w2 = torch.randn(256, 256) * 0.1
+def f(x):
+    h = torch.tanh(x @ w1)
+    for _ in range(4):
+        h = torch.tanh(h @ w2)
+    return h.sum(0)
+with torch.no_grad():
+    xs = [torch.randn(512, 64) for _ in range(2)]
+for s, x in enumerate(xs):
+    j = torch.autograd.functional.jacobian(f, x, vectorize=True)
+    print("DIGEST", s, hashlib.sha256(j.numpy().tobytes()).hexdigest()[:16], flush=True)
+"""
+
+
+def test_a_seeded_factory_remade_inside_legacy_vmap_matches(lib):
+    """jacobian(vectorize=True) runs its backward under legacy vmap, whose VmapMode key is in
+    the thread's included keys; a remat of torch.randn there reached vmap's check on random
+    ops and raised (a probe, 2026-12-07), where the run without dtr trains on."""
+    plain = run([PYTHON, "-c", JACOBIAN], clean_env())
+    expected = [l for l in plain.stdout.splitlines() if l.startswith("DIGEST")]
+    assert len(expected) == 2, plain.stdout + plain.stderr
+    proc = run([PYTHON, "-c", JACOBIAN], clean_env(LD_PRELOAD=lib, DTR_BUDGET="300M",
+                                                    DTR_REPORT="1"))
+    got = [l for l in proc.stdout.splitlines() if l.startswith("DIGEST")]
+    assert got == expected, proc.stdout + proc.stderr
+    remats = int(re.search(r'"dtr.num_remats":(\d+)', proc.stderr).group(1))
+    assert remats > 0, proc.stderr
