@@ -4,9 +4,9 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A DTR_<NAME> the option table does not have is not read, so DTR_BUGDET=10M ran without a
 // budget and without a word. But the project's own tools read other DTR_ variables
-// (DTR_LIBRARY, DTR_PARENT_PID, DTR_LOAD_RAISES, the tests' DTR_SIM, ...), and a user's environment may hold
-// any (DTR_PORT, DTR_PLANS), so an unknown one is an error only where it is near the
-// variable of an option, or DTR_CONF:
+// (DTR_LIBRARY, DTR_PARENT_PID, DTR_LOAD_RAISES, the tests' DTR_SIM, ...), and a user's
+// environment may hold any (DTR_PORT, DTR_PLANS), so an unknown one is an error only where
+// it is near the variable of an option, or DTR_CONF:
 //  - the same name in another case (DTR_Budget, DTR_conf);
 //  - one letter off, or two letters swapped (optimal string alignment distance 1), from an
 //    option whose name has at least 6 letters (DTR_BUGDET, DTR_POLCY, DTR_BUDGETS); shorter

@@ -101,7 +101,8 @@ std::string csv_field(std::string_view text) {
 int finish_standard_output(const char* tool, int status) {
   std::cout.flush();
   if (std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
-  std::fprintf(stderr, "%s: cannot write standard output: %s\n", tool, std::strerror(errno));
+  std::fprintf(stderr, "%s: cannot write standard output: %s\n", tool,
+               std::strerror(errno != 0 ? errno : EIO));
   return status == 0 ? 2 : status;
 }
 

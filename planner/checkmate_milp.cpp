@@ -62,8 +62,16 @@ namespace dtr {
 // Note [Pin ends in stage form]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A pin that ends at stage e (Note [Pin ends] in graph.cpp: a DISCARDed CONSTANT) keeps
-// S[t][i] fixed to 1 only for t <= e and leaves node i a FREE column at stage e
-// (Graph::kept_pinned, Graph::never_freed), so the memory rows stop counting it after e. R
+// S[t][i] fixed to 1 only for t <= e (Graph::kept_pinned), so the memory rows stop counting
+// it after e. Within stage e it is held until node e itself is computed, the stage's last
+// computation: stage_schedule_steps writes no free of it before, and evaluate_stage_schedule
+// counts it to there (Graph::held_through_stage; until 2026-12-07 both freed it after a
+// remat before node e, which the evaluator of explicit schedules refused as "frees a pinned
+// node"). The MILP's memory rows still give it a FREE column at e: without it CBC found no
+// plan in 40 s on tests/data/planner/two_steps.trace at 820 B, where with it it proves one
+// optimal in 7 s, and that plan runs at 820 B. A solution whose rows free such a node early
+// is measured by the evaluator, which reports its true peak, so it is never said to fit
+// where it does not. R
 // stays fixed to 0 after the pin starts, also after e (Graph::never_recomputed): the node
 // cannot be made again, and nothing needs it then, since e is at or after the last use of
 // everything that may be recomputed through it; a later recomputation of one of its users
@@ -248,7 +256,7 @@ ScheduleCost evaluate_stage_schedule(const Graph& graph, const StageSchedule& s)
       uint64_t bytes = 0;
       if (!r[k]) return bytes;
       for (uint32_t i : deps[k]) {
-        if (graph.never_freed(i, t)) continue;
+        if (graph.held_through_stage(i, t)) continue;  // k < t here
         if (t + 1 < n && s.keep[t + 1][i]) continue;
         bool read_later = false;
         for (uint32_t j : users[i]) read_later = read_later || (j > k && j <= t && r[j]);
@@ -309,8 +317,8 @@ std::vector<ScheduleStep> stage_schedule_steps(const Graph& graph, const StageSc
         // In the stage its pin ends in, a pinned node is held until that stage's own node
         // is computed: a remat computed before it (k < t) may not free it (a probe,
         // 2026-12-07: kusumoto-approx's plan freed one there, which evaluate_schedule
-        // refused as "frees a pinned node").
-        if (graph.pinned_at(i, t) && k < t) continue;
+        // refused as "frees a pinned node"); the evaluator and the MILP agree.
+        if (graph.held_through_stage(i, t) && k < t) continue;
         if (t + 1 < n && s.keep[t + 1][i]) continue;
         bool read_later = false;
         for (uint32_t j : users[i]) read_later = read_later || (j > k && j <= t && r[j]);
@@ -472,6 +480,8 @@ CheckmateFormulation build_checkmate_formulation(const Graph& graph, uint64_t bu
       elem(r, u[k], -1);
       if (mem(k + 1) != 0) elem(r, R(t, k + 1), -mem(k + 1));
       for (uint32_t i : deps[k]) {
+        // Note [Pin ends in stage form]: the rows may free a pin's node at its end stage
+        // after an earlier remat, which the schedule does not; the evaluator checks.
         if (graph.never_freed(i, t)) continue;  // never freed: no FREE column
         const int fc = add_col(0, 1, 0, true);
         ++f.num_free;
@@ -622,12 +632,18 @@ CheckmateResult solve_checkmate_milp(const Graph& graph, const CheckmateOptions&
   }
   res.schedule = read_schedule(f, x);
   res.cost = evaluate_stage_schedule(graph, res.schedule);
-  if (!res.cost.valid || res.cost.peak_bytes > opts.budget_bytes) {
-    throw PlanError("checkmate: CBC returned a schedule that fails evaluation (" +
-                    (res.cost.valid ? "peak " + std::to_string(res.cost.peak_bytes) +
-                                          " bytes over budget"
-                                    : res.cost.error) +
+  if (!res.cost.valid)
+    throw PlanError("checkmate: CBC returned a schedule that fails evaluation (" + res.cost.error +
                     "); this is a bug in the formulation");
+  if (res.cost.peak_bytes > opts.budget_bytes) {
+    // Note [Pin ends in stage form]: the rows freed a pin's node at its end stage before
+    // the schedule does; what runs needs more than the budget, so there is no plan here.
+    res.status = MilpStatus::kNoSolution;
+    res.detail = "CBC's schedule needs " + std::to_string(res.cost.peak_bytes) +
+                 " bytes when run, over the budget (a pinned node held to the end of its "
+                 "pin: Note [Pin ends in stage form])";
+    res.schedule = StageSchedule{};
+    return res;
   }
   if (model.isProvenOptimal()) {
     res.status = MilpStatus::kOptimal;

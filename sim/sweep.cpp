@@ -50,6 +50,10 @@ std::vector<double> parse_ratio_list(const std::string& text) {
     if (parts.size() != 3)
       throw ConfigError("dtr: bad budget range '" + text + "'; expected START:STOP:STEP, e.g. 0.1:0.9:0.1");
     const double start = number(parts[0]), stop = number(parts[1]), step = number(parts[2]);
+    if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+      throw ConfigError("dtr: bad budget range '" + text +
+                        "'; START, STOP and STEP are finite "
+                        "numbers, e.g. 0.1:0.9:0.1");
     if (step <= 0 || stop < start)
       throw ConfigError("dtr: bad budget range '" + text + "'; need START <= STOP and STEP > 0");
     // A range of more budgets than anyone plots is a typo for a larger step: 0.1:0.9:1e-7

@@ -814,7 +814,6 @@ void guard_raw_access() {
     return;
   }
   if (!is_init()) return;
-  hook_python_exit();  // Note [Outputs at exit] in exit_writers.cpp
   // One installer at a time. The Python code can give up the GIL part way (imports), and
   // a second thread's first op then ran it again: both defined and deleted the function
   // in __main__, and one raised NameError (seen with three threads starting ops at once).
@@ -823,6 +822,7 @@ void guard_raw_access() {
   static std::atomic<bool> installing{false};
   if (installing.exchange(true, std::memory_order_acquire)) return;
   const int gil = ensure();
+  hook_python_exit();  // Note [Outputs at exit] in exit_writers.cpp: under the GIL
   run(kRawAccessGuard);
   release(gil);
   installing.store(false, std::memory_order_release);

@@ -18,15 +18,25 @@
 // called only once the interpreter is up: under LD_PRELOAD the library starts before
 // Python does, whose start-up may reset what was registered before it. The first op run
 // once Python is up registers it (hook_python_exit, from the raw-access guard, which
-// waits for the same moment). A run killed by a signal whose default action ends it
+// waits for the same moment and holds the GIL there: Py_AtExit takes no lock before
+// 3.13). Only where Python is the program (python_is_the_program): a C++ program that
+// embeds Python may finalize it and train on, and writing everything at that first
+// finalization would cut its trace and report short. A writer that throws is reported
+// and the others still run. A run killed by a signal whose default action ends it
 // (SIGTERM: multiprocessing.Pool's terminate) still writes nothing; a handler that calls
 // sys.exit does (docs/open-items.md).
 #include "integration/torch/exit_writers.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <mutex>
 
 namespace dtr::torch_integration {
@@ -46,7 +56,33 @@ void run_writers() {
     std::lock_guard<std::mutex> lock(writers_mutex);
     count = num_writers;
   }
-  for (int i = count - 1; i >= 0; --i) writers[i]();
+  for (int i = count - 1; i >= 0; --i) {
+    try {  // an exception leaving an exit function ends the process in std::terminate
+      writers[i]();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtr: an output at exit failed: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "dtr: an output at exit failed\n");
+    }
+  }
+}
+
+// Whether Python is the program, not a library a C++ program embeds: the executable is
+// named python* (python3, python3.11), or it holds Py_AtExit itself. An embedding program
+// may finalize Python and train on (a pybind11 scoped interpreter): its outputs are
+// written at exit, as before, whole.
+bool python_is_the_program(void* at_exit) {
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return false;
+  exe[n] = '\0';
+  const char* base = std::strrchr(exe, '/');
+  base = base ? base + 1 : exe;
+  if (std::strncmp(base, "python", 6) == 0) return true;
+  Dl_info where{};
+  char resolved[PATH_MAX];
+  return dladdr(at_exit, &where) != 0 && where.dli_fname && *where.dli_fname &&
+         realpath(where.dli_fname, resolved) && std::strcmp(resolved, exe) == 0;
 }
 
 }  // namespace
@@ -67,6 +103,7 @@ void hook_python_exit() {
   static const auto at_exit = reinterpret_cast<AtExit>(dlsym(RTLD_DEFAULT, "Py_AtExit"));
   if (!is_init || !at_exit || !is_init()) return;
   if (hooked.exchange(true)) return;
+  if (!python_is_the_program(reinterpret_cast<void*>(at_exit))) return;
   // -1 when Python's 32 slots are full: the writers then run from atexit alone.
   at_exit(run_writers);
 }

@@ -10,9 +10,10 @@ namespace dtr::torch_integration {
 // registration, as atexit's do. At most 8.
 void write_at_exit(void (*writer)());
 
-// Called where Python is known to be up (the first op after it is): from then on the
-// writers run at the end of Python's finalization too, whichever comes first. A no-op
-// outside Python, and after the first call.
+// Called with the GIL held where Python is known to be up (the raw-access guard's
+// installer): from then on the writers run at the end of Python's finalization too,
+// whichever comes first. Does nothing before Python is up, outside Python, where Python
+// is embedded in another program, and after the first call that found it up.
 void hook_python_exit();
 
 }  // namespace dtr::torch_integration

@@ -47,7 +47,9 @@
 // start]: the paths are handed to children only once every check passed); dtr.load
 // raises DtrError with the message, and calling it again after the environment is fixed
 // starts the library (dtr_torch_start). torch.ops.load_library itself keeps exit(2): it
-// has no way to ask. A failure after the allocator is installed (the lineage's own, which
+// has no way to ask. (After a failed dtr.load(), torch.ops.load_library finds the library
+// loaded and its initializer does not run again: the library stays off without a word
+// there; dtr.load() again, or dtr.memory_stats(), says why.) A failure after the allocator is installed (the lineage's own, which
 // the checks before it leave unreachable from the options) always exits: the allocator
 // cannot be taken back.
 //
@@ -79,6 +81,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dtr/allocator/caching_allocator.h"
 #include "dtr/allocator/host_backend.h"
@@ -275,8 +278,11 @@ std::string start_failure_text(const std::string& message) {
 }
 
 // Note [Bad configuration]: under dtr.load() (DTR_LOAD_RAISES) a failed start is kept
-// in start_error(), and the library stays off; set and read by the loading thread
-// (dtr.load holds the GIL).
+// in start_error(), and the library stays off. start_mutex orders starts and reads of
+// the message: ctypes lets go of the GIL around calls into the library, so dtr.load() on
+// one thread and memory_stats() on another may meet here. A constant-initialized mutex,
+// safe in the library's initializer.
+std::mutex start_mutex;
 bool start_errors_raise = false;
 // A function's static: the library's initializer may run before this file's dynamic
 // initializers have (a global std::string crashed there).
@@ -421,17 +427,15 @@ void export_output_paths(const Config& absolute) {
       setenv(output.env, path.c_str(), 1);
 }
 
+// The tools' check (Note [Outputs that are inputs] in core/output_file.cpp): each path
+// writable, none the same file as another or as the plan and its trace this run reads.
 void check_output_paths(const Config& config) {
+  std::vector<NamedPath> outputs;
   for (const OutputOption& output : kOutputOptions)
-    if (const std::string& path = config.*output.path; !path.empty())
-      check_writable(path, std::string(output.key) + " (option " + output.key + ")");
-  for (size_t i = 0; i < std::size(kOutputOptions); ++i)
-    for (size_t j = i + 1; j < std::size(kOutputOptions); ++j)
-      if (const std::string& path = config.*kOutputOptions[i].path;
-          !path.empty() && path == config.*kOutputOptions[j].path)
-        throw ConfigError(std::string("dtr: options ") + kOutputOptions[i].key + " and " +
-                          kOutputOptions[j].key + " name the same file '" + path +
-                          "'; give each its own");
+    outputs.push_back(
+        {config.*output.path, std::string(output.key) + " (option " + output.key + ")"});
+  check_outputs(outputs, {{config.plan, "plan (option plan)"},
+                          {config.plan_trace, "trace (option plan_trace)"}});
 }
 
 void start_runtime() {
@@ -525,11 +529,11 @@ void start_runtime() {
   // Note [Outputs at exit] in exit_writers.cpp
   if (report) write_at_exit(report_at_exit);
   if (!rt->config().snapshot.empty()) write_at_exit(snapshot_at_exit);
-  hook_python_exit();  // loaded by Python (torch.ops.load_library, dtr.load): it is up
 }
 
 // Note [Bad configuration]
 void load_runtime() {
+  std::lock_guard<std::mutex> lock(start_mutex);
   // Its value is the loading process's pid: an inherited one (a child, or a variable left
   // set) does not count, so LD_PRELOAD and the shim keep exit(2) whatever the environment.
   const char* raises = getenv("DTR_LOAD_RAISES");
@@ -647,7 +651,16 @@ uint64_t dtr_torch_empty_cache(void) {
 
 int dtr_torch_start(int again) {
   using namespace dtr::torch_integration;
-  if (again && !runtime() && !start_error().empty()) load_runtime();
+  {
+    std::lock_guard<std::mutex> lock(start_mutex);
+    if (!(again && !runtime() && !start_error().empty())) {
+      if (start_error().empty()) return 0;
+      last_error = start_error();
+      return 1;
+    }
+  }
+  load_runtime();  // takes start_mutex; a second retry finds the runtime up
+  std::lock_guard<std::mutex> lock(start_mutex);
   if (start_error().empty()) return 0;
   last_error = start_error();
   return 1;

@@ -28,6 +28,7 @@ import ctypes
 import json
 import numbers
 import os
+import threading
 
 __all__ = [
     "DtrError",
@@ -56,6 +57,7 @@ LIBRARY_NAME = "libdtr_torch.so"
 # Set to this process's pid while load() starts the library, which then keeps a bad
 # option's message for load() to raise, where it would end the process.
 _LOAD_RAISES = "DTR_LOAD_RAISES"
+_load_lock = threading.Lock()
 _UNLIMITED = 2**64 - 1
 _lib = None
 
@@ -139,17 +141,18 @@ def load(path=None):
         raise DtrError(
             f"{target} does not exist: build the dtr_torch target "
             "(cmake --build build --target dtr_torch) or set DTR_LIBRARY")
-    previous = os.environ.get(_LOAD_RAISES)
-    os.environ[_LOAD_RAISES] = str(os.getpid())
-    try:
-        lib = _bind(ctypes.CDLL(target))
-        failed = lib.dtr_torch_start(1 if loaded else 0)
-    finally:
-        if previous is None:
-            del os.environ[_LOAD_RAISES]
-        else:
-            os.environ[_LOAD_RAISES] = previous
-    _lib = lib
+    with _load_lock:  # one load at a time: each sets and restores the variable
+        previous = os.environ.get(_LOAD_RAISES)
+        os.environ[_LOAD_RAISES] = str(os.getpid())
+        try:
+            lib = _bind(ctypes.CDLL(target))
+            failed = lib.dtr_torch_start(1 if loaded else 0)
+        finally:
+            if previous is None:
+                os.environ.pop(_LOAD_RAISES, None)
+            else:
+                os.environ[_LOAD_RAISES] = previous
+        _lib = lib
     if failed:
         raise DtrError(lib.dtr_torch_last_error().decode())
     return target

@@ -110,6 +110,8 @@ TEST_CASE("dtr-sim: outputs on inputs, huge ranges, full disks exit 2 and lose n
        "makes 8000001 budgets, more than 10000; give a larger STEP"},
       {sim() + " sweep --trace " + in + " --quiet --budgets 0.1:0.9:1e-300",
        "makes about 1e299 budgets"},
+      {sim() + " sweep --trace " + in + " --quiet --budgets nan:0.9:0.1",
+       "START, STOP and STEP are finite numbers"},
       {sim() + " run --trace " + in + " --budget 0.5 --timeline /dev/full",
        "cannot write timeline '/dev/full': write failed"},
       // In braces: run_command's own 2>&1 then takes the message, not /dev/full.

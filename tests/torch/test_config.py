@@ -107,8 +107,16 @@ def test_output_paths_fail_at_start(lib, tmp_path):
                 {"DTR_TRACE": str(tmp_path / "a"), "DTR_TIMELINE": str(tmp_path / "a")}):
         proc = run([PYTHON, "-c", "print('STARTED')"], clean_env(LD_PRELOAD=lib, **env),
                    check=False)
-        assert_fails_at_start(proc, "cannot write" if len(env) == 1 else "the same file")
+        assert_fails_at_start(proc, "cannot write" if len(env) == 1 else "is written there too")
     assert list(tmp_path.iterdir()) == []
+    # Nor over the plan the run follows (Note [Outputs that are inputs]).
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    proc = run([PYTHON, "-c", "print('STARTED')"],
+               clean_env(LD_PRELOAD=lib, DTR_PLAN=str(plan), DTR_TIMELINE=str(plan)),
+               check=False)
+    assert_fails_at_start(proc, "it is the plan (option plan) this command reads")
+    assert plan.read_text() == "{}"
 
 
 def test_a_relative_output_path_is_where_the_run_started(lib, tmp_path):
@@ -204,3 +212,13 @@ def test_an_inherited_load_raises_variable_does_not_stop_the_exit(lib):
                    clean_env(LD_PRELOAD=lib, DTR_CONF="bogus:1", DTR_LOAD_RAISES=value),
                    check=False)
         assert_fails_at_start(proc, "bogus")
+    # A child handed its parent's own pid, as a variable left set by a parent would be.
+    parent = ("import os, subprocess, sys\n"
+              "env = dict(os.environ, DTR_LOAD_RAISES=str(os.getpid()), LD_PRELOAD=sys.argv[1],\n"
+              "           DTR_CONF='bogus:1')\n"
+              "child = subprocess.run([sys.executable, '-c', \"print('STARTED')\"], env=env,\n"
+              "                       capture_output=True, text=True)\n"
+              "print('CHILD', child.returncode, 'STARTED' in child.stdout)\n"
+              "print(child.stderr)\n")
+    proc = run([PYTHON, "-c", parent, lib], clean_env())
+    assert "CHILD 2 False" in proc.stdout and "bogus" in proc.stdout, proc.stdout + proc.stderr

@@ -114,6 +114,11 @@ struct Graph {
     return pinned_at(i, t) && t < nodes[i].pinned_until;
   }
   bool never_recomputed(uint32_t i, size_t t) const { return nodes[i].pinned && t > pin_stage(i); }
+  // Whether stage t may not free node i after computing one of its earlier nodes (a remat):
+  // a pin held at t holds until node t itself is computed, also in the stage it ends in.
+  // The rule of the stage evaluator and stage_schedule_steps (Note [Pin ends in stage
+  // form] in planner/checkmate_milp.cpp).
+  bool held_through_stage(uint32_t i, size_t t) const { return pinned_at(i, t); }
   // Whether node i's pin starts late, at stage t: stage t must have it resident.
   bool pin_starts(uint32_t i, size_t t) const { return pinned_late(i) && pin_stage(i) == t; }
   // Whether node x is a later output of node prev's op (prev < x, and x and every node
