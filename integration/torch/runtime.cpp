@@ -49,9 +49,9 @@
 // starts the library (dtr_torch_start). torch.ops.load_library itself keeps exit(2): it
 // has no way to ask. (After a failed dtr.load(), torch.ops.load_library finds the library
 // loaded and its initializer does not run again: the library stays off without a word
-// there; dtr.load() again, or dtr.memory_stats(), says why.) A failure after the allocator is installed (the lineage's own, which
-// the checks before it leave unreachable from the options) always exits: the allocator
-// cannot be taken back.
+// there; dtr.load() again, or dtr.memory_stats(), says why.) A failure after the
+// allocator is installed (the lineage's own, which the checks before it leave unreachable
+// from the options) always exits: the allocator cannot be taken back.
 //
 // Note [Eviction hook-up]
 // ~~~~~~~~~~~~~~~~~~~~~~~
