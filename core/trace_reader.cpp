@@ -110,10 +110,6 @@ constexpr const char* kValidInstructions =
 constexpr const char* kFieldsHint =
     "see docs/trace-format.md for the fields of each instruction";
 
-// Note [Quantities that sum]: the largest size or time a trace may give.
-constexpr uint64_t kMaxQuantity = uint64_t{1} << 50;
-constexpr uint64_t kMaxSum = uint64_t{1} << 60;  // of all a trace's bytes, or nanoseconds
-
 constexpr const char* kDefinitionHint =
     "a name is defined by a CALL RESULT, a CONSTANT NAME or a COPY DST";
 
@@ -405,19 +401,17 @@ class TraceParser {
       fail(what + " in " + instruction_ + " is negative (" + value.dump() + "); it is a count of " +
            unit);
     }
-    // Note [Quantities that sum]
+    // Note [Quantities that sum]: each value, and each kind's sum over the trace.
     const std::string_view u(unit);
-    if ((u == "bytes" || u == "nanoseconds") && result.magnitude > kMaxQuantity) {
-      fail(what + " in " + instruction_ + " is " + value.dump() + " " + unit +
-           ", above the 2^50 (" + (u == "bytes" ? "1 PiB" : "13 days") +
-           ") this reader takes: the tools sum such " +
-           "values, and sums of larger ones overflow; a real trace's are far smaller");
-    }
     if (u == "bytes" || u == "nanoseconds") {
-      // Note [Quantities that sum]: so do their sums, which 16 384 values of 2^50 wrapped.
+      if (result.magnitude > kMaxTraceQuantity)
+        fail(what + " in " + instruction_ + " is " + value.dump() + " " + unit +
+             ", above the 2^50 (" + (u == "bytes" ? "1 PiB" : "13 days") +
+             ") this reader takes: the tools sum such " +
+             "values, and sums of larger ones overflow; a real trace's are far smaller");
       uint64_t& sum = u == "bytes" ? bytes_sum_ : nanoseconds_sum_;
       sum += result.magnitude;
-      if (sum > kMaxSum)
+      if (sum > kMaxTraceSum)
         fail(what + " in " + instruction_ + " brings the trace's " + unit +
              " to more than 2^60 in all, which the tools' sums cannot hold; a real trace's "
              "are far fewer");

@@ -606,11 +606,6 @@ Graph graph_from_trace(const Trace& trace) {
 
 namespace {
 
-// Costs and sizes a graph file may give (Note [Quantities that sum] in
-// core/trace_reader.cpp).
-constexpr uint64_t kMaxGraphQuantity = uint64_t{1} << 50;
-constexpr uint64_t kMaxGraphSum = uint64_t{1} << 60;
-
 bool parse_u64(const std::string& text, uint64_t& out) {
   if (text.empty()) return false;
   const char* end = text.data() + text.size();
@@ -630,11 +625,14 @@ std::vector<std::string> name_list(const std::string& list) {
   return names;
 }
 
+// What a name in the text format may not hold: the separators of its fields and lists,
+// the comment sign, spaces and control characters (Note [Graph names]).
+bool separates(char c) {
+  return c == ',' || c == '=' || c == '#' || static_cast<unsigned char>(c) <= ' ';
+}
+
 bool valid_name(const std::string& name) {
-  if (name.empty()) return false;
-  for (char c : name)
-    if (c == ',' || c == '=' || c == '#' || static_cast<unsigned char>(c) <= ' ') return false;
-  return true;
+  return !name.empty() && std::none_of(name.begin(), name.end(), separates);
 }
 
 }  // namespace
@@ -685,7 +683,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       throw PlanError(graph_error(path, line, "bad " + key + " '" + value + "'",
                                   key + " is bytes, optionally with K/M/G (512, 4K, 1.5M)"));
     }
-    if (bytes > kMaxGraphQuantity)
+    if (bytes > kMaxTraceQuantity)
       throw PlanError(graph_error(path, line, key + " '" + value + "' is above 2^50 bytes (1 PiB)",
                                   "the planner sums sizes, and larger ones overflow"));
     return bytes;
@@ -719,12 +717,12 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
       } else if (key == "reads" && eq != std::string::npos) {
         reads = value;
       } else if (key == "cost" && eq != std::string::npos) {
-        if (!parse_u64(value, n.compute_ns) || n.compute_ns > kMaxGraphQuantity)
+        if (!parse_u64(value, n.compute_ns) || n.compute_ns > kMaxTraceQuantity)
           throw PlanError(graph_error(path, l.number, "bad cost '" + value + "'",
                                       "cost is a non-negative integer (ns), at most 2^50"));
         have_cost = true;
       } else if (key == "remat-cost" && eq != std::string::npos) {
-        if (!parse_u64(value, n.remat_ns) || n.remat_ns > kMaxGraphQuantity)
+        if (!parse_u64(value, n.remat_ns) || n.remat_ns > kMaxTraceQuantity)
           throw PlanError(graph_error(path, l.number, "bad remat-cost '" + value + "'",
                                       "remat-cost is a non-negative integer (ns), at most 2^50"));
       } else if (key == "workspace" && eq != std::string::npos) {
@@ -798,7 +796,7 @@ Graph read_graph_text(std::istream& in, const std::string& path) {
                                   "same-op marks another output of the previous node's op"));
     cost_sum += n.compute_ns + (n.remat_ns == GraphNode::kSameCost ? 0 : n.remat_ns);
     bytes_sum += n.size_bytes + n.workspace_bytes;
-    if (cost_sum > kMaxGraphSum || bytes_sum > kMaxGraphSum)
+    if (cost_sum > kMaxTraceSum || bytes_sum > kMaxTraceSum)
       throw PlanError(graph_error(path, l.number,
                                   "the graph's costs or sizes add up to more than 2^60 here",
                                   "the planner's sums cannot hold them; a real graph's are far "
@@ -834,8 +832,7 @@ std::vector<std::string> text_names(const Graph& graph) {
   std::set<std::string> taken;
   for (const GraphNode& n : graph.nodes) {
     std::string name = n.name.empty() ? std::string("_") : n.name;
-    for (char& c : name)
-      if (c == ',' || c == '=' || c == '#' || static_cast<unsigned char>(c) <= ' ') c = '_';
+    std::replace_if(name.begin(), name.end(), separates, '_');
     if (taken.count(name)) {
       size_t k = 2;
       while (taken.count(name + "~" + std::to_string(k))) ++k;

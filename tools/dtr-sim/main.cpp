@@ -237,20 +237,13 @@ int run_main(int argc, char** argv) {
     config.apply_environment();
     // Note [Output files]: every output path is checked before the work that fills it, and
     // against the files read (Note [Outputs that are inputs]); one subcommand's are set.
-    std::vector<dtr::NamedPath> inputs = {{run_trace, "trace"},
-                                          {run_plan, "plan"},
-                                          {bound_trace, "trace"},
-                                          {convert_in, "trace"},
-                                          {plot_csv, "CSV"}};
+    // `run`'s are checked in its branch, with the environment's (DTR_TIMELINE, ...).
+    std::vector<dtr::NamedPath> inputs = {
+        {bound_trace, "trace"}, {convert_in, "trace"}, {plot_csv, "CSV"}};
     for (const std::string& path : sweep_traces) inputs.push_back({path, "trace"});
-    dtr::check_outputs({{run_timeline, "timeline"},
-                        {run_snapshot, "snapshot"},
-                        {run_svg, "memory picture"},
-                        {sweep_csv, "CSV"},
-                        {sweep_svg, "plot"},
-                        {convert_out, "trace"},
-                        {plot_svg, "plot"}},
-                       inputs);
+    dtr::check_outputs(
+        {{sweep_csv, "CSV"}, {sweep_svg, "plot"}, {convert_out, "trace"}, {plot_svg, "plot"}},
+        inputs);
 
     if (*policies) {
       for (const dtr::HeuristicInfo& h : dtr::builtin_heuristics().entries())
@@ -340,7 +333,7 @@ int run_main(int argc, char** argv) {
       if (!run_snapshot.empty()) config.set("snapshot", run_snapshot);
       if (!run_snapshot_format.empty()) config.set("snapshot_format", run_snapshot_format);
       run_flags.apply(config);
-      // The same for paths the environment gave (DTR_TIMELINE, DTR_SNAPSHOT, DTR_PLAN).
+      // The flags' paths and the environment's (DTR_TIMELINE, DTR_SNAPSHOT, DTR_PLAN).
       dtr::check_outputs({{config.timeline, "timeline"},
                           {config.snapshot, "snapshot"},
                           {run_svg, "memory picture"}},

@@ -101,6 +101,12 @@ class TraceError : public std::runtime_error {
 
 constexpr uint32_t kTraceFormatVersion = 4;
 
+// Note [Quantities that sum] in core/trace_reader.cpp: the largest size or time one event
+// may give, and the most a trace's sizes, or its times, may add up to. The planner's graph
+// files take the same (planner/graph.cpp).
+constexpr uint64_t kMaxTraceQuantity = uint64_t{1} << 50;
+constexpr uint64_t kMaxTraceSum = uint64_t{1} << 60;
+
 // Whether `trace` declares a constant where its memory was allocated (EARLY), which a
 // plan cannot be made from (Note [Plans number constants at first read] in
 // core/constant_placement.cpp).
