@@ -1244,7 +1244,17 @@ void record_observed(Lineage& lineage, ObservedCall& call, PendingOp& pending,
 // child cannot unlock it (a recursive mutex belongs to a thread id the child does not
 // have), so it starts with a new one; its copy of the lineage then works on its own, and
 // its remats never raise the thread count (Note [Op context] in lineage.cpp).
+//
+// The forking thread also brings its copy of RecordFunction's callbacks up to date first.
+// Since the global callback below (Note [Step marks]) was added, each thread copies the
+// global list under RecordFunction's own mutex at its first op, and no fork handler takes
+// that mutex. A thread that forked before it ran an op left a child that had to take the
+// mutex at its first op, while another thread's first copy could hold it across the fork:
+// 16 of 200 children hung in a loop forking beside threads that each ran one op; none
+// without dtr, and none once the forking thread had run an op. With the copy current the
+// child never asks for the mutex, unless it adds callbacks of its own (a profiler).
 void lock_before_fork() {
+  at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
   if (Lineage* lineage = the_lineage()) lineage->mutex().lock();
 }
 void unlock_in_parent() {
