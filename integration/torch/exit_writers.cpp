@@ -22,9 +22,27 @@
 // 3.13). Only where Python is the program (python_is_the_program): a C++ program that
 // embeds Python may finalize it and train on, and writing everything at that first
 // finalization would cut its trace and report short. A writer that throws is reported
-// and the others still run. A run killed by a signal whose default action ends it
-// (SIGTERM: multiprocessing.Pool's terminate) still writes nothing; a handler that calls
-// sys.exit does (docs/open-items.md).
+// and the others still run.
+//
+// Note [Outputs at SIGTERM]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A job scheduler ends a run with SIGTERM (Slurm at its time limit, Kubernetes when a pod
+// stops, timeout(1)), and SIGTERM's default action ends the process without exit or
+// finalization: until 2026-12-07 such a run wrote none of the four outputs. Where Python
+// is the program, the hook above also installs a Python handler for SIGTERM, only where
+// the disposition is still the default (a program's own handler, SIG_IGN under nohup, or
+// a C library's handler is left alone) and only from the main thread (which Python
+// requires). It puts the default back first, so a second SIGTERM ends the process at once
+// whatever the writers are waiting for; runs the writers; and sends itself SIGTERM again,
+// so the process still ends by the signal and its parent sees the same status. A Python
+// handler runs on the main thread between bytecodes, an ordinary context where the
+// writers may allocate and take the engine's lock, which a C signal handler may not. The
+// cost: a main thread inside a long op or C call ends when that returns, not at once.
+// Forked children (DataLoader workers, multiprocessing.Pool's) get the default back at
+// the fork: a child's copy of a lock may be held for good (Note [Fork] in
+// dispatch_hook.cpp), and Pool.terminate must not wait on its writers. A program that sets
+// its own handler later replaces this one; if it ends by sys.exit, Py_AtExit writes the
+// outputs. os._exit and SIGKILL still write nothing.
 #include "integration/torch/exit_writers.h"
 
 #include <dlfcn.h>
@@ -33,6 +51,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -106,6 +125,40 @@ void hook_python_exit() {
   if (!python_is_the_program(reinterpret_cast<void*>(at_exit))) return;
   // -1 when Python's 32 slots are full: the writers then run from atexit alone.
   at_exit(run_writers);
+  // Note [Outputs at SIGTERM]
+  using RunString = int (*)(const char*);
+  static const auto run = reinterpret_cast<RunString>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
+  if (!run) return;
+  static constexpr char kHookSigterm[] = R"PY(
+def _dtr_hook_sigterm(address):
+    import ctypes, os, signal, sys, threading
+    try:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        write_outputs = ctypes.CFUNCTYPE(None)(address)
+        pid = os.getpid()
+        def dtr_write_outputs_then_terminate(signum, frame):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if os.getpid() == pid:
+                write_outputs()
+            os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, dtr_write_outputs_then_terminate)
+        def in_child():
+            if signal.getsignal(signal.SIGTERM) is dtr_write_outputs_then_terminate:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.register_at_fork(after_in_child=in_child)
+    except Exception as e:
+        print("dtr: warning: no SIGTERM handler (outputs are not written if one ends the "
+              "run):", repr(e), file=sys.stderr, flush=True)
+_dtr_hook_sigterm(%llu)
+del _dtr_hook_sigterm
+)PY";
+  char code[sizeof kHookSigterm + 24];
+  std::snprintf(code, sizeof code, kHookSigterm,
+                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(&run_writers)));
+  run(code);
 }
 
 }  // namespace dtr::torch_integration

@@ -12,8 +12,9 @@ void write_at_exit(void (*writer)());
 
 // Called with the GIL held where Python is known to be up (the raw-access guard's
 // installer): from then on the writers run at the end of Python's finalization too,
-// whichever comes first. Does nothing before Python is up, outside Python, where Python
-// is embedded in another program, and after the first call that found it up.
+// whichever comes first, and at a SIGTERM (Note [Outputs at SIGTERM]). Does nothing
+// before Python is up, outside Python, where Python is embedded in another program, and
+// after the first call that found it up.
 void hook_python_exit();
 
 }  // namespace dtr::torch_integration
