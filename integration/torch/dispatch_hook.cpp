@@ -366,7 +366,6 @@
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -389,6 +388,7 @@
 #include "integration/torch/exit_writers.h"
 #include "integration/torch/lineage.h"
 #include "integration/torch/lineage_impl.h"
+#include "integration/torch/process_kind.h"
 
 namespace dtr::torch_integration {
 
@@ -801,19 +801,12 @@ void guard_raw_access() {
   // Until torch is importable (a few ops at most), then never again; a process without
   // Python stops trying at once.
   if (raw_access_attempts.fetch_add(1, std::memory_order_relaxed) > 10000) return;
-  using IsInit = int (*)();
-  using Ensure = int (*)();
-  using Release = void (*)(int);
-  using RunString = int (*)(const char*);
-  static auto is_init = reinterpret_cast<IsInit>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
-  static auto ensure = reinterpret_cast<Ensure>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
-  static auto release = reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
-  static auto run = reinterpret_cast<RunString>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
-  if (!is_init || !ensure || !release || !run) {
+  const PythonApi& python = python_api();
+  if (!python.is_initialized || !python.gil_ensure || !python.gil_release || !python.run_string) {
     raw_access_attempts.store(1 << 30, std::memory_order_relaxed);
     return;
   }
-  if (!is_init()) return;
+  if (!python.is_initialized()) return;
   // One installer at a time. The Python code can give up the GIL part way (imports), and
   // a second thread's first op then ran it again: both defined and deleted the function
   // in __main__, and one raised NameError (seen with three threads starting ops at once).
@@ -821,10 +814,10 @@ void guard_raw_access() {
   // unguarded, as ops before torch is importable do; the installer finishes it.
   static std::atomic<bool> installing{false};
   if (installing.exchange(true, std::memory_order_acquire)) return;
-  const int gil = ensure();
+  const int gil = python.gil_ensure();
   hook_python_exit();  // Note [Outputs at exit] in exit_writers.cpp: under the GIL
-  run(kRawAccessGuard);
-  release(gil);
+  python.run_string(kRawAccessGuard);
+  python.gil_release(gil);
   installing.store(false, std::memory_order_release);
 }
 
@@ -1374,10 +1367,8 @@ void record_if_python_thread() {
   if (checked) return;
   checked = true;
   if (c10::impl::tls_is_dispatch_key_included(kDtrKey)) return;
-  using GetState = void* (*)();
-  static const auto this_thread_state =
-      reinterpret_cast<GetState>(dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState"));
-  if (this_thread_state && this_thread_state()) enable_hook_on_this_thread(true);
+  const PythonApi& python = python_api();
+  if (python.this_thread_state && python.this_thread_state()) enable_hook_on_this_thread(true);
 }
 
 }  // namespace dtr::torch_integration

@@ -45,6 +45,8 @@
 // outputs. os._exit and SIGKILL still write nothing.
 #include "integration/torch/exit_writers.h"
 
+#include "integration/torch/process_kind.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -116,19 +118,14 @@ void write_at_exit(void (*writer)()) {
 void hook_python_exit() {
   static std::atomic<bool> hooked{false};
   if (hooked.load(std::memory_order_relaxed)) return;
-  using IsInit = int (*)();
-  using AtExit = int (*)(void (*)());
-  static const auto is_init = reinterpret_cast<IsInit>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
-  static const auto at_exit = reinterpret_cast<AtExit>(dlsym(RTLD_DEFAULT, "Py_AtExit"));
-  if (!is_init || !at_exit || !is_init()) return;
+  const PythonApi& python = python_api();
+  if (!python.is_initialized || !python.at_exit || !python.is_initialized()) return;
   if (hooked.exchange(true)) return;
-  if (!python_is_the_program(reinterpret_cast<void*>(at_exit))) return;
+  if (!python_is_the_program(reinterpret_cast<void*>(python.at_exit))) return;
   // -1 when Python's 32 slots are full: the writers then run from atexit alone.
-  at_exit(run_writers);
+  python.at_exit(run_writers);
   // Note [Outputs at SIGTERM]
-  using RunString = int (*)(const char*);
-  static const auto run = reinterpret_cast<RunString>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
-  if (!run) return;
+  if (!python.run_string) return;
   static constexpr char kHookSigterm[] = R"PY(
 def _dtr_hook_sigterm(address):
     import ctypes, os, signal, sys, threading
@@ -158,7 +155,7 @@ del _dtr_hook_sigterm
   char code[sizeof kHookSigterm + 24];
   std::snprintf(code, sizeof code, kHookSigterm,
                 static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(&run_writers)));
-  run(code);
+  python.run_string(code);
 }
 
 }  // namespace dtr::torch_integration

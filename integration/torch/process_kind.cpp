@@ -48,6 +48,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace dtr::torch_integration {
 
@@ -91,7 +92,24 @@ bool executable_needs_torch() {
   return needs;
 }
 
-bool is_python_process() { return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr; }
+const PythonApi& python_api() {
+  static const PythonApi api = [] {
+    PythonApi found;
+    auto look_up = [](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(RTLD_DEFAULT, name));
+    };
+    look_up(found.is_initialized, "Py_IsInitialized");
+    look_up(found.gil_ensure, "PyGILState_Ensure");
+    look_up(found.gil_release, "PyGILState_Release");
+    look_up(found.this_thread_state, "PyGILState_GetThisThreadState");
+    look_up(found.run_string, "PyRun_SimpleString");
+    look_up(found.at_exit, "Py_AtExit");
+    return found;
+  }();
+  return api;
+}
+
+bool is_python_process() { return python_api().is_initialized != nullptr; }
 
 bool can_run_torch_ops() { return is_python_process() || executable_needs_torch(); }
 

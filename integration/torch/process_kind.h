@@ -16,6 +16,20 @@ bool can_run_torch_ops();
 bool is_python_process();
 bool executable_needs_torch();
 
+// The Python C API functions the library calls, looked up in the process once (dlsym:
+// neither library links libpython), each null where the process holds no Python. Only
+// is_initialized may be called before Python is up; the others need it up, and all but
+// is_initialized, gil_ensure and this_thread_state need the GIL.
+struct PythonApi {
+  int (*is_initialized)() = nullptr;         // Py_IsInitialized
+  int (*gil_ensure)() = nullptr;             // PyGILState_Ensure (its enum as an int)
+  void (*gil_release)(int) = nullptr;        // PyGILState_Release
+  void* (*this_thread_state)() = nullptr;    // PyGILState_GetThisThreadState
+  int (*run_string)(const char*) = nullptr;  // PyRun_SimpleString
+  int (*at_exit)(void (*)()) = nullptr;      // Py_AtExit
+};
+const PythonApi& python_api();
+
 // LD_PRELOAD's entries (separated by colons or spaces, ld.so(8)) with every one that is
 // the file `self` (compared after realpath) replaced by `replacement`, or dropped where
 // `replacement` is empty; an entry equal to `replacement` already there is kept once.
