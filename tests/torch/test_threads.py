@@ -146,12 +146,18 @@ def test_threads_starting_ops_at_once_install_the_guard_once(lib):
 FORK_BESIDE_A_THREAD = r"""
 import os, sys, threading, time, torch, dtr
 stop = False
+churning = threading.Event()
 def churn():
     while not stop:
         x = torch.empty(16 * 2**20)
         del x
         dtr.empty_cache()
+        churning.set()
 threading.Thread(target=churn, daemon=True).start()
+# The first fork waits for the thread's first round: a fork while that thread makes a
+# static of PyTorch's (an op's handle, under a C++ static's guard) hangs a child in plain
+# PyTorch too (Note [Fork]; 7 of 60 runs of this loop without dtr and its empty_cache).
+churning.wait()
 hung = 0
 for i in range(60):
     pid = os.fork()
@@ -185,10 +191,18 @@ def test_a_child_forked_beside_an_allocating_thread_does_not_hang(lib):
 # once in CI).
 FORK_BESIDE_FIRST_OPS = r"""
 import os, threading, time, torch
+def first_op():
+    torch.empty(8)
+# The op's own first call (its static handle, made under a C++ static's guard) first,
+# on a thread that ends: a fork while another thread makes such a static hangs a child in
+# plain PyTorch too (Note [Fork]). The main thread runs no op itself.
+warm = threading.Thread(target=first_op)
+warm.start()
+warm.join()
 stop = False
 def spawn():
     while not stop:
-        t = threading.Thread(target=lambda: torch.empty(8))
+        t = threading.Thread(target=first_op)
         t.start()
         t.join()
 threading.Thread(target=spawn, daemon=True).start()
