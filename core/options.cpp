@@ -207,11 +207,13 @@ std::string exact_size_text(uint64_t bytes) {
 // ~~~~~~~~~~~~~~~~~~~~
 // A budget is either bytes or a ratio of the baseline peak, and the two forms share
 // digits, so the rules are:
-//   - "", "0" (any zero: "0.0", "0M") and "unlimited" mean no budget;
+//   - "", "0" (any zero without an 'x': "0.0", "0M") and "unlimited" mean no budget;
 //   - a size suffix (K, M, G, T, with optional B/iB, any case) means bytes: "300M";
 //   - a plain integer means bytes: "123456" (and so "1" is one byte, not ratio 1);
 //   - a plain number with a decimal point in (0,1] is a ratio: "0.4", "1.0";
-//   - a trailing 'x' always means a ratio: "0.4x", "1x" (this is what to_string prints);
+//   - a trailing 'x' always means a ratio: "0.4x", "1x" (this is what to_string prints),
+//     and "0x" or "0.0x" is refused: docs/config.md says a ratio is in (0,1], and a ratio
+//     of zero that quietly meant "no budget" ran the opposite of what was asked;
 //   - a plain decimal above 1 ("1.5") is rejected: the user surely meant 1.5G or 0.15,
 //     and guessing would silently run with a budget a billion times off.
 bool parse_budget_text(std::string_view text, Budget& out, std::string& why) {
@@ -238,8 +240,13 @@ bool parse_budget_text(std::string_view text, Budget& out, std::string& why) {
       return false;
     }
     if (ratio == 0.0) {
-      out = Budget{};
-      return true;
+      // A plain "0.0" is a zero, as "0" is; "0x" a ratio of zero (Note [Budget syntax]).
+      if (!ratio_marked) {
+        out = Budget{};
+        return true;
+      }
+      why = "a ratio must be in (0,1]; for no budget write 0 or unlimited";
+      return false;
     }
     if (ratio > 1.0) {
       const std::string plain(body);
@@ -279,7 +286,8 @@ struct OptionType<Budget> {
       "`0`, empty or `unlimited` = no budget. Bytes: an integer with an optional binary "
       "suffix `K`, `M`, `G` or `T` (also `KB`/`KiB` and so on, any case; `K` = 1024), such "
       "as `300M`, `4G`, `1.5G` or `123456`. Ratio: a number in (0,1] written with a decimal "
-      "point, such as `0.4` or `1.0`, or with a trailing `x`, such as `0.4x`; in the "
+      "point, such as `0.4` or `1.0`, or with a trailing `x`, such as `0.4x` (`0x` and "
+      "`0.0x` are refused, not read as no budget); in the "
       "simulator of the baseline peak, in a PyTorch run (`budget` only) of the peak over "
       "the first two training steps, set from the end of the second. A plain fraction above 1 such "
       "as `1.5` is rejected as "

@@ -68,6 +68,11 @@ bool same_file(const std::string& a, const std::string& b, bool* regular) {
 
 }  // namespace
 
+bool same_file(const std::string& a, const std::string& b) {
+  bool regular = true;
+  return same_file(a, b, &regular);
+}
+
 void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
   for (const NamedPath& out : outputs)
     if (!out.path.empty()) check_writable(out.path, out.what);

@@ -1,12 +1,13 @@
 // trace_reader.cpp: reads a DTR operator log or our versioned trace into a Trace.
 //
-// One JSON object per line (docs/trace-format.md). The reader works in three passes over
-// the file's text, held in memory once:
-//  1. split it into non-blank lines, remembering each line's 1-based number;
-//  2. find the first `ANNOTATE START` (Note [The START rule]);
-//  3. read events from there on, folding each CALL's MEMORY/ALIAS lines and each CONSTANT's
-//     MEMORY line into the event (Note [CALL folding]), interning names as they are defined
-//     (Note [Names stay defined]).
+// One JSON object per line (docs/trace-format.md). The reader takes the input one line at
+// a time (Note [Reading line by line]):
+//  1. LineReader hands out non-blank lines, each with its 1-based number;
+//  2. lines are held until the first `ANNOTATE START` (Note [The START rule]), then checked
+//     as skipped; with no START, the held lines are the events;
+//  3. events are read from there on, folding each CALL's MEMORY/ALIAS lines and each
+//     CONSTANT's MEMORY line into the event (Note [CALL folding]), interning names as they
+//     are defined (Note [Names stay defined]).
 // Every problem becomes a TraceError carrying file and line, with a message of the form
 // "problem; hint". Nothing here aborts or asserts on input: a trace is data from outside.
 //
@@ -18,9 +19,10 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
+#include <deque>
 #include <fstream>
 #include <istream>
-#include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -114,7 +116,7 @@ constexpr const char* kDefinitionHint =
     "a name is defined by a CALL RESULT, a CONSTANT NAME or a COPY DST";
 
 struct SourceLine {
-  std::string_view text;
+  std::string text;     // without its '\n'
   uint32_t number = 0;  // 1-based
 };
 
@@ -122,19 +124,95 @@ bool is_blank(std::string_view text) {
   return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
 }
 
-std::vector<SourceLine> split_lines(const std::string& text) {
-  std::vector<SourceLine> lines;
-  uint32_t number = 0;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    ++number;
-    std::string_view line(text.data() + begin, end - begin);
-    if (!is_blank(line)) lines.push_back(SourceLine{line, number});
-    begin = end + 1;
+// Note [Reading line by line]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The reader took the whole file into memory and split it there, so `dtr-sim run --trace
+// /dev/zero` grew until the allocator aborted, and a line holding a 50 MB name came back
+// whole in its error (the seventy-sixth session's probe). Now LineReader hands out one
+// line at a time and refuses one longer than kMaxTraceLineBytes (1 MiB, thousands of times
+// the longest event seen) with its number, before it has read more than that; and every
+// name, value or line an error quotes from the input is cut to kMaxQuotedInputChars
+// (quote_input). Lines are numbered and split as before: at each '\n', a last line without
+// one counted, blank lines counted but not handed out.
+//
+// The one thing held is the run of lines before the first `ANNOTATE START`: whether they
+// are skipped or read as events depends on whether a START follows (Note [The START
+// rule]), so they wait until one does or the file ends. DTR's logs open with START, and so
+// do the traces we record, so nothing waits in them.
+class LineReader {
+ public:
+  LineReader(std::istream& in, const std::string& path) : in_(in), path_(path) {}
+
+  // The next non-blank line, or false at the end of the input.
+  bool next(SourceLine& line) {
+    while (read_line(line.text)) {
+      line.number = number_;
+      if (!is_blank(line.text)) return true;
+    }
+    return false;
   }
-  return lines;
+
+ private:
+  static constexpr size_t kChunkBytes = 64 * 1024;
+
+  // The next line, blank or not; false when the input has none left.
+  bool read_line(std::string& text) {
+    text.clear();
+    bool any = false;  // a character or a '\n' taken for this line
+    while (true) {
+      if (begin_ == end_ && !refill()) {
+        if (any) ++number_;
+        return any;
+      }
+      const char* start = buffer_.data() + begin_;
+      const char* newline = static_cast<const char*>(std::memchr(start, '\n', end_ - begin_));
+      const size_t length = newline ? static_cast<size_t>(newline - start) : end_ - begin_;
+      if (text.size() + length > kMaxTraceLineBytes) too_long();
+      text.append(start, length);
+      begin_ += length;
+      any = true;
+      if (newline) {
+        ++begin_;
+        ++number_;
+        return true;
+      }
+    }
+  }
+
+  bool refill() {
+    if (at_end_) return false;
+    if (buffer_.empty()) buffer_.resize(kChunkBytes);
+    in_.read(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+    if (in_.bad()) throw TraceError(path_, 0, "cannot read trace; the stream failed");
+    begin_ = 0;
+    end_ = static_cast<size_t>(in_.gcount());
+    if (end_ < buffer_.size()) at_end_ = true;
+    return end_ > 0;
+  }
+
+  [[noreturn]] void too_long() const {
+    throw TraceError(path_, number_ + 1,
+                     "line " + std::to_string(number_ + 1) + " is longer than " +
+                         std::to_string(kMaxTraceLineBytes >> 20) +
+                         " MiB, the most this reader takes (kMaxTraceLineBytes); a trace "
+                         "has one JSON object per line, each far shorter: is this a trace file?");
+  }
+
+  std::istream& in_;
+  const std::string& path_;
+  std::vector<char> buffer_;
+  size_t begin_ = 0, end_ = 0;  // the unread part of buffer_
+  bool at_end_ = false;         // the input gave less than asked: nothing more to read
+  uint32_t number_ = 0;         // lines taken so far
+};
+
+// At most kMaxQuotedInputChars of `text`, for an error message (Note [Reading line by
+// line]); cut where a UTF-8 character starts, and marked "...".
+std::string quote_input(std::string_view text) {
+  if (text.size() <= kMaxQuotedInputChars) return std::string(text);
+  size_t cut = kMaxQuotedInputChars;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut)) + "...";
 }
 
 // Note [Numbers as strings]
@@ -209,11 +287,18 @@ std::string json_type_name(const json& value) {
 
 // Turns nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 7: x"
 // into "column 7: x": the line number there is always 1 (we parse one line at a time).
+// The text it ends with ("last read: '...'") is the input's, so it is cut (quote_input).
 std::string describe_parse_error(const json::parse_error& error) {
   std::string what = error.what();
   size_t column = what.find("column ");
-  if (column == std::string::npos) return what;
-  return what.substr(column);
+  if (column != std::string::npos) what = what.substr(column);
+  constexpr std::string_view kLastRead = "last read: '";
+  const size_t last_read = what.find(kLastRead);
+  if (last_read == std::string::npos) return what;
+  const size_t begin = last_read + kLastRead.size();
+  std::string_view read = std::string_view(what).substr(begin);
+  if (!read.empty() && read.back() == '\'') read.remove_suffix(1);
+  return what.substr(0, begin) + quote_input(read) + "'";
 }
 
 // Note [The START rule]
@@ -230,6 +315,7 @@ std::string describe_parse_error(const json::parse_error& error) {
 //
 // To find START without parsing every line twice, only lines that mention START, or that
 // contain a backslash (which could spell START as an escape), are parsed in the search.
+// The lines before START are held until it comes (Note [Reading line by line]).
 
 // Note [CALL folding]
 // ~~~~~~~~~~~~~~~~~~~
@@ -268,32 +354,37 @@ std::string describe_parse_error(const json::parse_error& error) {
 // and no tool adds more than a few of them together.
 class TraceParser {
  public:
-  TraceParser(const std::string& path, const std::string& text)
-      : path_(path), lines_(split_lines(text)) {
+  TraceParser(std::istream& in, const std::string& path) : path_(path), reader_(in, path_) {
     trace_.path = path;
   }
 
   Trace parse() {
-    if (lines_.empty()) {
+    SourceLine line;
+    bool have = reader_.next(line);
+    if (!have) {
       fail(0, "empty trace; the file has no events (expected JSON lines such as "
               "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"})");
     }
-    size_t begin = 0;
     {
-      json first = parse_object(lines_[0]);
+      json first = parse_object(line);
       if (instruction_of(first) == Instruction::header) {
         read_header(first);
-        begin = 1;
+        have = reader_.next(line);
       }
     }
-    size_t start = find_start(begin);
-    for (size_t i = begin; i < start; ++i) check_skipped_line(lines_[i]);
-    if (start > begin) {
-      skipped_until_line_ = lines_[start].number;
+    // Note [The START rule]: hold the lines up to the first START; if one comes, they
+    // were skipped, and the events start there; if none does, they are the events.
+    while (have && !is_start(line.text)) {
+      held_.push_back(std::move(line));
+      have = reader_.next(line);
     }
-    trace_.events.reserve((lines_.size() - start) * 2 / 3 + 1);
-    next_ = start;
-    while (next_ < lines_.size()) read_event(lines_[next_++]);
+    if (have) {
+      for (const SourceLine& skipped : held_) check_skipped_line(skipped);
+      if (!held_.empty()) skipped_until_line_ = line.number;
+      held_ = {};
+      read_event(line);
+    }
+    while (next_line(line)) read_event(line);
     return std::move(trace_);
   }
 
@@ -342,7 +433,8 @@ class TraceParser {
         return entry.instruction;
       }
     }
-    fail("unknown INSTRUCTION '" + text + "'; valid instructions: " + kValidInstructions);
+    fail("unknown INSTRUCTION '" + quote_input(text) +
+         "'; valid instructions: " + kValidInstructions);
   }
 
   const json& field(const json& object, const char* key) {
@@ -381,13 +473,13 @@ class TraceParser {
     switch (result.status) {
       case Integer::Status::ok: break;
       case Integer::Status::not_a_number:
-        fail(what + " in " + instruction_ + " is not a whole number (" + value.dump() +
+        fail(what + " in " + instruction_ + " is not a whole number (" + quote_input(value.dump()) +
              "); write it as an integer or a string of digits, e.g. \"1024\"");
       case Integer::Status::fractional:
-        fail(what + " in " + instruction_ + " has a fraction (" + value.dump() +
+        fail(what + " in " + instruction_ + " has a fraction (" + quote_input(value.dump()) +
              "); sizes, times and indices are whole numbers");
       case Integer::Status::too_large:
-        fail(what + " in " + instruction_ + " is too large (" + value.dump() +
+        fail(what + " in " + instruction_ + " is too large (" + quote_input(value.dump()) +
              "); it must fit in 64 bits");
     }
     return result;
@@ -398,14 +490,14 @@ class TraceParser {
     std::string what = "field '" + std::string(key) + "'";
     Integer result = integer_value(value, what);
     if (result.negative) {
-      fail(what + " in " + instruction_ + " is negative (" + value.dump() + "); it is a count of " +
-           unit);
+      fail(what + " in " + instruction_ + " is negative (" + quote_input(value.dump()) +
+           "); it is a count of " + unit);
     }
     // Note [Quantities that sum]: each value, and each kind's sum over the trace.
     const std::string_view u(unit);
     if (u == "bytes" || u == "nanoseconds") {
       if (result.magnitude > kMaxTraceQuantity)
-        fail(what + " in " + instruction_ + " is " + value.dump() + " " + unit +
+        fail(what + " in " + instruction_ + " is " + quote_input(value.dump()) + " " + unit +
              ", above the 2^50 (" + (u == "bytes" ? "1 PiB" : "13 days") +
              ") this reader takes: the tools sum such " +
              "values, and sums of larger ones overflow; a real trace's are far smaller");
@@ -422,8 +514,8 @@ class TraceParser {
   NameId use(const std::string& name, const char* role) {
     auto it = ids_.find(name);
     if (it == ids_.end()) {
-      std::string problem = "name '" + name + "' used before it is defined (" + role + " of " +
-                            instruction_ + "); " + kDefinitionHint;
+      std::string problem = "name '" + quote_input(name) + "' used before it is defined (" + role +
+                            " of " + instruction_ + "); " + kDefinitionHint;
       if (skipped_until_line_ != 0) {
         problem += "; lines before the ANNOTATE START on line " +
                    std::to_string(skipped_until_line_) + " are skipped and define nothing";
@@ -434,8 +526,8 @@ class TraceParser {
     for (const auto& [lines, what] :
          {std::pair{&released_lines_, "RELEASE"}, std::pair{&discarded_lines_, "DISCARD"}}) {
       if ((*lines)[it->second] != 0)
-        fail("name '" + name + "' is used (" + role + " of " + instruction_ + ") after its " +
-             what + " on line " + std::to_string((*lines)[it->second]) +
+        fail("name '" + quote_input(name) + "' is used (" + role + " of " + instruction_ +
+             ") after its " + what + " on line " + std::to_string((*lines)[it->second]) +
              "; a released name is one the program dropped, and a discarded one nothing reads " +
              "again: the trace's events are out of order");
     }
@@ -445,7 +537,7 @@ class TraceParser {
   NameId define(const std::string& name, const char* role) {
     auto [it, inserted] = ids_.emplace(name, static_cast<NameId>(trace_.names.size()));
     if (!inserted) {
-      fail("name '" + name + "' is defined twice (" + role + " of " + instruction_ +
+      fail("name '" + quote_input(name) + "' is defined twice (" + role + " of " + instruction_ +
            "; first defined on line " + std::to_string(definition_lines_[it->second]) +
            "); names are never reused, even after a RELEASE");
     }
@@ -479,25 +571,26 @@ class TraceParser {
     trace_.version = static_cast<uint32_t>(version);
   }
 
-  // Index of the first `ANNOTATE START` line at or after `begin`, or `begin` if there is
-  // none (Note [The START rule]).
-  size_t find_start(size_t begin) const {
-    for (size_t i = begin; i < lines_.size(); ++i) {
-      std::string_view text = lines_[i].text;
-      if (text.find("START") == std::string_view::npos &&
-          text.find('\\') == std::string_view::npos) {
-        continue;
-      }
-      json value = json::parse(text.data(), text.data() + text.size(), nullptr, false);
-      if (!value.is_object()) continue;  // also a parse failure; reported in its turn
-      auto instruction = value.find("INSTRUCTION");
-      auto annotation = value.find("ANNOTATION");
-      if (instruction != value.end() && annotation != value.end() && *instruction == "ANNOTATE" &&
-          *annotation == "START") {
-        return i;
-      }
+  // Whether `text` is an `ANNOTATE START` line (Note [The START rule]).
+  static bool is_start(std::string_view text) {
+    if (text.find("START") == std::string_view::npos && text.find('\\') == std::string_view::npos) {
+      return false;
     }
-    return begin;
+    json value = json::parse(text.data(), text.data() + text.size(), nullptr, false);
+    if (!value.is_object()) return false;  // also a parse failure; reported in its turn
+    auto instruction = value.find("INSTRUCTION");
+    auto annotation = value.find("ANNOTATION");
+    return instruction != value.end() && annotation != value.end() && *instruction == "ANNOTATE" &&
+           *annotation == "START";
+  }
+
+  // The next line to read as (part of) an event: a held one (a trace with no START), or
+  // the reader's next.
+  bool next_line(SourceLine& line) {
+    if (held_.empty()) return reader_.next(line);
+    line = std::move(held_.front());
+    held_.pop_front();
+    return true;
   }
 
   void check_skipped_line(const SourceLine& line) {
@@ -517,20 +610,21 @@ class TraceParser {
                            ? "a CONSTANT is followed by one MEMORY line with the same NAME"
                            : "a CALL is followed by a MEMORY then an ALIAS line for each result, "
                              "in the order of RESULT";
-    if (next_ >= lines_.size()) {
+    SourceLine line;
+    if (!next_line(line)) {
       fail(owner_line, "file ends inside " + context + ": expected a " + expected_text +
-                           " line for '" + name + "'; " + rule);
+                           " line for '" + quote_input(name) + "'; " + rule);
     }
-    json object = parse_object(lines_[next_++]);
+    json object = parse_object(line);
     Instruction found = instruction_of(object);
     if (found != expected) {
-      fail("expected a " + std::string(expected_text) + " line for '" + name + "' of " + context +
-           ", found " + instruction_ + "; " + rule);
+      fail("expected a " + std::string(expected_text) + " line for '" + quote_input(name) +
+           "' of " + context + ", found " + instruction_ + "; " + rule);
     }
     const std::string& found_name = string_field(object, "NAME");
     if (found_name != name) {
-      fail(std::string(expected_text) + " line names '" + found_name + "' but " + context +
-           " expects '" + name + "' here; " + rule);
+      fail(std::string(expected_text) + " line names '" + quote_input(found_name) + "' but " +
+           context + " expects '" + quote_input(name) + "' here; " + rule);
     }
     return object;
   }
@@ -570,7 +664,8 @@ class TraceParser {
            "); start the file with {\"INSTRUCTION\":\"DTR_TRACE\",\"VERSION\":4}");
     }
     if (annotation != "START" && annotation != "BACKWARD" && annotation != "STEP") {
-      fail("unknown ANNOTATION '" + annotation + "'; valid annotations: START, BACKWARD, STEP");
+      fail("unknown ANNOTATION '" + quote_input(annotation) +
+           "'; valid annotations: START, BACKWARD, STEP");
     }
     add_event(TraceEventKind::annotate).op = annotation;
   }
@@ -606,7 +701,7 @@ class TraceParser {
       Integer index = integer_value(value, "field 'ALIAS'");
       bool none = index.negative && index.magnitude == 1;
       if (!none && (index.negative || index.magnitude >= event.args.size())) {
-        fail("ALIAS index " + value.dump() + " is out of range: the CALL on line " +
+        fail("ALIAS index " + quote_input(value.dump()) + " is out of range: the CALL on line " +
              std::to_string(call_line) + " has " + std::to_string(event.args.size()) +
              " ARGS; use an index into ARGS, or -1 for a result that aliases nothing");
       }
@@ -630,7 +725,7 @@ class TraceParser {
     for (const json& value : mutated) {
       Integer index = integer_value(value, "each entry of 'MUTATE'");
       if (index.negative || index.magnitude >= event.args.size()) {
-        fail("MUTATE index " + value.dump() + " is out of range: the MUTATE has " +
+        fail("MUTATE index " + quote_input(value.dump()) + " is out of range: the MUTATE has " +
              std::to_string(event.args.size()) + " ARGS; each entry is an index into ARGS");
       }
       event.mutated.push_back(static_cast<uint32_t>(index.magnitude));
@@ -653,7 +748,7 @@ class TraceParser {
     const auto early = object.find("EARLY");
     if (early != object.end()) {
       if (!early->is_boolean())
-        fail("CONSTANT's EARLY must be true or false, not " + early->dump());
+        fail("CONSTANT's EARLY must be true or false, not " + quote_input(early->dump()));
       event.early = early->get<bool>();
     }
   }
@@ -684,7 +779,8 @@ class TraceParser {
     if (object.contains("WHEN_MATERIAL")) {
       const json& field = object["WHEN_MATERIAL"];
       if (!field.is_boolean())
-        fail("field 'WHEN_MATERIAL' in PIN must be true or false, not " + field.dump());
+        fail("field 'WHEN_MATERIAL' in PIN must be true or false, not " +
+             quote_input(field.dump()));
       when_material = field.get<bool>();
     }
     add_event(when_material ? TraceEventKind::pin_when_material : TraceEventKind::pin).dst = name;
@@ -702,8 +798,8 @@ class TraceParser {
   }
 
   std::string path_;
-  std::vector<SourceLine> lines_;
-  size_t next_ = 0;                // index into lines_ of the next line to read
+  LineReader reader_;
+  std::deque<SourceLine> held_;    // lines before the first START, while none has come
   uint32_t line_ = 0;              // number of the line being read, for errors
   const char* instruction_ = "";  // its INSTRUCTION, for errors
   uint32_t skipped_until_line_ = 0;  // line of START when lines before it were skipped
@@ -718,11 +814,7 @@ class TraceParser {
 }  // namespace
 
 Trace read_trace(std::istream& in, const std::string& path_for_errors) {
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw TraceError(path_for_errors, 0, "cannot read trace; the stream failed");
-  std::string text = buffer.str();
-  return TraceParser(path_for_errors, text).parse();
+  return TraceParser(in, path_for_errors).parse();
 }
 
 Trace read_trace(const std::string& path) {

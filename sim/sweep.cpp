@@ -29,6 +29,38 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// Note [Empty items in a budget list]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `sweep --budgets 0.5,,0.3` refused the empty item ("'' is not a number") while `bound
+// --budget 0.5,,0.3` dropped it through split_list and bounded two budgets (the
+// seventy-sixth session's probe). A doubled comma is a budget lost in typing, so both go
+// through split_budget_list, which refuses it (and a leading or trailing comma) and names
+// the item; a list with no item at all is left to the caller, which says the flag names no
+// budget.
+std::vector<std::string> split_budget_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    items.push_back(
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  auto blank = [](const std::string& item) {
+    return item.find_first_not_of(" \t\r\n\f\v") == std::string::npos;
+  };
+  if (std::all_of(items.begin(), items.end(), blank)) return {};
+  std::string kept;
+  for (const std::string& item : items)
+    if (!blank(item)) kept += (kept.empty() ? "" : ",") + item;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (blank(items[i]))
+      throw ConfigError("dtr: bad budget list '" + text + "': item " + std::to_string(i + 1) +
+                        " is empty; drop the stray comma: " + kept);
+  return items;
+}
+
 std::vector<double> parse_ratio_list(const std::string& text) {
   auto number = [&](const std::string& s) {
     try {
@@ -69,18 +101,40 @@ std::vector<double> parse_ratio_list(const std::string& text) {
     const int n = static_cast<int>(count);
     for (int i = 0; i < n; ++i) out.push_back(std::round((start + i * step) * 1e6) / 1e6);
   } else {
-    std::stringstream ss(text);
-    std::string part;
-    while (std::getline(ss, part, ',')) out.push_back(number(part));
+    for (const std::string& part : split_budget_list(text)) out.push_back(number(part));
   }
-  if (out.empty()) throw ConfigError("dtr: empty budget list");
+  if (out.empty())
+    throw ConfigError("dtr: the budget list '" + text +
+                      "' names no budget; give a range such as 0.1:0.9:0.1 or a comma list "
+                      "such as 0.2,0.5");
   for (double r : out)
     if (!(r > 0 && r <= 1.0))
       throw ConfigError("dtr: budget ratio " + std::to_string(r) + " is outside (0, 1]");
   return out;
 }
 
+namespace {
+
+// Note [A trace named twice]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Results name a trace by its file's base name, or by its path where two traces share a
+// base name; a trace given twice (`--trace a.log a.log`, or `a.log ./a.log`) had both its
+// rows under one label, each cell twice, and the table and plot merged them with nothing
+// said. It is refused before any trace is read, comparing paths as the tools compare an
+// output with an input (same_file: one inode, or the same normal path where none exists).
+void check_traces_named_once(const std::vector<std::string>& paths) {
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (same_file(paths[i], paths[j]))
+        throw ConfigError("dtr: trace '" + paths[i] + "' is named twice in the sweep" +
+                          (paths[i] == paths[j] ? std::string() : " (also as '" + paths[j] + "')") +
+                          "; its results would merge under one label: give each trace once");
+}
+
+}  // namespace
+
 std::vector<ReplayResult> run_sweep(const SweepSpec& spec) {
+  check_traces_named_once(spec.trace_paths);  // Note [A trace named twice]
   // Read every trace and check every policy name before any work starts.
   std::vector<Trace> traces;
   std::vector<Baseline> baselines;

@@ -208,7 +208,7 @@ TEST_CASE("parse_size reads binary suffixes", "[core][options]") {
 }
 
 TEST_CASE("Budget::parse tells unlimited, bytes and ratios apart", "[core][options]") {
-  for (const char* text : {"", "0", "0.0", "0M", "unlimited", "  0  ", "0x"}) {
+  for (const char* text : {"", "0", "0.0", "0M", "unlimited", "  0  "}) {
     INFO("text: '" << text << "'");
     CHECK(Budget::parse(text).kind == Budget::Kind::unlimited);
   }
@@ -241,6 +241,26 @@ TEST_CASE("Budget::parse tells unlimited, bytes and ratios apart", "[core][optio
   const std::string ambiguous = error_of([] { Budget::parse("1.5"); });
   CHECK_THAT(ambiguous, Catch::Contains("1.5G") && Catch::Contains("ambiguous"));
   CHECK_THAT(error_of([] { Budget::parse("-1"); }), Catch::Contains("negative"));
+}
+
+TEST_CASE("Budget::parse refuses a ratio of zero or below, not reading it as no budget",
+          "[core][options]") {
+  // Note [Budget syntax]: "0x" and "0.0x" meant no budget, as "0" does (the seventy-sixth
+  // session's probe), where docs/config.md says a ratio is in (0,1].
+  for (const char* bad : {"0x", "0.0x", "0X", " 0.000x ", "0 x", ".0x", "-0x", "-0.5x"}) {
+    INFO("text: '" << bad << "'");
+    const std::string error = error_of([&] { Budget::parse(bad); });
+    CHECK_THAT(error, Catch::StartsWith("dtr: bad budget '"));
+    CHECK_THAT(error, Catch::Contains("(0,1]") || Catch::Contains("negative"));
+  }
+  CHECK_THAT(error_of([] { Budget::parse("0x"); }),
+             Catch::Contains("a ratio must be in (0,1]; for no budget write 0 or unlimited"));
+  // The environment's DTR_BUDGET (and DTR_RESERVED_LIMIT) go through the same parser.
+  Config config;
+  CHECK_THROWS_AS(config.set("budget", "0x"), ConfigError);
+  CHECK_THROWS_AS(config.set("reserved_limit", "0.0x"), ConfigError);
+  config.set("budget", "0");
+  CHECK(config.budget.kind == Budget::Kind::unlimited);
 }
 
 TEST_CASE("Budget::resolve", "[core][options]") {

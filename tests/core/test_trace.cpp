@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -589,4 +591,74 @@ TEST_CASE("trace: sizes or times that add up past 2^60 are refused at the line t
   CHECK_THROWS_WITH(dtr::read_trace(in, "sums.log"),
                     Catch::Contains("sums.log:3076: field 'TIME' in CALL brings the trace's "
                                     "nanoseconds to more than 2^60"));
+}
+
+TEST_CASE("trace: a line over kMaxTraceLineBytes is refused with its number, unread past it",
+          "[core][trace]") {
+  // Note [Reading line by line]: the reader took a whole file into memory, so `--trace
+  // /dev/zero` grew until the allocator aborted. A file of one 2 MiB line stands in for it.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("dtr-test-long-line-" + std::to_string(getpid()) + ".log"))
+                               .string();
+  const std::string start = "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}";
+  auto error_of = [&](const std::string& text) {
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << text;
+    }
+    try {
+      dtr::read_trace(path);
+    } catch (const dtr::TraceError& e) {
+      return std::make_pair(e.line(), std::string(e.what()));
+    }
+    return std::make_pair(uint32_t{0}, std::string("no error"));
+  };
+  const auto [line, what] = error_of(std::string(size_t{2} << 20, 'a') + "\n");
+  CHECK(line == 1);
+  CHECK(what == path +
+                    ":1: line 1 is longer than 1 MiB, the most this reader takes "
+                    "(kMaxTraceLineBytes); a trace has one JSON object per line, each far "
+                    "shorter: is this a trace file?");
+  // Counted past blank lines, and with no newline at the end.
+  CHECK(error_of(start + "\n\n" + std::string(size_t{2} << 20, ' ')).first == 3);
+  // A line of exactly the cap is read (here a START padded with spaces).
+  const std::string padded = start + std::string(dtr::kMaxTraceLineBytes - start.size(), ' ');
+  std::istringstream at_cap(padded + "\n" + padded);
+  CHECK(dtr::read_trace(at_cap, "at-cap").events.size() == 2);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("trace: errors quote at most kMaxQuotedInputChars of a name, value or line",
+          "[core][trace]") {
+  // Note [Reading line by line]: a 50 MB name was echoed whole in its error.
+  const std::string name(100000, 'n');
+  auto error_of = [](const std::string& text) {
+    std::istringstream in(text);
+    try {
+      dtr::read_trace(in, "inline");
+    } catch (const dtr::TraceError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // (A JSON string's dump, and nlohmann's "last read", start with its quote.)
+  const std::string prefix = std::string(dtr::kMaxQuotedInputChars - 1, 'n') + "...";
+  const std::string cases[] = {
+      "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"" + name + "\"}\n",
+      "{\"INSTRUCTION\":\"" + name + "\"}\n",
+      "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"" + name + "\"}\n",
+      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c\"}\n"
+      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c\",\"MEMORY\":\"" +
+          name + "\"}\n",
+      "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"" + name,  // unterminated: nlohmann's "last read"
+  };
+  for (const std::string& text : cases) {
+    const std::string what = error_of(text);
+    INFO(what.substr(0, 300));
+    CHECK(what.find(prefix) != std::string::npos);
+    CHECK(what.size() < 600);
+  }
+  // Short ones whole, as before.
+  CHECK_THAT(error_of("{\"INSTRUCTION\":\"PIN\",\"NAME\":\"short\"}\n"),
+             Catch::Contains("name 'short' used before it is defined"));
 }

@@ -364,3 +364,27 @@ TEST_CASE("dtr-plan graph writes names --graph reads: odd characters, taken name
   CHECK(planned.exit_code == 0);
   run_command("rm -f " + trace + " " + graph);
 }
+
+TEST_CASE("dtr-plan: a ratio of zero and an empty budget item exit 2 before the input is read",
+          "[planner][cli]") {
+  // The seventy-sixth session's probe (Note [Budget syntax], Note [Empty items in a budget
+  // list]); a trace that does not exist shows the budget is checked first.
+  require_bin();
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {" --trace /nonexistent/t.log --budget 0x",
+       "bad budget '0x': a ratio must be in (0,1]; for no budget write 0 or unlimited"},
+      {" --trace /nonexistent/t.log --budget 0.0x", "bad budget '0.0x': a ratio must be in (0,1]"},
+      {" --trace /nonexistent/t.log --budget 0", "budget '0' means unlimited"},
+      {" compare --trace /nonexistent/t.log --budgets 0.5,,0.3",
+       "bad budget list '0.5,,0.3': item 2 is empty; drop the stray comma"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_command(plan_bin() + c.args);
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+}

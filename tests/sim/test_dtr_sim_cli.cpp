@@ -2,8 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -329,4 +332,73 @@ TEST_CASE("dtr-sim bound prints the least recomputation per budget", "[sim][cli]
       run_command(sim() + " bound --trace " + trace + " --budget 0.5 --lp-rounds x");
   CHECK(rounds.exit_code != 0);
   CHECK(rounds.output.find("--lp-rounds") != std::string::npos);
+}
+
+TEST_CASE("dtr-sim: zero ratios, empty budget items, a trace named twice exit 2 before any work",
+          "[sim][cli]") {
+  // The seventy-sixth session's probe of the tools' input. A budget is checked before the
+  // trace is read: a trace that does not exist shows it (its error would come first).
+  const std::string small = test_data("golden/small.log");
+  const std::string missing = " --trace /nonexistent/t.log";
+  const std::string zero_ratio = "a ratio must be in (0,1]; for no budget write 0 or unlimited";
+  struct Case {
+    std::string command, message;
+  };
+  const std::vector<Case> cases = {
+      // Note [Budget syntax]: no longer read as "no budget".
+      {sim() + " run --trace " + small + " --budget 0x --allocator none",
+       "bad value '0x' for option 'budget': " + zero_ratio},
+      {sim() + " run --trace " + small + " --budget 0.0x --allocator none",
+       "bad value '0.0x' for option 'budget': " + zero_ratio},
+      {"DTR_BUDGET=0x " + sim() + " run --trace " + small + " --allocator none",
+       "'0x' for option 'budget' from DTR_BUDGET: " + zero_ratio},
+      {sim() + " bound" + missing + " --budget 0x", "bad budget '0x': " + zero_ratio},
+      {sim() + " sweep" + missing + " --budgets 0x --quiet", "'0x' is not a number"},
+      // Note [Empty items in a budget list]: bound as sweep.
+      {sim() + " bound" + missing + " --budget 0.5,,0.3",
+       "bad budget list '0.5,,0.3': item 2 is empty; drop the stray comma"},
+      {sim() + " sweep" + missing + " --budgets 0.5,,0.3 --quiet",
+       "bad budget list '0.5,,0.3': item 2 is empty; drop the stray comma"},
+      // Note [A trace named twice]: by path, or by inode where the spelling differs.
+      {sim() + " sweep --trace " + small + " " + small + " --budgets 0.5 --quiet",
+       "trace '" + small + "' is named twice in the sweep; its results would merge"},
+      {sim() + " sweep --trace " + small + " " + test_data("golden/../golden/small.log") +
+           " --budgets 0.5 --quiet",
+       "is named twice in the sweep (also as '" + small + "')"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_command(c.command);
+    INFO(c.command << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("dtr-sim: a trace line over the reader's cap exits 2, quoting a short prefix",
+          "[sim][cli]") {
+  // Note [Reading line by line]: `--trace /dev/zero` grew until the allocator aborted, and
+  // a 50 MB name was echoed whole. A file of one 2 MiB line stands in for /dev/zero.
+  const std::string path = "/tmp/dtr-sim-cli-long-line-" + std::to_string(getpid()) + ".log";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(size_t{2} << 20, 'a') << "\n";
+  }
+  const auto r = run_command(sim() + " run --trace " + path + " --budget 0.5");
+  INFO(r.output.substr(0, 400));
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(path + ":1: line 1 is longer than 1 MiB") != std::string::npos);
+  CHECK(r.output.size() < 1000);
+  // A long name within the cap is quoted by its first 80 characters.
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"x\"}\n"
+        << "{\"INSTRUCTION\":\"PIN\",\"NAME\":\"" << std::string(512 * 1024, 'n') << "\"}\n";
+  }
+  const auto name = run_command(sim() + " run --trace " + path + " --budget 0.5");
+  INFO(name.output.substr(0, 400));
+  CHECK(name.exit_code == 2);
+  CHECK(name.output.find(":2: name '" + std::string(80, 'n') + "...' used before it is defined") !=
+        std::string::npos);
+  CHECK(name.output.size() < 1000);
+  std::remove(path.c_str());
 }

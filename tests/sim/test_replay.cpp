@@ -292,6 +292,34 @@ TEST_CASE("budget lists parse ranges and reject nonsense", "[sim]") {
   CHECK_THROWS_AS(parse_ratio_list("1.5"), ConfigError);
 }
 
+TEST_CASE("budget lists refuse an empty item, in a sweep's and a bound's alike", "[sim]") {
+  // Note [Empty items in a budget list] in sim/sweep.cpp.
+  CHECK(split_budget_list("0.5,300M") == std::vector<std::string>{"0.5", "300M"});
+  CHECK(split_budget_list("0.5").size() == 1);
+  CHECK(split_budget_list("").empty());
+  CHECK(split_budget_list(",").empty());  // the caller says the list names no budget
+  auto error_of = [](const std::string& text) {
+    try {
+      split_budget_list(text);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("0.5,,0.3") ==
+        "dtr: bad budget list '0.5,,0.3': item 2 is empty; drop the stray comma: 0.5,0.3");
+  CHECK_THAT(error_of(",0.5"), Catch::Contains("item 1 is empty"));
+  CHECK_THAT(error_of("0.5,"), Catch::Contains("item 2 is empty"));
+  CHECK_THAT(error_of("0.5, ,0.3"), Catch::Contains("item 2 is empty"));
+  try {
+    parse_ratio_list("0.5,,0.3");
+    FAIL("no ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("item 2 is empty"));
+  }
+  CHECK_THROWS_AS(parse_ratio_list(","), ConfigError);
+}
+
 TEST_CASE("DISCARD frees a pinned storage nothing reads again (trace format v2)",
           "[sim][trace][discard]") {
   // A pinned 1000 B storage (a gradient pinned at the optimizer step, say) is released and

@@ -10,10 +10,11 @@
 // A thin main over the planner library (docs/planner.md). A budget ratio refers to the
 // trace's baseline peak (as in dtr-sim, so static and dynamic methods get the same bytes),
 // or for --graph to the graph's peak without rematerialization. Bad input (a malformed
-// trace or graph, a cycle, a budget below the largest op's need, a corrupt plan, a plan for
-// another trace, an unknown method, a graph too large for the method) exits with code 2
-// and a message naming the problem. An infeasible plan is not an error: the result says
-// the least peak any plan can reach (Note [Plan floor] in planner/planner.cpp) and why.
+// trace or graph, a cycle, a budget below the largest op's need or a ratio of zero, a
+// corrupt plan, a plan for another trace, an unknown method, a graph too large for the
+// method) exits with code 2 and a message naming the problem. An infeasible plan is not an
+// error: the result says the least peak any plan can reach (Note [Plan floor] in
+// planner/planner.cpp) and why.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -83,11 +84,12 @@ Input load_input(const std::string& trace_path, const std::string& graph_path) {
   return in;
 }
 
-uint64_t resolve_budget(const std::string& text, const Input& in) {
+// A plan's budget, checked before the input is read (resolved against its peak after).
+dtr::Budget parse_plan_budget(const std::string& text) {
   const dtr::Budget b = dtr::Budget::parse(text);
   if (b.kind == dtr::Budget::Kind::unlimited)
     throw dtr::ConfigError("dtr: budget '" + text + "' means unlimited; give bytes (300M) or a ratio (0.4)");
-  return b.resolve(in.baseline.peak_bytes);
+  return b;
 }
 
 // "(0.810 of the baseline peak)", or "" when there is no baseline to refer to.
@@ -279,8 +281,8 @@ int run_main(int argc, char** argv) {
       return 0;
     }
     if (*compare) {
-      const Input in = load_input(cmp_trace, cmp_graph);
       const std::vector<double> ratios = dtr::parse_ratio_list(cmp_budgets);
+      const Input in = load_input(cmp_trace, cmp_graph);
       std::vector<std::string> method_names = dtr::split_list(cmp_methods);
       if (method_names.empty())
         for (const dtr::PlannerInfo& p : dtr::planner_registry()) method_names.push_back(p.name);
@@ -475,8 +477,9 @@ int run_main(int argc, char** argv) {
     }
     // Plan mode.
     if (budget_text.empty()) throw dtr::PlanError("--budget is required (e.g. --budget 0.4 or 300M)");
+    const dtr::Budget budget_spec = parse_plan_budget(budget_text);
     const Input in = load_input(trace_path, graph_path);
-    const uint64_t budget = resolve_budget(budget_text, in);
+    const uint64_t budget = budget_spec.resolve(in.baseline.peak_bytes);
     auto planner = dtr::make_planner(method);
     popts.trace_name = in.name;
     const dtr::PlanResult r = dtr::run_planner(*planner, in.graph, budget, popts);

@@ -272,20 +272,23 @@ int run_main(int argc, char** argv) {
       return 0;
     }
     if (*bound) {
-      const dtr::Trace trace = dtr::read_trace(bound_trace);
-      const dtr::Baseline baseline = dtr::compute_baseline(trace);
+      // All budgets checked before the trace is read or any is bounded; an empty item is
+      // refused as `sweep --budgets` refuses it (Note [Empty items in a budget list]).
       std::vector<dtr::Budget> budgets;
-      for (const std::string& text : dtr::split_list(bound_budgets))
-        budgets.push_back(dtr::Budget::parse(text));  // all checked before any is bounded
+      for (const std::string& text : dtr::split_budget_list(bound_budgets))
+        budgets.push_back(dtr::Budget::parse(text));
       if (budgets.empty())
         throw dtr::ConfigError(
             "dtr: --budget names no budget; give a comma list of ratios "
             "(0.5,0.6) or bytes (300M)");
-      for (const dtr::Budget& b : budgets) {
+      for (const dtr::Budget& b : budgets)
         if (b.kind == dtr::Budget::Kind::unlimited)
           throw dtr::ConfigError(
               "dtr: budget 0 (unlimited) has nothing to bound; give a ratio "
               "(0.5) or bytes (300M)");
+      const dtr::Trace trace = dtr::read_trace(bound_trace);
+      const dtr::Baseline baseline = dtr::compute_baseline(trace);
+      for (const dtr::Budget& b : budgets) {
         const dtr::RematBound r =
             dtr::remat_bound(trace, baseline, b.resolve(baseline.peak_bytes), bound_lp_rounds);
         if (bound_json) {

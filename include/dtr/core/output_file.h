@@ -39,6 +39,11 @@ struct NamedPath {
 // plot). Files that are not regular (/dev/null) may be named any number of times.
 void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
+// Whether two paths name one file, as check_outputs compares them: one inode where both
+// exist, the same absolute path made lexically normal where neither does (Note [Outputs
+// that are inputs]). For inputs, such as a sweep's traces, that must each be given once.
+bool same_file(const std::string& a, const std::string& b);
+
 // One field of a CSV row as RFC 4180 writes it: as it is, or in double quotes (quotes
 // doubled) where it holds a comma, a quote or a line break (a trace named `a,b"c.trace`
 // gave a row of 22 fields under a header of 21).

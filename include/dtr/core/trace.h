@@ -15,6 +15,7 @@
 // input must never crash the runtime.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <stdexcept>
@@ -107,13 +108,20 @@ constexpr uint32_t kTraceFormatVersion = 4;
 constexpr uint64_t kMaxTraceQuantity = uint64_t{1} << 50;
 constexpr uint64_t kMaxTraceSum = uint64_t{1} << 60;
 
+// Note [Reading line by line] in core/trace_reader.cpp: the longest line the reader takes
+// (1 MiB; the longest of DTR's logs is 182 bytes), and how much of a name, value or line
+// from the input an error message quotes (longer ones end in "...").
+constexpr size_t kMaxTraceLineBytes = size_t{1} << 20;
+constexpr size_t kMaxQuotedInputChars = 80;
+
 // Whether `trace` declares a constant where its memory was allocated (EARLY), which a
 // plan cannot be made from (Note [Plans number constants at first read] in
 // core/constant_placement.cpp).
 bool has_early_constants(const Trace& trace);
 
-// Reads either format (detected from the first line). Events before the first
-// `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has none.
+// Reads either format (detected from the first line), one line at a time. Events before
+// the first `ANNOTATE START` are skipped, as DTR's simulator does, unless the trace has
+// none. A line longer than kMaxTraceLineBytes is a TraceError.
 Trace read_trace(const std::string& path);
 Trace read_trace(std::istream& in, const std::string& path_for_errors);
 
