@@ -29,36 +29,52 @@
 // A job scheduler ends a run with SIGTERM (Slurm at its time limit, Kubernetes when a pod
 // stops, timeout(1)), and SIGTERM's default action ends the process without exit or
 // finalization: until 2026-12-07 such a run wrote none of the four outputs. Where Python
-// is the program, the hook above also installs a Python handler for SIGTERM, only where
-// the disposition is still the default (a program's own handler, SIG_IGN under nohup, or
-// a C library's handler is left alone) and only from the main thread (which Python
-// requires). It puts the default back first, so a second SIGTERM ends the process at once
-// whatever the writers are waiting for; runs the writers; and sends itself SIGTERM again,
-// so the process still ends by the signal and its parent sees the same status. A Python
-// handler runs on the main thread between bytecodes, an ordinary context where the
-// writers may allocate and take the engine's lock, which a C signal handler may not. The
-// cost: a main thread inside a long op or C call ends when that returns, not at once.
+// is the program, the hook above also installs a C handler for SIGTERM, only where the
+// disposition is still the default (a program's own handler, SIG_IGN under nohup, or
+// another library's handler is left alone). The handler puts the default back (so a
+// second SIGTERM ends the process at once, whatever the writers are waiting for) and wakes
+// a watcher thread through a pipe, which is all a signal handler may do; the watcher runs
+// the writers and sends the process SIGTERM again, so it still ends by the signal and its
+// parent sees the same status. A first try (a Python handler) was wrong three ways, all
+// seen by a probe: a main thread blocked in C (a future that never completes, gloo
+// waiting for a peer) never ran it, so the process no longer died; a Python signal
+// handler run inside it (DataLoader's SIGCHLD, its workers killed by the same group
+// SIGTERM) raised out of it, and the program went on or exited 1; and
+// signal.getsignal no longer said SIG_DFL, so a framework that keeps a handler it finds
+// (Lightning) chained to it and died instead of saving its checkpoint. A C handler
+// leaves Python's own record of SIGTERM at SIG_DFL, and a handler a program sets from
+// Python, before the first op or after, replaces this one.
+// While the watcher writes, the program runs on. One that then exits (an exception: the
+// DataLoader's "worker killed by signal") waits in run_writers for the watcher, which
+// sends SIGTERM holding the lock, so the status is still the signal's (with the
+// program's traceback on stderr, which a run without dtr would not print). The wait is
+// bounded (kRunWait), as a thread could exit holding a lock a writer needs.
 // Forked children (DataLoader workers, multiprocessing.Pool's) get the default back at
-// the fork: a child's copy of a lock may be held for good (Note [Fork] in
-// dispatch_hook.cpp), and Pool.terminate must not wait on its writers. A program that sets
-// its own handler later replaces this one; if it ends by sys.exit, Py_AtExit writes the
-// outputs. os._exit and SIGKILL still write nothing.
+// the fork (the watcher thread does not survive it), and die by SIGTERM as before. A
+// second SIGTERM during the writing leaves a file cut short. os._exit and SIGKILL still
+// write nothing. Python 3.12 and later warn at os.fork in a process with more than one
+// thread, and the watcher is one.
 #include "integration/torch/exit_writers.h"
 
 #include "integration/torch/process_kind.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdint>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <new>
 
 namespace dtr::torch_integration {
 
@@ -69,9 +85,17 @@ std::mutex writers_mutex;
 void (*writers[kMaxWriters])() = {};
 int num_writers = 0;
 
-void run_writers() {
-  static std::atomic<bool> ran{false};
-  if (ran.exchange(true)) return;
+// Held while the writers run, so a second caller (a main thread exiting while the SIGTERM
+// watcher writes) waits for the first instead of ending the process under it (Note
+// [Outputs at SIGTERM]); at most kRunWait, as the first may wait on a lock the second
+// holds.
+std::timed_mutex run_mutex;
+bool ran = false;  // under run_mutex
+constexpr std::chrono::seconds kRunWait{30};
+
+void run_writers_locked() {
+  if (ran) return;
+  ran = true;
   int count;
   {
     std::lock_guard<std::mutex> lock(writers_mutex);
@@ -86,6 +110,84 @@ void run_writers() {
       std::fprintf(stderr, "dtr: an output at exit failed\n");
     }
   }
+}
+
+void run_writers() {
+  std::unique_lock<std::timed_mutex> lock(run_mutex, kRunWait);
+  if (lock.owns_lock()) run_writers_locked();
+}
+
+// Note [Outputs at SIGTERM]
+pid_t sigterm_owner = 0;  // the process whose watcher writes
+int sigterm_pipe[2] = {-1, -1};
+
+void set_sigterm(void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// Only async-signal-safe calls here.
+void on_sigterm(int) {
+  const int saved_errno = errno;
+  set_sigterm(SIG_DFL);
+  const char byte = 1;
+  // raise() is held until the handler returns (SIGTERM is blocked in it), then the
+  // default action ends the process: in a child that kept the handler, or where no
+  // watcher can be woken.
+  if (getpid() != sigterm_owner || write(sigterm_pipe[1], &byte, 1) != 1) raise(SIGTERM);
+  errno = saved_errno;
+}
+
+void* watch_for_sigterm(void*) {
+  char byte;
+  ssize_t n;
+  do {
+    n = read(sigterm_pipe[0], &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return nullptr;
+  std::unique_lock<std::timed_mutex> lock(run_mutex, kRunWait);
+  if (lock.owns_lock()) run_writers_locked();
+  // The default is back since the handler; sent holding the lock, so that a thread on
+  // its way out does not end the process first with a status of its own.
+  kill(getpid(), SIGTERM);
+  return nullptr;
+}
+
+// The watcher thread is gone in a child, and the run lock may have been its at the fork.
+void default_sigterm_in_child() {
+  new (&run_mutex) std::timed_mutex();
+  struct sigaction now {};
+  if (sigaction(SIGTERM, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+      now.sa_handler == &on_sigterm)
+    set_sigterm(SIG_DFL);
+}
+
+void install_sigterm_writers() {
+  struct sigaction now {};
+  if (sigaction(SIGTERM, nullptr, &now) != 0 || (now.sa_flags & SA_SIGINFO) ||
+      now.sa_handler != SIG_DFL)
+    return;
+  if (pipe2(sigterm_pipe, O_CLOEXEC) != 0) return;
+  // The watcher takes no asynchronous signal but SIGTERM: the program's threads get them.
+  sigset_t blocked, previous;
+  sigfillset(&blocked);
+  for (int kept : {SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&blocked, kept);
+  pthread_sigmask(SIG_BLOCK, &blocked, &previous);
+  pthread_t watcher;
+  const int created = pthread_create(&watcher, nullptr, &watch_for_sigterm, nullptr);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (created != 0) {
+    close(sigterm_pipe[0]);
+    close(sigterm_pipe[1]);
+    return;
+  }
+  pthread_detach(watcher);
+  sigterm_owner = getpid();
+  pthread_atfork(nullptr, nullptr, &default_sigterm_in_child);
+  set_sigterm(&on_sigterm);
 }
 
 // Whether Python is the program, not a library a C++ program embeds: the executable is
@@ -124,38 +226,7 @@ void hook_python_exit() {
   if (!python_is_the_program(reinterpret_cast<void*>(python.at_exit))) return;
   // -1 when Python's 32 slots are full: the writers then run from atexit alone.
   python.at_exit(run_writers);
-  // Note [Outputs at SIGTERM]
-  if (!python.run_string) return;
-  static constexpr char kHookSigterm[] = R"PY(
-def _dtr_hook_sigterm(address):
-    import ctypes, os, signal, sys, threading
-    try:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-        write_outputs = ctypes.CFUNCTYPE(None)(address)
-        pid = os.getpid()
-        def dtr_write_outputs_then_terminate(signum, frame):
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            if os.getpid() == pid:
-                write_outputs()
-            os.kill(os.getpid(), signal.SIGTERM)
-        signal.signal(signal.SIGTERM, dtr_write_outputs_then_terminate)
-        def in_child():
-            if signal.getsignal(signal.SIGTERM) is dtr_write_outputs_then_terminate:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.register_at_fork(after_in_child=in_child)
-    except Exception as e:
-        print("dtr: warning: no SIGTERM handler (outputs are not written if one ends the "
-              "run):", repr(e), file=sys.stderr, flush=True)
-_dtr_hook_sigterm(%llu)
-del _dtr_hook_sigterm
-)PY";
-  char code[sizeof kHookSigterm + 24];
-  std::snprintf(code, sizeof code, kHookSigterm,
-                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(&run_writers)));
-  python.run_string(code);
+  install_sigterm_writers();  // Note [Outputs at SIGTERM]
 }
 
 }  // namespace dtr::torch_integration

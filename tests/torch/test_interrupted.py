@@ -65,31 +65,38 @@ def test_a_stopped_run_writes_every_output(lib, dtr_run, tmp_path, how, signum):
         assert f"dtr: wrote {kinds[var]} {path}" in err, (name, err)
 
 
-# Note [Outputs at SIGTERM]: the handler goes in only where SIGTERM's disposition is the
-# default, and a forked child gets the default back (a child must die at Pool.terminate
-# without waiting on writers, and writes nothing at SIGTERM, as before).
+# Note [Outputs at SIGTERM]: the C handler goes in only where SIGTERM's disposition is the
+# default, leaves Python's record of it at SIG_DFL (a framework that keeps a handler it
+# finds, as Lightning does, chained to the first version's Python handler and died instead
+# of saving its checkpoint), and a handler the program sets later wins. A forked child
+# gets the default back and dies by SIGTERM at once, writing nothing, as before.
 DISPOSITIONS = r"""
 import os, signal, sys, time, torch
-mine = lambda signum, frame: None
-if sys.argv[1] == "own":
-    signal.signal(signal.SIGTERM, mine)
-elif sys.argv[1] == "ignored":
+if sys.argv[1] == "ignored":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 torch.ones(4).add_(1)
-def name(handler):
-    return {id(mine): "mine", id(signal.SIG_IGN): "SIG_IGN",
-            id(signal.SIG_DFL): "SIG_DFL"}.get(id(handler), getattr(handler, "__name__", "?"))
-print("HANDLER", name(signal.getsignal(signal.SIGTERM)), flush=True)
+print("PYTHON SEES", {signal.SIG_DFL: "SIG_DFL", signal.SIG_IGN: "SIG_IGN"}.get(
+    signal.getsignal(signal.SIGTERM), "other"), flush=True)
 if sys.argv[1] == "default":
     pid = os.fork()
     if pid == 0:
-        print("CHILD", name(signal.getsignal(signal.SIGTERM)), flush=True)
         torch.ones(4).add_(1)
         time.sleep(60)
         os._exit(0)
     time.sleep(1)
     os.kill(pid, signal.SIGTERM)
     print("CHILD STATUS", os.waitpid(pid, 0)[1], flush=True)
+elif sys.argv[1] == "own":
+    def graceful(signum, frame):
+        print("GRACEFUL", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, graceful)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+else:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+    print("SURVIVED", flush=True)
 """
 
 
@@ -100,13 +107,33 @@ def test_sigterm_handler_only_where_the_default_stood(lib, tmp_path):
         proc = subprocess.run([PYTHON, "-c", DISPOSITIONS, case], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, (case, proc.stdout, proc.stderr)
+        assert proc.stderr.count("dtr: report {") == 1, (case, proc.stderr)
         runs[case] = proc
-    assert "HANDLER dtr_write_outputs_then_terminate" in runs["default"].stdout
-    assert "HANDLER mine" in runs["own"].stdout
-    assert "HANDLER SIG_IGN" in runs["ignored"].stdout
+    assert "PYTHON SEES SIG_DFL" in runs["default"].stdout, runs["default"].stdout
+    assert "PYTHON SEES SIG_IGN" in runs["ignored"].stdout, runs["ignored"].stdout
+    assert "SURVIVED" in runs["ignored"].stdout, runs["ignored"].stdout
+    assert "GRACEFUL" in runs["own"].stdout, runs["own"].stdout
     # The child had the default back, died by the signal at once, and wrote nothing.
-    default = runs["default"]
-    assert "CHILD SIG_DFL" in default.stdout, default.stdout
-    assert f"CHILD STATUS {signal.SIGTERM}" in default.stdout, default.stdout
-    assert default.stderr.count("dtr: report {") == 1, default.stderr
+    assert f"CHILD STATUS {signal.SIGTERM}" in runs["default"].stdout, runs["default"].stdout
     assert list(tmp_path.glob("run.trace.*")) == [], list(tmp_path.iterdir())
+
+
+# Note [Outputs at SIGTERM]: a main thread blocked in C for good (here a future nobody
+# completes; gloo waiting for a peer that crashed is another) never runs a Python handler:
+# under the first version such a process no longer died at SIGTERM. The watcher thread
+# writes and ends it.
+BLOCKED_IN_C = """
+import torch
+w = torch.randn(64, 64, requires_grad=True)
+(torch.randn(8, 64) @ w).relu().sum().backward()
+print("READY", flush=True)
+torch.futures.Future().wait()
+"""
+
+
+def test_sigterm_ends_a_main_thread_blocked_in_c(lib, tmp_path):
+    env = clean_env(LD_PRELOAD=lib, DTR_REPORT="1", DTR_TRACE="run.trace")
+    status, err = interrupted([PYTHON, "-c", BLOCKED_IN_C], env, tmp_path, signal.SIGTERM)
+    assert status == -signal.SIGTERM, (status, err)
+    assert err.count("dtr: report {") == 1, err
+    assert f"dtr: wrote trace {tmp_path / 'run.trace'}" in err, err
