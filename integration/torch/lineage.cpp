@@ -174,6 +174,21 @@ namespace dtr::torch_integration {
 namespace {
 
 constexpr uint32_t kMaxVersions = 8;  // Note [Mutation]
+// Note [Chains through copies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A storage written in place past kMaxVersions while lineage reads it is copied away, and
+// its new value is recorded as the write's output (Note [Copy on write]), whose remat
+// reruns the write on the copy: a chain that the version cap of Note [Mutation] never
+// cuts, as each copy starts at version 0. A gradient accumulated step after step with no
+// zero_grad (Note [Overwrite] starts a chain afresh) grew it without end: a 64x64 weight
+// trained by (randn(16, 64) @ w).relu().sum().backward() ran out of memory under 64 MiB at
+// step 8187, its pinned memory full and its next remat 8187 ops deep (the seventy-seventh
+// session's probe; without the library it runs 20000 steps). So the writes are counted
+// across copies, and past kMaxChainWrites a write made after a copy is not recorded: the
+// new value is a constant, pinned when next read, and its chain is cut. An LSTM's
+// gradient accumulated over a sequence's time steps writes far fewer times than that
+// between two zero_grads.
+constexpr uint32_t kMaxChainWrites = 256;
 constexpr uint64_t kMinOpsBetweenCollects = 1024;  // full collects: Note [Collecting dead lineage]
 // Dead scans of all live storages: every 64 ops under a budget (with none, the scans of
 // Note [Temporaries] take their place), and before every op while a trace is recorded with
@@ -921,7 +936,14 @@ void Lineage::before_op(const c10::OperatorHandle& op, const OpInfo& info,
         pending.overwrite = true;
         if (!readers) pending.orphan = s;
       } else if (readers) {
-        if (recordable) pending.new_target_storage = true;
+        // Note [Chains through copies]
+        const uint32_t writes = storages_[s].copied_writes + storages_[s].versions + 1;
+        if (recordable && writes <= kMaxChainWrites) {
+          pending.new_target_storage = true;
+          pending.chain_writes = writes;
+        } else if (recordable) {
+          pending.record = false;  // copied away: the new value is a constant when read
+        }
       } else if (!recordable || storages_[s].versions >= kMaxVersions) {
         const Status pinned = pin_tensor(storages_[s].current);
         DTR_CHECK(pinned.ok(), "pinning a locked storage cannot fail");
@@ -1443,8 +1465,9 @@ void Lineage::record_finished_op(const c10::OperatorHandle& op, PendingOp& pendi
           // The user's storage, copied away before the op ran, is this op's output (the
           // op returns the written tensor: OpInfo::in_place).
           const at::Tensor written = stack[base].toTensor();
-          adopt(engine_->storage_of(outputs[0]), written.storage().getWeakStorageImpl(),
-                outputs[0]);
+          const StorageId made = engine_->storage_of(outputs[0]);
+          adopt(made, written.storage().getWeakStorageImpl(), outputs[0]);
+          storages_[made].copied_writes = pending.chain_writes;  // 0 after an overwrite
         } else {
           const StorageId old = engine_->storage_of(pending.inputs[pending.target]);
           storages_[old].current = outputs[0];

@@ -146,6 +146,7 @@ struct PendingOp {
   uint64_t target_nbytes = 0;
   bool record = false;                  // record the op once it has run
   bool new_target_storage = false;      // the target was copied away: Note [Copy on write]
+  uint32_t chain_writes = 0;  // the new target's copied_writes: Note [Chains through copies]
   bool overwrite = false;               // Note [Overwrite]
   uint64_t workspace_bytes = 0;         // the kernel's scratch, while tracing (Note [Op workspace])
   StorageId orphan = kNoId;             // the overwritten storage's old engine storage
@@ -177,6 +178,7 @@ struct PendingOp {
     target_nbytes = 0;
     record = record_op;
     new_target_storage = false;
+    chain_writes = 0;
     overwrite = false;
     workspace_bytes = 0;
     orphan = kNoId;
@@ -303,6 +305,8 @@ class Lineage final : public EngineHooks, public EvictionCallback {
     TensorId current = kNoId;     // the version ops read now
     uint32_t snapshot_refs = 0;   // live snapshots whose storage is `impl`
     uint32_t versions = 0;        // in-place ops recorded on it: Note [Mutation]
+    // In-place ops recorded on the copies it was made from (Note [Chains through copies]).
+    uint32_t copied_writes = 0;
     std::vector<std::pair<OpId, uint32_t>> readers;  // (op, input index) snapshots
     bool dead = false;            // unreachable from the program: refs released
     bool discarded = false;       // Note [Collecting dead lineage]; also once retired

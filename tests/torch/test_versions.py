@@ -71,3 +71,34 @@ def test_a_chain_past_its_limit_is_copied_once_and_stays_right(lib):
     assert stats["allocations"] == 2, stats
     assert stats["evictions"] >= 1 and stats["remats"] >= 1, stats
     assert stats["same"], stats
+
+
+# Note [Chains through copies]: a gradient accumulated step after step with no zero_grad.
+# Each write past the version cap copies it (lineage reads it) and records the new value
+# as the write's output, and the copies' chain went on without end: under 16 MiB the
+# pinned memory behind it filled at about step 2000 (64 MiB at step 8187, the probe's
+# repro). Now the chain is cut after kMaxChainWrites writes, and the gradient keeps the
+# bits of the run without the library.
+ACCUMULATED = r"""
+import hashlib, json, torch, dtr
+def train(steps):
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    for _ in range(steps):
+        (torch.randn(16, 64) @ w).relu().sum().backward()
+    return hashlib.sha256(w.grad.numpy().tobytes()).hexdigest()
+with dtr.disable():
+    ref = train(4000)
+dtr.reset_peak_stats()
+got = train(4000)
+stats = dtr.memory_stats()
+print(json.dumps({"same": got == ref, "peak": stats["allocated_bytes.all.peak"],
+                  "pinned": stats["dtr.pinned_bytes.current"], "budget": dtr.get_budget()}))
+"""
+
+
+def test_a_gradient_accumulated_without_end_keeps_its_memory_bounded(lib):
+    stats = stats_of(ACCUMULATED, lib, conf="budget:16M")
+    assert stats["same"], stats
+    assert stats["peak"] <= stats["budget"], stats
+    assert stats["pinned"] < 4 << 20, stats
