@@ -129,8 +129,10 @@ bool is_blank(std::string_view text) {
 // The reader took the whole file into memory and split it there, so `dtr-sim run --trace
 // /dev/zero` grew until the allocator aborted, and a line holding a 50 MB name came back
 // whole in its error (the seventy-sixth session's probe). Now LineReader hands out one
-// line at a time and refuses one longer than kMaxTraceLineBytes (1 MiB, thousands of times
-// the longest event seen) with its number, before it has read more than that; and every
+// line at a time and refuses one longer than kMaxTraceLineBytes (16 MiB) with its number,
+// before it has read more than that. DTR's logs' lines are under 200 bytes; ours are
+// longest at a foreach op over every parameter (54,101 bytes for an Adam step over 3000
+// parameters, the review's measure), so the cap holds one over some 900,000. And every
 // name, value or line an error quotes from the input is cut to kMaxQuotedInputChars
 // (quote_input). Lines are numbered and split as before: at each '\n', a last line without
 // one counted, blank lines counted but not handed out.

@@ -30,7 +30,7 @@
 // stops, timeout(1)), and SIGTERM's default action ends the process without exit or
 // finalization: until 2026-12-07 such a run wrote none of the four outputs. Where Python
 // is the program, the hook above also installs a C handler for SIGTERM, only where the
-// disposition is still the default (a program's own handler, SIG_IGN under nohup, or
+// disposition is still the default (a program's own handler, SIG_IGN set by a parent, or
 // another library's handler is left alone). The handler puts the default back (so a
 // second SIGTERM ends the process at once, whatever the writers are waiting for) and wakes
 // a watcher thread through a pipe, which is all a signal handler may do; the watcher runs
@@ -48,7 +48,14 @@
 // DataLoader's "worker killed by signal") waits in run_writers for the watcher, which
 // sends SIGTERM holding the lock, so the status is still the signal's (with the
 // program's traceback on stderr, which a run without dtr would not print). The wait is
-// bounded (kRunWait), as a thread could exit holding a lock a writer needs.
+// bounded (kRunWait, once for the process: the bound covers the run lock only, not the
+// locks the writers take), as a thread could exit holding a lock a writer needs.
+// The watcher blocks SIGTERM as it blocks the rest: the signal reaches only the program's
+// own threads, whose masks mean what they mean without dtr. A program that blocks SIGTERM
+// while it saves a checkpoint, or takes it with sigwait, had the watcher take it at once
+// and the process die part way through the save (5 of 20 chunks written; the review's
+// repro); now the signal waits for the program, and the watcher's own SIGTERM, sent once
+// the outputs are written, stays pending as the first would have.
 // Forked children (DataLoader workers, multiprocessing.Pool's) get the default back at
 // the fork (the watcher thread does not survive it), and die by SIGTERM as before. A
 // second SIGTERM during the writing leaves a file cut short. os._exit and SIGKILL still
@@ -75,6 +82,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <type_traits>
 
 namespace dtr::torch_integration {
 
@@ -91,6 +99,9 @@ int num_writers = 0;
 // holds.
 std::timed_mutex run_mutex;
 bool ran = false;  // under run_mutex
+// exit() runs static destructors while the watcher may still hold it (after a timed-out
+// wait): it must have none to run.
+static_assert(std::is_trivially_destructible_v<std::timed_mutex>);
 constexpr std::chrono::seconds kRunWait{30};
 
 void run_writers_locked() {
@@ -112,8 +123,18 @@ void run_writers_locked() {
   }
 }
 
+// Waits at most kRunWait for the lock, once for the process: an exit through Py_AtExit
+// and then atexit does not wait twice.
+std::unique_lock<std::timed_mutex> take_run_lock() {
+  static std::atomic<bool> gave_up{false};
+  std::unique_lock<std::timed_mutex> lock(run_mutex, std::defer_lock);
+  if (gave_up.load() ? lock.try_lock() : lock.try_lock_for(kRunWait)) return lock;
+  gave_up.store(true);
+  return lock;
+}
+
 void run_writers() {
-  std::unique_lock<std::timed_mutex> lock(run_mutex, kRunWait);
+  std::unique_lock<std::timed_mutex> lock = take_run_lock();
   if (lock.owns_lock()) run_writers_locked();
 }
 
@@ -148,7 +169,7 @@ void* watch_for_sigterm(void*) {
     n = read(sigterm_pipe[0], &byte, 1);
   } while (n < 0 && errno == EINTR);
   if (n != 1) return nullptr;
-  std::unique_lock<std::timed_mutex> lock(run_mutex, kRunWait);
+  std::unique_lock<std::timed_mutex> lock = take_run_lock();
   if (lock.owns_lock()) run_writers_locked();
   // The default is back since the handler; sent holding the lock, so that a thread on
   // its way out does not end the process first with a status of its own.
@@ -171,10 +192,11 @@ void install_sigterm_writers() {
       now.sa_handler != SIG_DFL)
     return;
   if (pipe2(sigterm_pipe, O_CLOEXEC) != 0) return;
-  // The watcher takes no asynchronous signal but SIGTERM: the program's threads get them.
+  // The watcher takes no asynchronous signal, SIGTERM included: the program's threads get
+  // them, as without dtr (Note [Outputs at SIGTERM]).
   sigset_t blocked, previous;
   sigfillset(&blocked);
-  for (int kept : {SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&blocked, kept);
+  for (int kept : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&blocked, kept);
   pthread_sigmask(SIG_BLOCK, &blocked, &previous);
   pthread_t watcher;
   const int created = pthread_create(&watcher, nullptr, &watch_for_sigterm, nullptr);

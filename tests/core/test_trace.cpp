@@ -593,10 +593,9 @@ TEST_CASE("trace: sizes or times that add up past 2^60 are refused at the line t
                                     "nanoseconds to more than 2^60"));
 }
 
-TEST_CASE("trace: a line over kMaxTraceLineBytes is refused with its number, unread past it",
-          "[core][trace]") {
+TEST_CASE("trace: a line over kMaxTraceLineBytes is refused with its number", "[core][trace]") {
   // Note [Reading line by line]: the reader took a whole file into memory, so `--trace
-  // /dev/zero` grew until the allocator aborted. A file of one 2 MiB line stands in for it.
+  // /dev/zero` grew until the allocator aborted. A file of one line a MiB over the cap stands in for it.
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("dtr-test-long-line-" + std::to_string(getpid()) + ".log"))
                                .string();
@@ -613,14 +612,16 @@ TEST_CASE("trace: a line over kMaxTraceLineBytes is refused with its number, unr
     }
     return std::make_pair(uint32_t{0}, std::string("no error"));
   };
-  const auto [line, what] = error_of(std::string(size_t{2} << 20, 'a') + "\n");
+  const auto [line, what] =
+      error_of(std::string(dtr::kMaxTraceLineBytes + (size_t{1} << 20), 'a') + "\n");
   CHECK(line == 1);
   CHECK(what == path +
-                    ":1: line 1 is longer than 1 MiB, the most this reader takes "
+                    ":1: line 1 is longer than 16 MiB, the most this reader takes "
                     "(kMaxTraceLineBytes); a trace has one JSON object per line, each far "
                     "shorter: is this a trace file?");
   // Counted past blank lines, and with no newline at the end.
-  CHECK(error_of(start + "\n\n" + std::string(size_t{2} << 20, ' ')).first == 3);
+  CHECK(error_of(start + "\n\n" + std::string(dtr::kMaxTraceLineBytes + (size_t{1} << 20), ' '))
+            .first == 3);
   // A line of exactly the cap is read (here a START padded with spaces).
   const std::string padded = start + std::string(dtr::kMaxTraceLineBytes - start.size(), ' ');
   std::istringstream at_cap(padded + "\n" + padded);

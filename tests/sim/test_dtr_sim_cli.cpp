@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtr/core/trace.h"
 #include "test_support.h"
 
 using dtr::test::run_command;
@@ -377,17 +378,21 @@ TEST_CASE("dtr-sim: zero ratios, empty budget items, a trace named twice exit 2 
 TEST_CASE("dtr-sim: a trace line over the reader's cap exits 2, quoting a short prefix",
           "[sim][cli]") {
   // Note [Reading line by line]: `--trace /dev/zero` grew until the allocator aborted, and
-  // a 50 MB name was echoed whole. A file of one 2 MiB line stands in for /dev/zero.
+  // a 50 MB name was echoed whole. A file of one line a MiB over the cap stands in for /dev/zero.
   const std::string path = "/tmp/dtr-sim-cli-long-line-" + std::to_string(getpid()) + ".log";
   {
     std::ofstream out(path, std::ios::binary);
-    out << std::string(size_t{2} << 20, 'a') << "\n";
+    out << std::string(dtr::kMaxTraceLineBytes + (size_t{1} << 20), 'a') << "\n";
   }
   const auto r = run_command(sim() + " run --trace " + path + " --budget 0.5");
   INFO(r.output.substr(0, 400));
   CHECK(r.exit_code == 2);
-  CHECK(r.output.find(path + ":1: line 1 is longer than 1 MiB") != std::string::npos);
+  CHECK(r.output.find(path + ":1: line 1 is longer than 16 MiB") != std::string::npos);
   CHECK(r.output.size() < 1000);
+  // An endless file without a newline: refused once the cap is read, not read to the end.
+  const auto zero = run_command(sim() + " run --trace /dev/zero --budget 0.5");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("/dev/zero:1: line 1 is longer than 16 MiB") != std::string::npos);
   // A long name within the cap is quoted by its first 80 characters.
   {
     std::ofstream out(path, std::ios::binary);

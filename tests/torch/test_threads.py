@@ -138,6 +138,30 @@ def test_threads_starting_ops_at_once_install_the_guard_once(lib):
         assert "GUARDED True" in proc.stdout, proc.stdout + proc.stderr
 
 
+# Forks `forks` children that each allocate, and prints how many hung (20 s each), then
+# stops the script's own threads (`stop`) and leaves without interpreter teardown: another
+# thread may be inside an op.
+FORK_CHILDREN = r"""
+hung = 0
+for i in range({forks}):
+    pid = os.fork()
+    if pid == 0:
+        torch.empty(4 * 2**20).fill_(1)
+        os._exit(0)
+    deadline = time.time() + 20
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            hung += 1
+            break
+        time.sleep(0.001)
+stop = True
+print("HUNG", hung, flush=True)
+os._exit(0)
+"""
+
+
 # Note [Forking beside the allocator] in allocator/caching_allocator.cpp: a thread keeps
 # taking the allocator's lock (a fresh 64 MiB segment, then back to the system) while the
 # main thread forks; each child allocates, which takes the lock. Before the lock was held
@@ -158,24 +182,7 @@ threading.Thread(target=churn, daemon=True).start()
 # static of PyTorch's (an op's handle, under a C++ static's guard) hangs a child in plain
 # PyTorch too (Note [Fork]; 7 of 60 runs of this loop without dtr and its empty_cache).
 churning.wait()
-hung = 0
-for i in range(60):
-    pid = os.fork()
-    if pid == 0:
-        torch.empty(4 * 2**20).fill_(1)
-        os._exit(0)
-    deadline = time.time() + 20
-    while os.waitpid(pid, os.WNOHANG)[0] == 0:
-        if time.time() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            hung += 1
-            break
-        time.sleep(0.001)
-stop = True
-print("HUNG", hung, flush=True)
-os._exit(0)  # the churning thread may be inside an op: no interpreter teardown under it
-"""
+""" + FORK_CHILDREN.format(forks=60)
 
 
 def test_a_child_forked_beside_an_allocating_thread_does_not_hang(lib):
@@ -206,24 +213,7 @@ def spawn():
         t.start()
         t.join()
 threading.Thread(target=spawn, daemon=True).start()
-hung = 0
-for i in range(200):
-    pid = os.fork()
-    if pid == 0:
-        torch.empty(4 * 2**20).fill_(1)
-        os._exit(0)
-    deadline = time.time() + 20
-    while os.waitpid(pid, os.WNOHANG)[0] == 0:
-        if time.time() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            hung += 1
-            break
-        time.sleep(0.001)
-stop = True
-print("HUNG", hung, flush=True)
-os._exit(0)
-"""
+""" + FORK_CHILDREN.format(forks=200)
 
 
 def test_a_thread_that_forks_before_its_first_op_leaves_a_child_that_runs(lib):

@@ -109,9 +109,9 @@ constexpr uint64_t kMaxTraceQuantity = uint64_t{1} << 50;
 constexpr uint64_t kMaxTraceSum = uint64_t{1} << 60;
 
 // Note [Reading line by line] in core/trace_reader.cpp: the longest line the reader takes
-// (1 MiB; the longest of DTR's logs is 182 bytes), and how much of a name, value or line
-// from the input an error message quotes (longer ones end in "...").
-constexpr size_t kMaxTraceLineBytes = size_t{1} << 20;
+// (16 MiB), and how much of a name, value or line from the input an error message quotes
+// (longer ones end in "...").
+constexpr size_t kMaxTraceLineBytes = size_t{16} << 20;
 constexpr size_t kMaxQuotedInputChars = 80;
 
 // Whether `trace` declares a constant where its memory was allocated (EARLY), which a
