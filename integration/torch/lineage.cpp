@@ -1169,17 +1169,48 @@ void Lineage::pin_live_descendants(StorageId root) {
 // and the bytes that cannot be evicted do not grow. The float input of `x =
 // batch.float() / 255`, four times the dead uint8 batch, still keeps the batch; so does a
 // frontier with an evicted storage (it would have to be refilled first).
+//
+// Note [Small dead constants in bulk]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Small dead constants are left alone one by one, but not in bulk. A gradient accumulated
+// with no zero_grad (`(x @ w).relu().sum().backward()` each step, an SGD step every 100;
+// Fisher or saliency sums over a dataset are written so) keeps each step's input and its
+// ReLU mask gradient, 4 KiB each and pinned as results under min_evictable, for as long as
+// its chain of versions reaches back (Note [Chains through copies]: 256 writes): on a
+// 64x64 weight, 8 KiB more pinned a step. Under a budget of the plain run's peak, and of
+// twice it, it ran out of memory within 10 steps ("pinned 80.01 KiB, evictable 0 B"), and
+// a replay of its trace ran out at 1.0 of its own baseline. So where the small dead
+// constants a full collect keeps come to kSmallPinnedBytes or more, each gets a short walk
+// through dead storages to the live ones it reaches (kBulkWalk storages at most, and no
+// more in all than lineage holds, so the pass costs at most the collect's own walk). Where
+// that is one storage only, written in place as new versions and material (what the first
+// walk above pins for a large constant), the constant is that storage's alone: pinning it
+// frees the constant, as nothing else reaches it. A storage whose own constants come to
+// its size or more is pinned: what cannot be evicted does not grow, as in Note [Small
+// frontiers]. The 16 KiB gradient above is pinned once two steps' constants are held, and
+// its chain goes at that collect; a gradient of MiBs is not pinned for KiBs of batch-norm
+// statistics, nor for a constant other live storages reach too. Walks that meet more, or
+// go past their limit, count for nothing.
+constexpr size_t kBulkWalk = 64;
+
 // Returns whether it pinned anything (then the caller's marks are stale).
 bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
-  std::vector<StorageId> constants;
+  std::vector<StorageId> constants, small;
+  uint64_t small_bytes = 0;
   for (StorageId s : active_) {
     const StorageRec& rec = storages_[s];
-    if (rec.dead && !rec.discarded && marks_[s] == needed_mark && engine_->is_pinned(s) &&
-        engine_->storage_size(s) >= kSmallPinnedBytes)
+    if (!rec.dead || rec.discarded || marks_[s] != needed_mark || !engine_->is_pinned(s)) continue;
+    const uint64_t size = engine_->storage_size(s);
+    if (size >= kSmallPinnedBytes) {
       constants.push_back(s);
+    } else if (size > 0) {
+      small.push_back(s);
+      small_bytes += size;
+    }
   }
-  holds_dead_constants_ = !constants.empty();
-  if (constants.empty()) return false;
+  const bool bulk = small_bytes >= kSmallPinnedBytes;  // Note [Small dead constants in bulk]
+  holds_dead_constants_ = !constants.empty() || bulk;
+  if (!holds_dead_constants_) return false;
   // The walks' marks replace the caller's; each one is put back after, the first saved
   // last.
   std::vector<std::pair<StorageId, uint32_t>> saved;
@@ -1188,8 +1219,11 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
     marks_[s] = m;
   };
   // Walks from `roots` through the dead storages they reach; `at_live` sees each live
-  // storage reached (the walk stops there) and may end the walk by returning false.
-  auto walk = [&](const std::vector<StorageId>& roots, auto&& at_live) {
+  // storage reached (the walk stops there) and may end the walk by returning false. Each
+  // storage it reaches takes one from `left`, and it ends where none is left. Returns
+  // whether it saw all it reaches.
+  size_t unlimited = SIZE_MAX;
+  auto walk = [&](const std::vector<StorageId>& roots, auto&& at_live, size_t& left) {
     const uint32_t seen = begin_marks();
     std::vector<StorageId> stack;
     for (StorageId r : roots) {
@@ -1203,38 +1237,74 @@ bool Lineage::cut_at_dead_constants(uint32_t needed_mark) {
       for_each_unpinned_child(s, [&](StorageId cs) {
         if (marks_[cs] == seen || !go_on) return;
         mark(cs, seen);
+        if (left == 0) {
+          go_on = false;
+          return;
+        }
+        --left;
         if (storages_[cs].dead)
           stack.push_back(cs);
         else
           go_on = at_live(cs);
       });
-      if (!go_on) return;
+      if (!go_on) return false;
     }
+    return true;
   };
   std::vector<TensorId> to_pin;
-  walk(constants, [&](StorageId cs) {
-    if (storages_[cs].versions > 0 && engine_->is_defined(storages_[cs].current))
-      to_pin.push_back(storages_[cs].current);
-    return true;
-  });
+  walk(
+      constants,
+      [&](StorageId cs) {
+        if (storages_[cs].versions > 0 && engine_->is_defined(storages_[cs].current))
+          to_pin.push_back(storages_[cs].current);
+        return true;
+      },
+      unlimited);
   // Note [Small frontiers]
   for (StorageId c : constants) {
     std::vector<TensorId> frontier;
     uint64_t frontier_bytes = 0;
     bool cut = true;
-    walk({c}, [&](StorageId cs) {
-      if (storages_[cs].versions > 0) {  // pinned above where material; else it needs c
-        cut = engine_->is_defined(storages_[cs].current);
-        return cut;
-      }
-      frontier.push_back(storages_[cs].current);
-      frontier_bytes += engine_->storage_size(cs);
-      cut =
-          engine_->is_defined(storages_[cs].current) && frontier_bytes <= engine_->storage_size(c);
-      return cut;
-    });
+    walk(
+        {c},
+        [&](StorageId cs) {
+          if (storages_[cs].versions > 0) {  // pinned above where material; else it needs c
+            cut = engine_->is_defined(storages_[cs].current);
+            return cut;
+          }
+          frontier.push_back(storages_[cs].current);
+          frontier_bytes += engine_->storage_size(cs);
+          cut = engine_->is_defined(storages_[cs].current) &&
+                frontier_bytes <= engine_->storage_size(c);
+          return cut;
+        },
+        unlimited);
     if (cut) to_pin.insert(to_pin.end(), frontier.begin(), frontier.end());
   }
+  // Note [Small dead constants in bulk]
+  std::unordered_map<StorageId, uint64_t> owned;
+  if (!bulk) small.clear();
+  size_t bulk_left = active_.size();  // at most one walk of lineage's size in all
+  for (StorageId c : small) {
+    if (bulk_left == 0) break;
+    StorageId owner = kNoId;
+    size_t left = std::min(kBulkWalk, bulk_left);
+    const size_t given = left;
+    const bool whole = walk(
+        {c},
+        [&](StorageId cs) {
+          const bool written =
+              storages_[cs].versions > 0 && engine_->is_defined(storages_[cs].current);
+          if (!written || owner != kNoId) return false;
+          owner = cs;
+          return true;
+        },
+        left);
+    bulk_left -= given - left;
+    if (whole && owner != kNoId) owned[owner] += engine_->storage_size(c);
+  }
+  for (const auto& [w, bytes] : owned)
+    if (bytes >= engine_->storage_size(w)) to_pin.push_back(storages_[w].current);
   for (auto it = saved.rbegin(); it != saved.rend(); ++it) marks_[it->first] = it->second;
   std::sort(to_pin.begin(), to_pin.end());
   to_pin.erase(std::unique(to_pin.begin(), to_pin.end()), to_pin.end());
