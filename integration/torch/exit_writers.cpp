@@ -150,6 +150,13 @@ void set_sigterm(void (*handler)(int)) {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+// Whether SIGTERM's disposition is `handler` (a plain one, not an SA_SIGINFO action).
+bool sigterm_handler_is(void (*handler)(int)) {
+  struct sigaction now {};
+  return sigaction(SIGTERM, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+         now.sa_handler == handler;
+}
+
 // Only async-signal-safe calls here.
 void on_sigterm(int) {
   const int saved_errno = errno;
@@ -180,17 +187,11 @@ void* watch_for_sigterm(void*) {
 // The watcher thread is gone in a child, and the run lock may have been its at the fork.
 void default_sigterm_in_child() {
   new (&run_mutex) std::timed_mutex();
-  struct sigaction now {};
-  if (sigaction(SIGTERM, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
-      now.sa_handler == &on_sigterm)
-    set_sigterm(SIG_DFL);
+  if (sigterm_handler_is(&on_sigterm)) set_sigterm(SIG_DFL);
 }
 
 void install_sigterm_writers() {
-  struct sigaction now {};
-  if (sigaction(SIGTERM, nullptr, &now) != 0 || (now.sa_flags & SA_SIGINFO) ||
-      now.sa_handler != SIG_DFL)
-    return;
+  if (!sigterm_handler_is(SIG_DFL)) return;
   if (pipe2(sigterm_pipe, O_CLOEXEC) != 0) return;
   // The watcher takes no asynchronous signal, SIGTERM included: the program's threads get
   // them, as without dtr (Note [Outputs at SIGTERM]).
