@@ -181,10 +181,9 @@ ordered_json memory_snapshot(const CachingAllocator& allocator, const MemoryHist
 
 void write_snapshot(const std::string& path, const ordered_json& snapshot) {
   const std::string bytes = to_pickle(snapshot);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (out) out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (out) out.close();
-  if (!out)
+  ReplacingFile file(path);  // Note [Whole or absent] in core/output_file.cpp
+  if (file) file.out().write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!file || !file.commit())
     throw OutputError("dtr: cannot write snapshot '" + path + "': " + std::strerror(errno) +
                       "; check free disk space and permissions");  // Note [Output files]
 }

@@ -217,8 +217,10 @@ ojson to_chrome_trace(const Timeline& timeline, const ChromeTraceInfo& info) {
 
 void write_chrome_trace(const std::string& path, const Timeline& timeline,
                         const ChromeTraceInfo& info) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw OutputError("dtr: cannot write timeline '" + path + "': " + std::strerror(errno));
+  ReplacingFile file(path);  // Note [Whole or absent] in core/output_file.cpp
+  if (!file)
+    throw OutputError("dtr: cannot write timeline '" + path + "': " + std::strerror(errno));
+  std::ofstream& out = file.out();
   // Note [Streaming the trace]: the same keys as to_chrome_trace, one event per line.
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << other_data(timeline, info).dump()
       << ",\"traceEvents\":[\n";
@@ -229,8 +231,7 @@ void write_chrome_trace(const std::string& path, const Timeline& timeline,
     out << e.dump();
   });
   out << "\n]}\n";
-  out.flush();
-  if (!out)  // Note [Output files]: OutputError, which the tools report with status 2
+  if (!file.commit())  // Note [Output files]: OutputError, which the tools report with status 2
     throw OutputError("dtr: cannot write timeline '" + path +
                       "': write failed; check free disk space and permissions");
 }

@@ -112,14 +112,71 @@ int finish_standard_output(const char* tool, int status) {
 }
 
 void write_file(const std::string& path, std::string_view text, std::string_view what) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
+  ReplacingFile file(path);
   if (!file) fail(path, what, std::strerror(errno));
-  const size_t written = std::fwrite(text.data(), 1, text.size(), file);
-  const int write_errno = written == text.size() ? 0 : errno;
-  const bool closed = std::fclose(file) == 0;  // a full disk shows here, at the flush
-  if (written != text.size())
-    fail(path, what, write_errno != 0 ? std::strerror(write_errno) : "a short write");
-  if (!closed) fail(path, what, std::strerror(errno));
+  errno = 0;
+  file.out().write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!file.commit())  // a full disk shows here, at the close
+    fail(path, what, std::strerror(errno != 0 ? errno : EIO));
+}
+
+// Note [Whole or absent]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The live run writes its trace, timeline and snapshot at exit, and at SIGTERM (Note
+// [Outputs at SIGTERM] in integration/torch/exit_writers.cpp); a scheduler that sent
+// SIGTERM sends SIGKILL after its grace period (Kubernetes: 30 s by default), and a second
+// SIGTERM ends the process at once. Written in place, a file cut short there kept its
+// name: a trace cut between two events reads as a shorter trace with no warning (DTR's
+// logs have no end marker). So an output is written to PATH.dtr-PID beside it and renamed
+// onto PATH once closed: a reader finds the whole file or the old one (or none), and a
+// killed run leaves only the PATH.dtr-PID file beside it. A symbolic link is followed, so
+// the file it names is replaced, not the link; an existing file's permission bits are
+// kept (its owner and other hard links are not: the new file is a new inode). Where
+// nothing can be created beside the path (a writable file in a directory that is not),
+// the path is written in place, as before; a path that exists and is not a regular file
+// (/dev/null, /dev/stdout, a pipe) is always written in place: a rename would replace the
+// device node.
+ReplacingFile::ReplacingFile(const std::string& path) : path_(path) {
+  struct stat st;
+  const bool exists = stat(path.c_str(), &st) == 0;
+  if (!exists || S_ISREG(st.st_mode)) {
+    std::error_code error;
+    const std::filesystem::path target = std::filesystem::weakly_canonical(path, error);
+    if (!error) path_ = target.string();
+    beside_ = path_ + ".dtr-" + std::to_string(getpid());
+    out_.open(beside_, std::ios::binary | std::ios::trunc);
+    if (out_) {
+      if (exists) chmod(beside_.c_str(), st.st_mode & 07777);
+      return;
+    }
+    beside_.clear();
+    path_ = path;
+  }
+  out_.open(path_, std::ios::binary | std::ios::trunc);
+}
+
+ReplacingFile::~ReplacingFile() {
+  if (!beside_.empty() && !committed_) {
+    out_.close();
+    unlink(beside_.c_str());
+  }
+}
+
+bool ReplacingFile::commit() {
+  if (out_) {  // else errno is still the failed write's, where nothing came since
+    errno = 0;
+    out_.flush();
+  }
+  const bool written = static_cast<bool>(out_);
+  const int write_errno = errno;
+  out_.close();
+  if (!written || !out_) {
+    if (write_errno != 0) errno = write_errno;
+    return false;
+  }
+  if (!beside_.empty() && std::rename(beside_.c_str(), path_.c_str()) != 0) return false;
+  committed_ = true;
+  return true;
 }
 
 }  // namespace dtr

@@ -15,10 +15,14 @@
 
 #include "dtr/core/trace.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
+
+#include "dtr/core/output_file.h"
 
 namespace dtr {
 
@@ -153,9 +157,12 @@ void write_trace(const Trace& trace, std::ostream& out) {
 }
 
 void write_trace(const Trace& trace, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw TraceError(path, 0, "cannot open for writing; check the directory exists");
-  TraceWriter(trace, out, path).write();
+  ReplacingFile file(path);  // Note [Whole or absent] in core/output_file.cpp
+  if (!file) throw TraceError(path, 0, "cannot open for writing; check the directory exists");
+  TraceWriter(trace, file.out(), path).write();
+  if (!file.commit())
+    throw TraceError(path, 0,
+                     std::string("cannot put the written trace in place: ") + std::strerror(errno));
 }
 
 }  // namespace dtr

@@ -2,7 +2,9 @@
 // to the close.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -44,6 +46,93 @@ TEST_CASE("write_file writes the text whole, or says why not", "[core][output]")
   CHECK_THROWS_WITH(dtr::write_file("/dev/full", std::string(1 << 16, 'x'), "plan"),
                     Contains("dtr: cannot write plan '/dev/full': No space left on device"));
   CHECK_THROWS_WITH(dtr::write_file("/tmp", "x", "graph"), Contains("'/tmp'"));
+}
+
+namespace {
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+bool exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+}  // namespace
+
+TEST_CASE("ReplacingFile leaves the old file or the whole new one, never a short one",
+          "[core][output]") {
+  // Note [Whole or absent]
+  const std::string dir = "/tmp/dtr_replacing_test_" + std::to_string(getpid());
+  mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/out.trace";
+  const std::string beside = path + ".dtr-" + std::to_string(getpid());
+  dtr::write_file(path, "old\n", "trace");
+  {
+    dtr::ReplacingFile file(path);
+    REQUIRE(file);
+    file.out() << "new, ";
+    CHECK(read_all(path) == "old\n");  // not yet
+    CHECK(exists(beside));
+    file.out() << "whole\n";
+    REQUIRE(file.commit());
+  }
+  CHECK(read_all(path) == "new, whole\n");
+  CHECK_FALSE(exists(beside));
+  {
+    dtr::ReplacingFile file(path);  // dropped unfinished, as by an exception
+    file.out() << "half";
+  }
+  CHECK(read_all(path) == "new, whole\n");
+  CHECK_FALSE(exists(beside));
+
+  // A process killed while it writes leaves the old file, and its own file beside it.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    dtr::ReplacingFile file(path);
+    file.out() << std::string(1 << 20, 'x');
+    file.out().flush();
+    raise(SIGKILL);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+  CHECK(read_all(path) == "new, whole\n");
+  const std::string left = path + ".dtr-" + std::to_string(child);
+  CHECK(exists(left));
+  unlink(left.c_str());
+
+  // The file a link names is replaced, and the link stays; permission bits are kept.
+  const std::string link = dir + "/link.trace";
+  REQUIRE(symlink(path.c_str(), link.c_str()) == 0);
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
+  dtr::write_file(link, "through the link\n", "trace");
+  struct stat st;
+  REQUIRE(lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(read_all(path) == "through the link\n");
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+
+  // A device is written in place (a rename would replace it), and a full one says so.
+  {
+    dtr::ReplacingFile file("/dev/null");
+    REQUIRE(file);
+    file.out() << "gone";
+    CHECK(file.commit());
+  }
+  REQUIRE(stat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  {
+    dtr::ReplacingFile file("/dev/full");
+    file.out() << std::string(1 << 16, 'x');
+    CHECK_FALSE(file.commit());
+  }
+  unlink(link.c_str());
+  unlink(path.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST_CASE("check_outputs refuses an output that is an input or another output", "[core][output]") {

@@ -9,6 +9,7 @@
 // (check_writable), and write through write_file, which checks the close.
 #pragma once
 
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -54,8 +55,34 @@ std::string csv_field(std::string_view text);
 // `dtr-plan graph > g.txt` exited 0 with the graph cut short).
 int finish_standard_output(const char* tool, int status);
 
-// Writes `text` to PATH, replacing what was there; throws as check_writable does when the
-// open, a write or the close fails (a full disk among them).
+// Writes `text` to PATH, replacing what was there, whole or not at all (ReplacingFile);
+// throws as check_writable does when the open, a write or the close fails (a full disk
+// among them).
 void write_file(const std::string& path, std::string_view text, std::string_view what);
+
+// Note [Whole or absent] in core/output_file.cpp: an output written beside its path and
+// renamed onto it once closed, so a run killed while it writes (SIGKILL after a SIGTERM's
+// grace, a second SIGTERM) leaves the old file or none, never a short one under its name.
+// A path that exists and is not a regular file (/dev/null, a pipe) is written in place.
+class ReplacingFile {
+ public:
+  explicit ReplacingFile(const std::string& path);
+  ReplacingFile(const ReplacingFile&) = delete;
+  ReplacingFile& operator=(const ReplacingFile&) = delete;
+  ~ReplacingFile();  // removes the file beside the path unless commit() put it in place
+
+  std::ofstream& out() { return out_; }
+  // Whether it opened; else errno says why.
+  explicit operator bool() const { return static_cast<bool>(out_); }
+  // Closes and renames; false (errno set) where a write, the close or the rename failed,
+  // and then nothing was put in place.
+  bool commit();
+
+ private:
+  std::string path_;
+  std::string beside_;  // the file written; empty where the path itself is
+  std::ofstream out_;
+  bool committed_ = false;
+};
 
 }  // namespace dtr
