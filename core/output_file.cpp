@@ -1,13 +1,17 @@
 // output_file.cpp: Note [Output files] in include/dtr/core/output_file.h.
 #include "dtr/core/output_file.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
+#include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -127,27 +131,46 @@ void write_file(const std::string& path, std::string_view text, std::string_view
 // SIGTERM sends SIGKILL after its grace period (Kubernetes: 30 s by default), and a second
 // SIGTERM ends the process at once. Written in place, a file cut short there kept its
 // name: a trace cut between two events reads as a shorter trace with no warning (DTR's
-// logs have no end marker). So an output is written to PATH.dtr-PID beside it and renamed
-// onto PATH once closed: a reader finds the whole file or the old one (or none), and a
-// killed run leaves only the PATH.dtr-PID file beside it. A symbolic link is followed, so
-// the file it names is replaced, not the link; an existing file's permission bits are
-// kept (its owner and other hard links are not: the new file is a new inode). Where
-// nothing can be created beside the path (a writable file in a directory that is not),
-// the path is written in place, as before; a path that exists and is not a regular file
-// (/dev/null, /dev/stdout, a pipe) is always written in place: a rename would replace the
-// device node.
+// logs have no end marker). So an output is written to a new file beside it,
+// PATH.dtr-PID-N (N counts the process's outputs, so two writers of one path do not
+// share it; created exclusively, not through a link), and renamed onto PATH once closed:
+// a reader finds the whole file or the old one (or none), and a killed run leaves only
+// the new file beside the path. A link to a file is followed, so the file it names is
+// replaced, not the link; an existing file's permission bits are kept (its owner and
+// other hard links are not: the new file is a new inode). Written in place, as before:
+//  - a path under /dev or /proc (/dev/null, /dev/stdout, /dev/fd/N), or one that exists
+//    and is not a regular file (a pipe): a rename would replace the device node, or the
+//    file standard output is redirected to;
+//  - a link to nothing (the file it names is made, as before), and a file this process
+//    may not write (the open fails, as before, where a rename would have replaced it);
+//  - a path beside which nothing can be created (a writable file in a directory that is
+//    not), and one the rename cannot replace (a file bind-mounted by itself in a
+//    container: EBUSY; another user's file in a sticky directory): there the new file is
+//    copied into the path, then removed.
+// A disk that holds the new file and not also the old one fails the write, and the old
+// file stays. No fsync: the guarantee is for a killed process, not a lost machine.
 ReplacingFile::ReplacingFile(const std::string& path) : path_(path) {
-  struct stat st;
+  static std::atomic<uint64_t> outputs{0};
+  struct stat st, link;
   const bool exists = stat(path.c_str(), &st) == 0;
-  if (!exists || S_ISREG(st.st_mode)) {
+  const bool linked = lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+  const bool special = path.empty() || path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
+  const bool replace =
+      !special && (exists ? S_ISREG(st.st_mode) && access(path.c_str(), W_OK) == 0 : !linked);
+  if (replace) {
     std::error_code error;
-    const std::filesystem::path target = std::filesystem::weakly_canonical(path, error);
-    if (!error) path_ = target.string();
-    beside_ = path_ + ".dtr-" + std::to_string(getpid());
-    out_.open(beside_, std::ios::binary | std::ios::trunc);
-    if (out_) {
-      if (exists) chmod(beside_.c_str(), st.st_mode & 07777);
-      return;
+    if (linked) path_ = std::filesystem::canonical(path, error).string();
+    if (!error) {
+      beside_ = path_ + ".dtr-" + std::to_string(getpid()) + "-" + std::to_string(outputs++);
+      const int fd =
+          open(beside_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      if (fd >= 0) {
+        close(fd);
+        if (exists) chmod(beside_.c_str(), st.st_mode & 07777);
+        out_.open(beside_, std::ios::binary | std::ios::trunc);
+        if (out_) return;
+        unlink(beside_.c_str());
+      }
     }
     beside_.clear();
     path_ = path;
@@ -162,6 +185,22 @@ ReplacingFile::~ReplacingFile() {
   }
 }
 
+namespace {
+
+// Copies the file `from` into `to` in place; false (errno set) where that failed.
+bool copy_into(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  if (!in || !out) return false;
+  std::vector<char> chunk(1 << 16);
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0)
+    out.write(chunk.data(), in.gcount());
+  out.close();
+  return !in.bad() && static_cast<bool>(out);
+}
+
+}  // namespace
+
 bool ReplacingFile::commit() {
   if (out_) {  // else errno is still the failed write's, where nothing came since
     errno = 0;
@@ -174,9 +213,17 @@ bool ReplacingFile::commit() {
     if (write_errno != 0) errno = write_errno;
     return false;
   }
-  if (!beside_.empty() && std::rename(beside_.c_str(), path_.c_str()) != 0) return false;
-  committed_ = true;
-  return true;
+  if (beside_.empty() || std::rename(beside_.c_str(), path_.c_str()) == 0) {
+    committed_ = true;
+    return true;
+  }
+  // Note [Whole or absent]: a path the rename cannot replace is written in place.
+  const int rename_errno = errno;
+  if (!copy_into(beside_, path_)) {
+    if (errno == 0) errno = rename_errno;
+    return false;
+  }
+  return true;  // the destructor removes the new file
 }
 
 }  // namespace dtr

@@ -161,8 +161,7 @@ void write_trace(const Trace& trace, const std::string& path) {
   if (!file) throw TraceError(path, 0, "cannot open for writing; check the directory exists");
   TraceWriter(trace, file.out(), path).write();
   if (!file.commit())
-    throw TraceError(path, 0,
-                     std::string("cannot put the written trace in place: ") + std::strerror(errno));
+    throw TraceError(path, 0, std::string("cannot write the trace: ") + std::strerror(errno));
 }
 
 }  // namespace dtr

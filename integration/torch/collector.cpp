@@ -161,8 +161,8 @@ void Lineage::scan_for_dead(size_t newest) {
 
 // Marks every storage some live unpinned storage may need to be rematerialized: the
 // live unpinned storages themselves, and their parents through unpinned parents.
-uint32_t Lineage::mark_needed() {
-  const uint32_t needed_mark = begin_marks();
+Mark Lineage::mark_needed() {
+  const Mark needed_mark = begin_marks();
   std::vector<StorageId> stack;
   for (StorageId s : alive_) {
     if (storages_[s].dead || engine_->is_pinned(s)) continue;
@@ -191,7 +191,7 @@ void Lineage::collect(bool full) {
   pinned_dead_kept_large_bytes_ = 0;
   versions_since_collect_ = 0;
   ops_since_collect_ = 0;
-  uint32_t needed_mark = mark_needed();
+  Mark needed_mark = mark_needed();
   if (cut_at_dead_constants(needed_mark)) needed_mark = mark_needed();  // Note [Dead constants]
   auto needed = [&](StorageId s) { return marks_[s] == needed_mark; };
   std::vector<StorageId> kept;
@@ -260,7 +260,7 @@ void Lineage::on_retire_storage(StorageId s) {
 }
 
 void Lineage::reuse_retired_ids() {
-  const uint32_t pruned = begin_marks();
+  const Mark pruned = begin_marks();
   for (StorageId s : retired_readers_) {
     if (marks_[s] == pruned) continue;
     marks_[s] = pruned;

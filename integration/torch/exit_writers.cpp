@@ -58,8 +58,9 @@
 // the outputs are written, stays pending as the first would have.
 // Forked children (DataLoader workers, multiprocessing.Pool's) get the default back at
 // the fork (the watcher thread does not survive it), and die by SIGTERM as before. A
-// second SIGTERM during the writing leaves a file cut short. os._exit and SIGKILL still
-// write nothing. Python 3.12 and later warn at os.fork in a process with more than one
+// second SIGTERM during the writing ends the process at once, and the file being written
+// is left beside its path as PATH.dtr-PID-N, never short under its own name (Note [Whole
+// or absent] in core/output_file.cpp). os._exit and SIGKILL still write nothing. Python 3.12 and later warn at os.fork in a process with more than one
 // thread, and the watcher is one.
 #include "integration/torch/exit_writers.h"
 

@@ -2,14 +2,17 @@
 // to the close.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "dtr/core/output_file.h"
 
@@ -55,9 +58,12 @@ std::string read_all(const std::string& path) {
   text << in.rdbuf();
   return text.str();
 }
-bool exists(const std::string& path) {
-  struct stat st;
-  return lstat(path.c_str(), &st) == 0;
+// The files in `dir` whose names start with `prefix`.
+std::vector<std::string> files_starting(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path());
+  return found;
 }
 }  // namespace
 
@@ -67,25 +73,36 @@ TEST_CASE("ReplacingFile leaves the old file or the whole new one, never a short
   const std::string dir = "/tmp/dtr_replacing_test_" + std::to_string(getpid());
   mkdir(dir.c_str(), 0755);
   const std::string path = dir + "/out.trace";
-  const std::string beside = path + ".dtr-" + std::to_string(getpid());
+  const std::string beside = "out.trace.dtr-" + std::to_string(getpid()) + "-";
   dtr::write_file(path, "old\n", "trace");
   {
     dtr::ReplacingFile file(path);
     REQUIRE(file);
     file.out() << "new, ";
     CHECK(read_all(path) == "old\n");  // not yet
-    CHECK(exists(beside));
+    CHECK(files_starting(dir, beside).size() == 1);
     file.out() << "whole\n";
     REQUIRE(file.commit());
   }
   CHECK(read_all(path) == "new, whole\n");
-  CHECK_FALSE(exists(beside));
+  CHECK(files_starting(dir, beside).empty());
   {
     dtr::ReplacingFile file(path);  // dropped unfinished, as by an exception
     file.out() << "half";
   }
   CHECK(read_all(path) == "new, whole\n");
-  CHECK_FALSE(exists(beside));
+  CHECK(files_starting(dir, beside).empty());
+
+  // Two writers of one path in one process: each writes its own file, the last in wins.
+  {
+    dtr::ReplacingFile first(path), second(path);
+    first.out() << "first\n";
+    second.out() << "second\n";
+    CHECK(files_starting(dir, beside).size() == 2);
+    CHECK(first.commit());
+    CHECK(second.commit());
+  }
+  CHECK(read_all(path) == "second\n");
 
   // A process killed while it writes leaves the old file, and its own file beside it.
   const pid_t child = fork();
@@ -99,10 +116,12 @@ TEST_CASE("ReplacingFile leaves the old file or the whole new one, never a short
   int status = 0;
   REQUIRE(waitpid(child, &status, 0) == child);
   CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
-  CHECK(read_all(path) == "new, whole\n");
-  const std::string left = path + ".dtr-" + std::to_string(child);
-  CHECK(exists(left));
-  unlink(left.c_str());
+  CHECK(read_all(path) == "second\n");
+  const std::vector<std::string> left =
+      files_starting(dir, "out.trace.dtr-" + std::to_string(child) + "-");
+  REQUIRE(left.size() == 1);
+  CHECK(read_all(left[0]).size() == 1 << 20);
+  unlink(left[0].c_str());
 
   // The file a link names is replaced, and the link stays; permission bits are kept.
   const std::string link = dir + "/link.trace";
@@ -115,6 +134,27 @@ TEST_CASE("ReplacingFile leaves the old file or the whole new one, never a short
   CHECK(read_all(path) == "through the link\n");
   REQUIRE(stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
+  // A link to nothing: the file it names is made, as before, and the link stays.
+  const std::string dangling = dir + "/dangling.trace", named = dir + "/named.trace";
+  REQUIRE(symlink(named.c_str(), dangling.c_str()) == 0);
+  dtr::write_file(dangling, "made\n", "trace");
+  REQUIRE(lstat(dangling.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(read_all(named) == "made\n");
+
+  // /dev/fd/N (as /dev/stdout redirected to a file) is written in place: the same inode,
+  // so what else goes to that descriptor's file is not lost with a replaced inode.
+  const std::string redirected = dir + "/redirected.txt";
+  dtr::write_file(redirected, "before\n", "trace");
+  REQUIRE(stat(redirected.c_str(), &st) == 0);
+  const ino_t inode = st.st_ino;
+  const int fd = open(redirected.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  dtr::write_file("/dev/fd/" + std::to_string(fd), "in place\n", "timeline");
+  close(fd);
+  REQUIRE(stat(redirected.c_str(), &st) == 0);
+  CHECK(st.st_ino == inode);
+  CHECK(read_all(redirected) == "in place\n");
 
   // A device is written in place (a rename would replace it), and a full one says so.
   {
@@ -130,9 +170,8 @@ TEST_CASE("ReplacingFile leaves the old file or the whole new one, never a short
     file.out() << std::string(1 << 16, 'x');
     CHECK_FALSE(file.commit());
   }
-  unlink(link.c_str());
-  unlink(path.c_str());
-  rmdir(dir.c_str());
+  CHECK(files_starting(dir, "").size() == 5);  // out, link, dangling, named, redirected
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("check_outputs refuses an output that is an input or another output", "[core][output]") {

@@ -60,10 +60,11 @@ int finish_standard_output(const char* tool, int status);
 // among them).
 void write_file(const std::string& path, std::string_view text, std::string_view what);
 
-// Note [Whole or absent] in core/output_file.cpp: an output written beside its path and
-// renamed onto it once closed, so a run killed while it writes (SIGKILL after a SIGTERM's
-// grace, a second SIGTERM) leaves the old file or none, never a short one under its name.
-// A path that exists and is not a regular file (/dev/null, a pipe) is written in place.
+// Note [Whole or absent] in core/output_file.cpp: an output written beside its path
+// (PATH.dtr-PID-N) and renamed onto it once closed, so a run killed while it writes
+// (SIGKILL after a SIGTERM's grace, a second SIGTERM) leaves the old file or none, never a
+// short one under its name. Devices, pipes, paths under /dev and /proc, links to nothing
+// and paths a rename cannot replace are written in place.
 class ReplacingFile {
  public:
   explicit ReplacingFile(const std::string& path);
