@@ -138,7 +138,8 @@ void write_file(const std::string& path, std::string_view text, std::string_view
 // the new file beside the path. A link to a file is followed, so the file it names is
 // replaced, not the link; an existing file's permission bits are kept (its owner and
 // other hard links are not: the new file is a new inode). Written in place, as before:
-//  - a path under /dev or /proc (/dev/null, /dev/stdout, /dev/fd/N), or one that exists
+//  - a path under /dev or /proc (/dev/null, /dev/stdout, /dev/fd/N; spelt in any
+//    normal way), or one that exists
 //    and is not a regular file (a pipe): a rename would replace the device node, or the
 //    file standard output is redirected to;
 //  - a link to nothing (the file it names is made, as before), and a file this process
@@ -146,31 +147,57 @@ void write_file(const std::string& path, std::string_view text, std::string_view
 //  - a path beside which nothing can be created (a writable file in a directory that is
 //    not), and one the rename cannot replace (a file bind-mounted by itself in a
 //    container: EBUSY; another user's file in a sticky directory): there the new file is
-//    copied into the path, then removed.
-// A disk that holds the new file and not also the old one fails the write, and the old
-// file stays. No fsync: the guarantee is for a killed process, not a lost machine.
+//    copied into the path, then removed; where that copy fails part way (a full disk),
+//    the path is short and the whole output stays beside it.
+// Standard output or error redirected to a file, however spelt (//dev/stdout, a link to
+// it), is that file and is written in place. A name left beside the path by a killed run
+// with the same pid is skipped for the next N. A disk that holds the new file and not
+// also the old one fails the write, and the old file stays. A rename that fails for
+// another reason (the new file was removed meanwhile) fails the commit and leaves the
+// old file. No fsync: the guarantee is for a killed process, not a lost machine. Not
+// guarded: a link swapped in for the new file's name between its exclusive creation and
+// the stream's open by name, in a directory others may write and that is not sticky.
+namespace {
+
+// Whether `st` is the file of the process's standard input, output or error (a path such
+// as //dev/stdout or a link to it, resolved to the file it is redirected to).
+bool is_standard_stream(const struct stat& st) {
+  for (int fd : {0, 1, 2}) {
+    struct stat std_st;
+    if (fstat(fd, &std_st) == 0 && std_st.st_dev == st.st_dev && std_st.st_ino == st.st_ino)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 ReplacingFile::ReplacingFile(const std::string& path) : path_(path) {
   static std::atomic<uint64_t> outputs{0};
   struct stat st, link;
   const bool exists = stat(path.c_str(), &st) == 0;
   const bool linked = lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
-  const bool special = path.empty() || path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
+  const std::string normal = std::filesystem::path(path).lexically_normal().string();
+  const bool special = path.empty() || normal.rfind("/dev/", 0) == 0 ||
+                       normal.rfind("/proc/", 0) == 0 || (exists && is_standard_stream(st));
   const bool replace =
       !special && (exists ? S_ISREG(st.st_mode) && access(path.c_str(), W_OK) == 0 : !linked);
   if (replace) {
     std::error_code error;
     if (linked) path_ = std::filesystem::canonical(path, error).string();
-    if (!error) {
+    // A file left by a killed run of a process with this pid is not ours: the next name.
+    for (int tries = 0; !error && tries < 64; ++tries) {
       beside_ = path_ + ".dtr-" + std::to_string(getpid()) + "-" + std::to_string(outputs++);
       const int fd =
           open(beside_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-      if (fd >= 0) {
-        close(fd);
-        if (exists) chmod(beside_.c_str(), st.st_mode & 07777);
-        out_.open(beside_, std::ios::binary | std::ios::trunc);
-        if (out_) return;
-        unlink(beside_.c_str());
-      }
+      if (fd < 0 && errno == EEXIST) continue;
+      if (fd < 0) break;
+      if (exists) fchmod(fd, st.st_mode & 07777);
+      close(fd);
+      out_.open(beside_, std::ios::binary | std::ios::trunc);
+      if (out_) return;
+      unlink(beside_.c_str());
+      break;
     }
     beside_.clear();
     path_ = path;
@@ -179,7 +206,7 @@ ReplacingFile::ReplacingFile(const std::string& path) : path_(path) {
 }
 
 ReplacingFile::~ReplacingFile() {
-  if (!beside_.empty() && !committed_) {
+  if (!beside_.empty() && !committed_ && !kept_) {
     out_.close();
     unlink(beside_.c_str());
   }
@@ -187,16 +214,25 @@ ReplacingFile::~ReplacingFile() {
 
 namespace {
 
-// Copies the file `from` into `to` in place; false (errno set) where that failed.
+// Copies the file `from` into `to` in place; false (errno set) where that failed, and then
+// `to` may be short, or untouched where `from` could not be read.
 bool copy_into(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
+  if (!in) return false;
   std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  if (!in || !out) return false;
+  if (!out) return false;
   std::vector<char> chunk(1 << 16);
   while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0)
     out.write(chunk.data(), in.gcount());
   out.close();
   return !in.bad() && static_cast<bool>(out);
+}
+
+// The errors of a rename that mean the path cannot be replaced, though it can be written:
+// a file mounted by itself (EBUSY), another user's file in a sticky directory (EPERM,
+// EACCES), a path on another file system than its directory's entry says (EXDEV).
+bool cannot_replace(int error) {
+  return error == EBUSY || error == EPERM || error == EACCES || error == EXDEV;
 }
 
 }  // namespace
@@ -219,7 +255,9 @@ bool ReplacingFile::commit() {
   }
   // Note [Whole or absent]: a path the rename cannot replace is written in place.
   const int rename_errno = errno;
+  if (!cannot_replace(rename_errno)) return false;  // the old file stays
   if (!copy_into(beside_, path_)) {
+    kept_ = true;  // the whole output stays beside the path
     if (errno == 0) errno = rename_errno;
     return false;
   }

@@ -156,6 +156,39 @@ TEST_CASE("ReplacingFile leaves the old file or the whole new one, never a short
   CHECK(st.st_ino == inode);
   CHECK(read_all(redirected) == "in place\n");
 
+  // Standard output redirected to a file, spelt otherwise or through a link, is that file:
+  // written in place, in a child whose standard output is the file.
+  const std::string log = dir + "/stdout.log", to_stdout = dir + "/to_stdout";
+  REQUIRE(symlink("/dev/stdout", to_stdout.c_str()) == 0);
+  const pid_t redirected_child = fork();
+  REQUIRE(redirected_child >= 0);
+  if (redirected_child == 0) {
+    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    struct stat before, after;
+    if (out < 0 || dup2(out, 1) < 0 || fstat(1, &before) != 0) _exit(2);
+    for (const std::string& spelling : {std::string("//dev/stdout"), to_stdout}) {
+      dtr::ReplacingFile file(spelling);
+      file.out() << "through " << spelling << "\n";
+      if (!file.commit() || stat(log.c_str(), &after) != 0 || after.st_ino != before.st_ino)
+        _exit(1);
+    }
+    _exit(0);
+  }
+  REQUIRE(waitpid(redirected_child, &status, 0) == redirected_child);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  unlink(to_stdout.c_str());
+  unlink(log.c_str());
+
+  // A rename that fails for want of the new file (removed meanwhile, or renamed by a
+  // forked child writing through the same object) fails the commit and keeps the old file.
+  {
+    dtr::ReplacingFile file(redirected);
+    file.out() << "lost\n";
+    for (const std::string& f : files_starting(dir, "redirected.txt.dtr-")) unlink(f.c_str());
+    CHECK_FALSE(file.commit());
+  }
+  CHECK(read_all(redirected) == "in place\n");
+
   // A device is written in place (a rename would replace it), and a full one says so.
   {
     dtr::ReplacingFile file("/dev/null");

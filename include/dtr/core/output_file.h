@@ -76,7 +76,9 @@ class ReplacingFile {
   // Whether it opened; else errno says why.
   explicit operator bool() const { return static_cast<bool>(out_); }
   // Closes and renames; false (errno set) where a write, the close or the rename failed,
-  // and then nothing was put in place.
+  // and then nothing was put in place, except where the rename could not replace the
+  // path and copying into it in place failed part way (the whole output then stays
+  // beside the path: Note [Whole or absent]).
   bool commit();
 
  private:
@@ -84,6 +86,7 @@ class ReplacingFile {
   std::string beside_;  // the file written; empty where the path itself is
   std::ofstream out_;
   bool committed_ = false;
+  bool kept_ = false;  // beside_ is left for the user
 };
 
 }  // namespace dtr
