@@ -138,10 +138,10 @@ void write_file(const std::string& path, std::string_view text, std::string_view
 // the new file beside the path. A link to a file is followed, so the file it names is
 // replaced, not the link; an existing file's permission bits are kept (its owner and
 // other hard links are not: the new file is a new inode). Written in place, as before:
-//  - a path under /dev or /proc (/dev/null, /dev/stdout, /dev/fd/N; spelt in any
-//    normal way), or one that exists
-//    and is not a regular file (a pipe): a rename would replace the device node, or the
-//    file standard output is redirected to;
+//  - a path under /dev or /proc in any normal spelling (/dev/null, /dev/stdout,
+//    /dev/fd/N), one that exists and is not a regular file (a pipe), and standard input,
+//    output or error redirected to a file, however spelt (//dev/stdout, a link to it): a
+//    rename would replace the device node, or the file the stream goes to;
 //  - a link to nothing (the file it names is made, as before), and a file this process
 //    may not write (the open fails, as before, where a rename would have replaced it);
 //  - a path beside which nothing can be created (a writable file in a directory that is
@@ -149,14 +149,13 @@ void write_file(const std::string& path, std::string_view text, std::string_view
 //    container: EBUSY; another user's file in a sticky directory): there the new file is
 //    copied into the path, then removed; where that copy fails part way (a full disk),
 //    the path is short and the whole output stays beside it.
-// Standard output or error redirected to a file, however spelt (//dev/stdout, a link to
-// it), is that file and is written in place. A name left beside the path by a killed run
-// with the same pid is skipped for the next N. A disk that holds the new file and not
-// also the old one fails the write, and the old file stays. A rename that fails for
-// another reason (the new file was removed meanwhile) fails the commit and leaves the
-// old file. No fsync: the guarantee is for a killed process, not a lost machine. Not
-// guarded: a link swapped in for the new file's name between its exclusive creation and
-// the stream's open by name, in a directory others may write and that is not sticky.
+// A name left beside the path by a killed run with the same pid is skipped for the next
+// N. A disk that holds the new file and not also the old one fails the write, and the old
+// file stays. A rename that fails for another reason (the new file was removed meanwhile)
+// fails the commit and leaves the old file. No fsync: the guarantee is for a killed
+// process, not a lost machine. Not guarded: a link swapped in for the new file's name
+// between its exclusive creation and the stream's open by name, in a directory others may
+// write and that is not sticky.
 namespace {
 
 // Whether `st` is the file of the process's standard input, output or error (a path such

@@ -55,9 +55,9 @@ constexpr size_t kSmallPinnedBytes = 16384;
 // A walk's mark over storages (Lineage::begin_marks). 64 bits, as nothing clears the
 // marks: a full collect's cut can start a walk per small dead constant it keeps (Note
 // [Small dead constants in bulk]), and a review counted 393 460 walks in 4 steps of a
-// 400-layer MLP under a budget, where 32 bits would wrap within some 40 000 steps; a
-// wrapped mark reads an unmarked storage as marked, and a collect could then drop lineage
-// a live storage needs.
+// 400-layer MLP under a budget (before the cut stopped bringing on extra collects), where
+// 32 bits would wrap within some 40 000 steps; a wrapped mark reads an unmarked storage as
+// marked, and a collect could then drop lineage a live storage needs.
 using Mark = uint64_t;
 
 // Option budget as a ratio is set after this many training steps: Note [Ratio budgets] in
